@@ -1,0 +1,40 @@
+"""A local fake of two paid, rate-limited GTM data providers (``acme`` and ``firmo``).
+
+The demo, the tests and the benchmarks call it over real HTTP on 127.0.0.1, and
+read its ledger to check from the provider's side that nothing was paid for
+twice and no limit was exceeded. See ``app`` for the request pipeline, ``config``
+for the knobs, ``process`` for starting it.
+"""
+
+from playline.provider_server.app import ENDPOINTS, ProviderServer, create_app
+from playline.provider_server.config import ServerConfig, key_digest
+from playline.provider_server.ledger import Ledger
+from playline.provider_server.process import (
+    ProviderServerError,
+    ProviderServerProcess,
+    ThreadedProviderServer,
+    free_port,
+    start_in_thread,
+)
+
+__all__ = [
+    "ENDPOINTS",
+    "Ledger",
+    "ProviderServer",
+    "ProviderServerError",
+    "ProviderServerProcess",
+    "ServerConfig",
+    "ThreadedProviderServer",
+    "create_app",
+    "free_port",
+    "key_digest",
+    "main",
+    "start_in_thread",
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server from the command line (see ``python -m playline.provider_server -h``)."""
+    from playline.provider_server.__main__ import main as cli_main
+
+    return cli_main(argv)

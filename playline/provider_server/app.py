@@ -1,0 +1,487 @@
+"""The local provider server: a Starlette app that behaves like a paid, rate-limited GTM API.
+
+Two fake providers share one server; the first path segment names the provider
+and is its rate-limit key:
+
+* ``acme``  (auth header ``X-Api-Key``): ``/acme/v1/email/find``, ``/acme/v1/person/enrich``
+* ``firmo`` (auth ``Authorization: Bearer``): ``/firmo/v1/company/lookup`` and its
+  ``/bulk`` variant (one charged call for many items).
+
+A provider request goes through, in order: authentication (401), the
+rate limit and concurrency cap decided on arrival (429 + ``Retry-After``), body
+validation (422), ``Idempotency-Key`` checks (422 on reuse with another body,
+409 while the same key is in flight), injected faults, the latency sleep, and
+finally the charge. A replay of a key whose call was charged returns the stored
+response and is counted in ``duplicates``, not charged. A "malformed" fault
+charges the call and stores the *correct* response under the idempotency key
+(the corruption happened on the wire), so a client retrying with the same key
+recovers without paying twice.
+
+Everything runs in one event loop; the state is mutated without locks and no
+handler awaits between a check and the update it guards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from playline.provider_server import fake_data
+from playline.provider_server.config import FAULT_KINDS, ServerConfig, key_digest
+from playline.provider_server.ledger import Charge, Ledger
+
+JSON_TYPE = "application/json"
+
+
+class BadRequest(Exception):
+    """The request body is not what the endpoint expects (rendered as 422)."""
+
+
+@dataclass(frozen=True)
+class AuthScheme:
+    """Which header carries a provider's key, and the scheme prefix if any."""
+
+    header: str
+    scheme: str | None = None
+
+    def extract(self, request: Request) -> str | None:
+        """The key sent with ``request``, or None when it is missing or malformed."""
+        value = request.headers.get(self.header, "").strip()
+        if self.scheme is not None:
+            prefix, _, value = value.partition(" ")
+            if prefix.lower() != self.scheme.lower():
+                return None
+            value = value.strip()
+        return value or None
+
+    def describe(self) -> str:
+        return f"{self.header}: {self.scheme} <key>" if self.scheme else f"{self.header}: <key>"
+
+
+PROVIDER_AUTH: dict[str, AuthScheme] = {
+    "acme": AuthScheme("X-Api-Key"),
+    "firmo": AuthScheme("Authorization", "Bearer"),
+}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One charged provider endpoint."""
+
+    provider: str
+    path: str
+    fields: tuple[str, ...]
+    compute: Callable[..., dict[str, Any]]
+    bulk: bool = False
+    #: Whether each input is a company-lookup item (for item-level double-charge counts).
+    company_items: bool = False
+
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(
+        "acme", "/acme/v1/email/find", ("first_name", "last_name", "domain"), fake_data.find_email
+    ),
+    Endpoint("acme", "/acme/v1/person/enrich", ("email",), fake_data.enrich_person),
+    Endpoint(
+        "firmo",
+        "/firmo/v1/company/lookup",
+        ("domain",),
+        fake_data.lookup_company,
+        company_items=True,
+    ),
+    Endpoint(
+        "firmo",
+        "/firmo/v1/company/lookup/bulk",
+        ("domain",),
+        fake_data.lookup_company,
+        bulk=True,
+        company_items=True,
+    ),
+)
+
+
+def _required_fields(value: Any, fields: tuple[str, ...], where: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise BadRequest(f"{where} must be a JSON object with fields {list(fields)}")
+    result: dict[str, str] = {}
+    for name in fields:
+        item = value.get(name)
+        if not isinstance(item, str) or not item.strip():
+            raise BadRequest(f"{where}: field {name!r} is required and must be a non-empty string")
+        result[name] = item
+    return result
+
+
+def parse_inputs(endpoint: Endpoint, body: Any, max_items: int) -> list[dict[str, str]]:
+    """The validated input(s) of a request: one for a single call, all items for bulk."""
+    if not endpoint.bulk:
+        return [_required_fields(body, endpoint.fields, "body")]
+    items = body.get("items") if isinstance(body, Mapping) else None
+    if not isinstance(items, list) or not items:
+        raise BadRequest('body must be {"items": [...]} with at least one item')
+    if len(items) > max_items:
+        raise BadRequest(f"too many items: {len(items)} > {max_items}")
+    return [_required_fields(it, endpoint.fields, f"items[{i}]") for i, it in enumerate(items)]
+
+
+def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    """A JSON error body ``{"error": message}``."""
+    return JSONResponse({"error": message}, status_code=status, headers=dict(headers or {}))
+
+
+class TokenBucket:
+    """A token bucket: ``rate`` tokens per second, at most ``capacity`` saved up."""
+
+    def __init__(self, rate: float, capacity: int) -> None:
+        self.rate = rate
+        self.capacity = float(capacity)
+        self.tokens = float(capacity)
+        self.updated = time.monotonic()
+
+    def try_take(self, now: float) -> float:
+        """Take a token; returns 0.0 on success, else the seconds until one is available."""
+        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        return (1.0 - self.tokens) / self.rate
+
+
+@dataclass
+class StoredResponse:
+    """A charged response kept for ``Idempotency-Key`` replays."""
+
+    request_digest: bytes
+    status: int
+    body: bytes
+
+
+@dataclass
+class Outcome:
+    """What a provider request ended as (for the call record)."""
+
+    response: Response
+    charged: bool = False
+    items: int = 1
+    duplicate: bool = False
+
+
+@dataclass
+class _Call:
+    """A validated request on its way through faults, latency and charging."""
+
+    endpoint: Endpoint
+    inputs: list[dict[str, str]]
+    request_digest: bytes
+    idem_key: tuple[str, str] | None = None
+    fault: str | None = field(default=None)
+
+
+class ProviderServer:
+    """The state behind the app: config, ledger, rate limiters, idempotency store."""
+
+    def __init__(self, config: ServerConfig | None = None) -> None:
+        self.config = config or ServerConfig()
+        self.ledger = Ledger(self.config.max_call_records)
+        self.idempotency: dict[tuple[str, str], StoredResponse] = {}
+        self.idempotency_in_flight: set[tuple[str, str]] = set()
+        self.buckets: dict[str, TokenBucket] = {}
+        self._reseed()
+        self._rebuild_buckets()
+
+    # -- state management ---------------------------------------------------
+
+    def _reseed(self) -> None:
+        self.fault_rng = random.Random(self.config.seed)
+        self.latency_rng = random.Random(self.config.seed + 1)
+
+    def _rebuild_buckets(self) -> None:
+        self.buckets = {
+            provider: TokenBucket(rps, self.config.burst_for(provider))
+            for provider, rps in self.config.rate_limit_rps.items()
+        }
+
+    def reset(self) -> None:
+        """Clear the ledger, the idempotency store and the rate limiters; reseed faults."""
+        self.ledger.reset()
+        self.idempotency.clear()
+        self._reseed()
+        self._rebuild_buckets()
+
+    def apply_config(self, config: ServerConfig) -> None:
+        """Switch to a new config; limiters restart full, the RNGs reseed if the seed changed."""
+        old = self.config
+        self.config = config
+        self.ledger.resize(config.max_call_records)
+        if config.seed != old.seed:
+            self._reseed()
+        if (config.rate_limit_rps, config.rate_limit_burst) != (
+            old.rate_limit_rps,
+            old.rate_limit_burst,
+        ):
+            self._rebuild_buckets()
+
+    # -- the request pipeline -----------------------------------------------
+
+    async def handle(self, request: Request, endpoint: Endpoint) -> Response:
+        """Serve one provider request and record it in the ledger."""
+        in_flight = self.ledger.enter(endpoint.provider)
+        outcome = Outcome(error_response(500, "internal error"))
+        try:
+            outcome = await self._process(request, endpoint, in_flight)
+        finally:
+            self.ledger.leave(endpoint.provider)
+            self.ledger.record(
+                endpoint.provider,
+                endpoint.path,
+                outcome.response.status_code,
+                outcome.charged,
+                outcome.items,
+                outcome.duplicate,
+            )
+        return outcome.response
+
+    async def _process(self, request: Request, endpoint: Endpoint, in_flight: int) -> Outcome:
+        provider = endpoint.provider
+        rejected = self._authenticate(request, provider) or self._admit(provider, in_flight)
+        if rejected is not None:
+            return Outcome(rejected)
+        try:
+            call = await self._parse(request, endpoint)
+            self._check_idempotency(call)
+        except BadRequest as err:
+            self.ledger.invalid += 1
+            return Outcome(error_response(422, str(err)))
+        except _Conflict as err:
+            self.ledger.conflicts += 1
+            return Outcome(error_response(409, str(err)))
+        call.fault = self._pick_fault()
+        failed = await self._failure(call)
+        if failed is not None:
+            return Outcome(failed)
+        return await self._serve(call)
+
+    def _authenticate(self, request: Request, provider: str) -> Response | None:
+        scheme = PROVIDER_AUTH[provider]
+        key = scheme.extract(request)
+        expected = self.config.api_keys.get(provider)
+        ok = key is not None and (
+            expected is None or hmac.compare_digest(key.encode(), expected.encode())
+        )
+        if not ok or key is None:
+            self.ledger.unauthorized += 1
+            headers = {"WWW-Authenticate": "Bearer"} if scheme.scheme else None
+            problem = "missing" if key is None else "invalid"
+            return error_response(
+                401, f"{problem} API key for {provider}: send {scheme.describe()}", headers
+            )
+        self.ledger.saw_key(provider, key_digest(key))
+        return None
+
+    def _admit(self, provider: str, in_flight: int) -> Response | None:
+        """The on-arrival limit decision: a 429 response, or None to go ahead."""
+        cap = self.config.max_concurrency.get(provider)
+        if cap is not None and in_flight > cap:
+            return self._too_many(provider, 1.0, f"more than {cap} concurrent requests")
+        bucket = self.buckets.get(provider)
+        if bucket is not None:
+            wait = bucket.try_take(time.monotonic())
+            if wait > 0:
+                return self._too_many(provider, wait, f"over {bucket.rate:g} requests/s")
+        return None
+
+    def _too_many(self, provider: str, wait_s: float, why: str) -> Response:
+        self.ledger.note_rate_limited(provider)
+        headers = {}
+        if self.config.retry_after_header:
+            headers["Retry-After"] = str(max(1, math.ceil(wait_s)))
+        return error_response(429, f"rate limit exceeded for {provider}: {why}", headers)
+
+    async def _parse(self, request: Request, endpoint: Endpoint) -> _Call:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise BadRequest("body is not valid JSON") from None
+        inputs = parse_inputs(endpoint, body, self.config.bulk_max_items)
+        call = _Call(endpoint, inputs, fake_data.digest(endpoint.path, body))
+        header = request.headers.get("idempotency-key")
+        if header is not None:
+            if not header.strip():
+                raise BadRequest("Idempotency-Key header is empty")
+            call.idem_key = (endpoint.provider, header)
+        return call
+
+    def _check_idempotency(self, call: _Call) -> None:
+        if call.idem_key is None:
+            return
+        stored = self.idempotency.get(call.idem_key)
+        if stored is not None and stored.request_digest != call.request_digest:
+            raise BadRequest(
+                "Idempotency-Key was already used with a different request; use a new key"
+            )
+        if stored is None and call.idem_key in self.idempotency_in_flight:
+            raise _Conflict("a request with this Idempotency-Key is still in flight; retry later")
+
+    def _pick_fault(self) -> str | None:
+        """The fault for this request: ``fail_next`` first (exact), then the random rates."""
+        pending = self.config.fail_next
+        for kind in FAULT_KINDS:
+            if pending.get(kind, 0) > 0:
+                pending[kind] -= 1
+                return kind
+        cfg = self.config
+        roll = self.fault_rng.random()
+        for kind, rate in (
+            ("5xx", cfg.fault_rate_5xx),
+            ("timeout", cfg.fault_rate_timeout),
+            ("malformed", cfg.fault_rate_malformed),
+        ):
+            if roll < rate:
+                return kind
+            roll -= rate
+        return None
+
+    async def _failure(self, call: _Call) -> Response | None:
+        """The response of an uncharged injected fault, or None when the call goes ahead."""
+        if call.fault == "429":
+            return self._too_many(call.endpoint.provider, 1.0, "injected")
+        if call.fault == "5xx":
+            self.ledger.note_fault("5xx")
+            return error_response(503, "injected fault: provider unavailable, retry later")
+        if call.fault == "timeout":
+            self.ledger.note_fault("timeout")
+            await asyncio.sleep(self.config.timeout_sleep_s)
+            return error_response(504, "injected fault: upstream timed out")
+        return None
+
+    async def _sleep_latency(self, provider: str) -> None:
+        low, high = self.config.latency_for(provider)
+        if high > 0:
+            await asyncio.sleep(self.latency_rng.uniform(low, high) / 1000.0)
+
+    async def _serve(self, call: _Call) -> Outcome:
+        """Sleep the latency, then replay a stored response or compute and charge a new one."""
+        stored = self.idempotency.get(call.idem_key) if call.idem_key else None
+        if stored is not None:
+            await self._sleep_latency(call.endpoint.provider)
+            self.ledger.duplicates += 1
+            response = Response(
+                stored.body,
+                status_code=stored.status,
+                media_type=JSON_TYPE,
+                headers={"Idempotent-Replayed": "true"},
+            )
+            return Outcome(response, items=len(call.inputs), duplicate=True)
+        if call.idem_key is not None:
+            self.idempotency_in_flight.add(call.idem_key)
+        try:
+            await self._sleep_latency(call.endpoint.provider)
+            body = self._charge(call)
+        finally:
+            if call.idem_key is not None:
+                self.idempotency_in_flight.discard(call.idem_key)
+        if call.fault == "malformed":
+            self.ledger.note_fault("malformed")
+            body = b'{"email": "trunc\x00<html>502 Bad Gateway'
+        return Outcome(Response(body, media_type=JSON_TYPE), charged=True, items=len(call.inputs))
+
+    def _charge(self, call: _Call) -> bytes:
+        endpoint = call.endpoint
+        results = [endpoint.compute(**item) for item in call.inputs]
+        payload: Any = {"results": results} if endpoint.bulk else results[0]
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        items: tuple[bytes, ...] = ()
+        if endpoint.company_items:
+            items = tuple(fake_data.digest("company", item) for item in call.inputs)
+        self.ledger.charge(
+            Charge(endpoint.provider, endpoint.path, call.request_digest, items, len(call.inputs))
+        )
+        if call.idem_key is not None:
+            self.idempotency[call.idem_key] = StoredResponse(call.request_digest, 200, body)
+        return body
+
+    # -- admin ----------------------------------------------------------------
+
+    async def admin_ledger(self, request: Request) -> Response:
+        return JSONResponse(self.ledger.snapshot())
+
+    async def admin_calls(self, request: Request) -> Response:
+        try:
+            since = float(request.query_params.get("since", "0"))
+            limit_text = request.query_params.get("limit")
+            limit = int(limit_text) if limit_text is not None else None
+        except ValueError:
+            return error_response(422, "since must be a number and limit an integer")
+        calls = self.ledger.calls_since(since, limit)
+        return JSONResponse({"now": time.monotonic(), "calls": calls})
+
+    async def admin_reset(self, request: Request) -> Response:
+        self.reset()
+        return JSONResponse({"reset": True})
+
+    async def admin_get_config(self, request: Request) -> Response:
+        return JSONResponse(self.config.public_dump())
+
+    async def admin_post_config(self, request: Request) -> Response:
+        try:
+            changes = json.loads(await request.body() or b"{}")
+            if not isinstance(changes, dict):
+                raise ValueError("config changes must be a JSON object")
+            new = self.config.merged(changes)
+        except ValueError as err:  # includes pydantic.ValidationError and bad JSON
+            return error_response(422, f"invalid config change: {err}")
+        self.apply_config(new)
+        return JSONResponse(self.config.public_dump())
+
+
+class _Conflict(Exception):
+    """The same Idempotency-Key is being processed right now (rendered as 409)."""
+
+
+async def _healthz(request: Request) -> Response:
+    return JSONResponse({"ok": True})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+    return error_response(status, f"{detail}: {request.method} {request.url.path}")
+
+
+def _provider_route(server: ProviderServer, endpoint: Endpoint) -> Route:
+    async def endpoint_fn(request: Request) -> Response:
+        return await server.handle(request, endpoint)
+
+    return Route(endpoint.path, endpoint_fn, methods=["POST"], name=endpoint.path)
+
+
+def create_app(config: ServerConfig | None = None) -> Starlette:
+    """The ASGI app; its ``ProviderServer`` state is ``app.state.provider_server``."""
+    server = ProviderServer(config)
+    routes = [_provider_route(server, ep) for ep in ENDPOINTS]
+    routes += [
+        Route("/healthz", _healthz, methods=["GET"]),
+        Route("/_admin/ledger", server.admin_ledger, methods=["GET"]),
+        Route("/_admin/calls", server.admin_calls, methods=["GET"]),
+        Route("/_admin/reset", server.admin_reset, methods=["POST"]),
+        Route("/_admin/config", server.admin_get_config, methods=["GET"]),
+        Route("/_admin/config", server.admin_post_config, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    app.state.provider_server = server
+    return app

@@ -1,0 +1,110 @@
+"""Behaviour knobs of the local provider server.
+
+One pydantic model, ``ServerConfig``, describes everything that makes the fake
+provider behave like a real paid API: latency, per-provider rate limits and
+concurrency caps, injected faults and API keys. It is passed to the subprocess as
+JSON and can be changed while the server runs (``POST /_admin/config`` merges a
+partial update), so a test or benchmark can turn a knob without restarting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+FaultKind = Literal["429", "5xx", "timeout", "malformed"]
+
+#: The kinds ``fail_next`` understands, checked in this order.
+FAULT_KINDS: tuple[FaultKind, ...] = ("429", "5xx", "timeout", "malformed")
+
+LatencyRange = tuple[float, float]
+
+
+def _check_range(name: str, value: LatencyRange) -> None:
+    low, high = value
+    if low < 0 or high < low:
+        raise ValueError(f"{name} must be (low, high) with 0 <= low <= high, got {value!r}")
+
+
+class ServerConfig(BaseModel):
+    """How the fake provider behaves. Every field has a harmless default.
+
+    ``fail_next`` maps a fault kind (``"429"``, ``"5xx"``, ``"timeout"``,
+    ``"malformed"``) to how many of the next valid requests get that fault; the
+    counts are decremented as they are used, so ``GET /_admin/config`` shows
+    what is left.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    latency_ms: LatencyRange = (5.0, 15.0)
+    provider_latency_ms: dict[str, LatencyRange] = Field(default_factory=dict)
+    rate_limit_rps: dict[str, float] = Field(default_factory=dict)
+    rate_limit_burst: dict[str, int] = Field(default_factory=dict)
+    retry_after_header: bool = True
+    max_concurrency: dict[str, int] = Field(default_factory=dict)
+    fault_rate_5xx: float = Field(default=0.0, ge=0.0, le=1.0)
+    fault_rate_timeout: float = Field(default=0.0, ge=0.0, le=1.0)
+    fault_rate_malformed: float = Field(default=0.0, ge=0.0, le=1.0)
+    timeout_sleep_s: float = Field(default=30.0, ge=0.0)
+    fail_next: dict[FaultKind, int] = Field(default_factory=dict)
+    seed: int = 0
+    api_keys: dict[str, str] = Field(default_factory=dict, repr=False)
+    bulk_max_items: int = Field(default=100, ge=1)
+    max_call_records: int = Field(default=100_000, ge=0)
+
+    @model_validator(mode="after")
+    def _check_values(self) -> ServerConfig:
+        _check_range("latency_ms", self.latency_ms)
+        for provider, value in self.provider_latency_ms.items():
+            _check_range(f"provider_latency_ms[{provider!r}]", value)
+        for provider, rps in self.rate_limit_rps.items():
+            if rps <= 0:
+                raise ValueError(f"rate_limit_rps[{provider!r}] must be > 0, got {rps}")
+        for name, mapping in (
+            ("rate_limit_burst", self.rate_limit_burst),
+            ("max_concurrency", self.max_concurrency),
+        ):
+            for provider, count in mapping.items():
+                if count < 1:
+                    raise ValueError(f"{name}[{provider!r}] must be >= 1, got {count}")
+        for kind, count in self.fail_next.items():
+            if count < 0:
+                raise ValueError(f"fail_next[{kind!r}] must be >= 0, got {count}")
+        return self
+
+    def latency_for(self, provider: str) -> LatencyRange:
+        """The latency range (milliseconds) that applies to ``provider``."""
+        return self.provider_latency_ms.get(provider, self.latency_ms)
+
+    def burst_for(self, provider: str) -> int:
+        """The token-bucket capacity of ``provider`` (default 1: no bursting)."""
+        return self.rate_limit_burst.get(provider, 1)
+
+    def merged(self, changes: Mapping[str, Any]) -> ServerConfig:
+        """A new, validated config with the top-level fields in ``changes`` replaced.
+
+        The merge is shallow: ``{"rate_limit_rps": {"acme": 5}}`` replaces the
+        whole ``rate_limit_rps`` mapping, so a limit can be removed by omission.
+        """
+        unknown = set(changes) - set(type(self).model_fields)
+        if unknown:
+            raise ValueError(
+                f"unknown config field(s) {sorted(unknown)}; "
+                f"known: {sorted(type(self).model_fields)}"
+            )
+        return type(self).model_validate({**self.model_dump(), **dict(changes)})
+
+    def public_dump(self) -> dict[str, Any]:
+        """The config as JSON-ready data with API keys replaced by short digests."""
+        data = self.model_dump(mode="json")
+        data["api_keys"] = {name: key_digest(key) for name, key in self.api_keys.items()}
+        return data
+
+
+def key_digest(key: str) -> str:
+    """A short, non-reversible fingerprint of an API key, safe to log and store."""
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()[:12]

@@ -1,0 +1,176 @@
+"""The provider server's ledger: what was received, what was charged, what went wrong.
+
+playline's promise is "never pay a provider twice, never exceed its limit", and
+this ledger is how tests and benchmarks check it from the provider's side of the
+wire: ``double_charged`` counts charged calls whose exact input had already been
+charged, ``rate_limited`` counts requests that broke the limit, ``max_in_flight``
+the highest concurrency observed. A bounded list of per-call records lets a
+benchmark compute the achieved rate per time window.
+
+The ledger lives in the server's event loop thread and is mutated without locks;
+every method is synchronous and never awaits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Any
+
+#: ``(t_monotonic, t_wall, provider, path, status, charged, items, duplicate)``
+CallRecord = tuple[float, float, str, str, int, bool, int, bool]
+
+_RECORD_FIELDS = ("t", "wall", "provider", "path", "status", "charged", "items", "duplicate")
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One charged call: where, which input, how many bulk items (1 for a single call)."""
+
+    provider: str
+    path: str
+    body_digest: bytes
+    #: Digests of the company-lookup items bought (single or bulk), for item-level checks.
+    item_digests: tuple[bytes, ...] = ()
+    items: int = 1
+
+
+class Ledger:
+    """Counters and call records of one provider server since its last reset."""
+
+    def __init__(self, max_records: int = 100_000) -> None:
+        self.max_records = max_records
+        self.in_flight = 0
+        self.in_flight_by_provider: Counter[str] = Counter()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (counters, records, charged inputs) but what is in flight now."""
+        self.started_at = time.time()
+        self.received = 0
+        self.charged = 0
+        self.duplicates = 0
+        self.double_charged = 0
+        self.double_charged_items = 0
+        self.items_charged = 0
+        self.rate_limited = 0
+        self.faults = 0
+        self.unauthorized = 0
+        self.invalid = 0
+        self.conflicts = 0
+        self.max_in_flight = self.in_flight
+        self.charged_by_path: Counter[str] = Counter()
+        self.received_by_provider: Counter[str] = Counter()
+        self.charged_by_provider: Counter[str] = Counter()
+        self.rate_limited_by_provider: Counter[str] = Counter()
+        self.faults_by_kind: Counter[str] = Counter()
+        self.max_in_flight_by_provider: Counter[str] = Counter(+self.in_flight_by_provider)
+        self.key_digests_by_provider: dict[str, set[str]] = {}
+        self._charged_inputs: set[tuple[str, bytes]] = set()
+        self._charged_items: set[bytes] = set()
+        self.records: deque[CallRecord] = deque(maxlen=self.max_records)
+
+    def resize(self, max_records: int) -> None:
+        """Change how many call records are kept (the newest are kept)."""
+        if max_records != self.max_records:
+            self.max_records = max_records
+            self.records = deque(self.records, maxlen=max_records)
+
+    def enter(self, provider: str) -> int:
+        """A request arrived; returns how many of this provider's requests are now in flight."""
+        self.received += 1
+        self.received_by_provider[provider] += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        current = self.in_flight_by_provider[provider] + 1
+        self.in_flight_by_provider[provider] = current
+        if current > self.max_in_flight_by_provider[provider]:
+            self.max_in_flight_by_provider[provider] = current
+        return current
+
+    def leave(self, provider: str) -> None:
+        """A request finished (whatever its outcome)."""
+        self.in_flight -= 1
+        self.in_flight_by_provider[provider] -= 1
+
+    def saw_key(self, provider: str, digest: str) -> None:
+        """Note the fingerprint (never the key) of an API key a provider was called with."""
+        self.key_digests_by_provider.setdefault(provider, set()).add(digest)
+
+    def note_rate_limited(self, provider: str) -> None:
+        self.rate_limited += 1
+        self.rate_limited_by_provider[provider] += 1
+
+    def note_fault(self, kind: str) -> None:
+        self.faults += 1
+        self.faults_by_kind[kind] += 1
+
+    def charge(self, charge: Charge) -> None:
+        """Charge one call, counting it as double-charged if its input was charged before."""
+        self.charged += 1
+        self.charged_by_path[charge.path] += 1
+        self.charged_by_provider[charge.provider] += 1
+        key = (charge.path, charge.body_digest)
+        if key in self._charged_inputs:
+            self.double_charged += 1
+        else:
+            self._charged_inputs.add(key)
+        self.items_charged += charge.items
+        for item in charge.item_digests:
+            if item in self._charged_items:
+                self.double_charged_items += 1
+            else:
+                self._charged_items.add(item)
+
+    def record(
+        self,
+        provider: str,
+        path: str,
+        status: int,
+        charged: bool,
+        items: int = 1,
+        duplicate: bool = False,
+    ) -> None:
+        """Append one per-call record (bounded; the oldest fall off)."""
+        if self.max_records:
+            self.records.append(
+                (time.monotonic(), time.time(), provider, path, status, charged, items, duplicate)
+            )
+
+    def calls_since(self, since: float = 0.0, limit: int | None = None) -> list[dict[str, Any]]:
+        """Call records with a monotonic time after ``since``, oldest first."""
+        selected = [r for r in self.records if r[0] > since]
+        if limit is not None:
+            selected = selected[-limit:] if limit > 0 else []
+        return [dict(zip(_RECORD_FIELDS, r, strict=True)) for r in selected]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ledger as JSON-ready data."""
+        return {
+            "received": self.received,
+            "charged": self.charged,
+            "charged_by_path": dict(self.charged_by_path),
+            "charged_by_provider": dict(self.charged_by_provider),
+            "items_charged": self.items_charged,
+            "duplicates": self.duplicates,
+            "double_charged": self.double_charged,
+            "double_charged_items": self.double_charged_items,
+            "rate_limited": self.rate_limited,
+            "rate_limited_by_provider": dict(self.rate_limited_by_provider),
+            "faults": self.faults,
+            "faults_by_kind": dict(self.faults_by_kind),
+            "unauthorized": self.unauthorized,
+            "invalid": self.invalid,
+            "conflicts": self.conflicts,
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "max_in_flight_by_provider": dict(self.max_in_flight_by_provider),
+            "received_by_provider": dict(self.received_by_provider),
+            "key_digests_by_provider": {
+                p: sorted(d) for p, d in self.key_digests_by_provider.items()
+            },
+            "calls_recorded": len(self.records),
+            "started_at": self.started_at,
+            "now_monotonic": time.monotonic(),
+        }
