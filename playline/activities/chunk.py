@@ -1,0 +1,245 @@
+"""The chunk activity: run a dataset's column resolvers over one range of rows.
+
+The workflow hands over a run reference and a ``[start, end)`` range; the rows
+themselves are read from the sheet store and the computed cells written back to
+it, so the activity's input and output are a few hundred bytes whatever the rows
+hold. Rows already finished by an earlier attempt are skipped, which together with
+completed receipts makes a retried chunk cheap and free of double payments.
+
+While the chunk runs, a heartbeat loop every third of the heartbeat timeout
+
+* sends a Temporal heartbeat carrying progress,
+* renews the receipt leases of every unsettled tool call (also those still queued
+  at the governor), the lease TTL being the heartbeat timeout, and
+* flushes finished rows to the sheet.
+
+So a worker that dies stops heartbeating and stops renewing at the same moment:
+Temporal retries the chunk elsewhere as its leases expire, and the new attempt
+reclaims them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import uuid
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from temporalio import activity
+
+from playline.activities import resolvers
+from playline.activities.boundary import translate_errors
+from playline.activities.services import Services, ServicesHolder
+from playline.activities.sheet import RowResult, RunRow
+from playline.activities.tools import ToolResult, ToolRunner
+from playline.errors import (
+    InvalidPlayInput,
+    LeaseLost,
+    MissingApiKey,
+    PersistenceCircuitOpen,
+    PlaylineError,
+    RowFailed,
+    UnknownResolver,
+    UnknownTool,
+)
+from playline.workflows.models import ChunkInput, ChunkStats, ColumnSpec, RunOptions
+
+logger = logging.getLogger("playline.chunk")
+
+#: Errors that are about the play or the worker, not about one row: they stop the chunk.
+CHUNK_FATAL: tuple[type[PlaylineError], ...] = (
+    LeaseLost,
+    PersistenceCircuitOpen,
+    MissingApiKey,
+    UnknownTool,
+    UnknownResolver,
+)
+
+FLUSH_EVERY_ROWS = 50
+
+
+class RowCall:
+    """The ``rc`` a resolver receives: its row's key, tool calls and a logger."""
+
+    def __init__(self, row_key: str, runner: ToolRunner) -> None:
+        self.row_key = row_key
+        self._runner = runner
+
+    async def tool(
+        self,
+        tool_id: str,
+        input: Mapping[str, Any],
+        *,
+        force: bool = False,
+        stale_after_seconds: float | None = None,
+    ) -> ToolResult:
+        return await self._runner.call(
+            tool_id, input, force=force, stale_after_s=stale_after_seconds
+        )
+
+    def log(self, message: str) -> None:
+        activity.logger.info("[row %s] %s", self.row_key, message)
+
+
+def make_runner(services: Services, options: RunOptions, *, lease_ttl_s: float) -> ToolRunner:
+    """A tool runner owned by the current activity attempt."""
+    info = activity.info()
+    fixtures = (
+        services.fixture_book(options.fixtures) if options.integration_mode == "fixture" else None
+    )
+    return ToolRunner(
+        catalog=services.catalog,
+        receipts=services.receipts,
+        governor=services.governor,
+        provider=services.provider,
+        owner=f"{info.workflow_id}/{info.activity_id}#{info.attempt}",
+        lease_id=uuid.uuid4().hex,
+        lease_ttl_s=lease_ttl_s,
+        mode=options.integration_mode,
+        fixtures=fixtures,
+        enforce_fixture_pacing=options.enforce_fixture_pacing,
+    )
+
+
+def stats_from(runner: ToolRunner, into: ChunkStats) -> ChunkStats:
+    s = runner.stats
+    into.calls_made += s.made
+    into.calls_cached += s.cached
+    into.calls_shared += s.shared
+    into.calls_waited += s.waited
+    into.calls_failed += s.failed
+    into.retries += s.retries
+    into.credits += s.credits
+    return into
+
+
+async def _evaluate(spec: ColumnSpec, row: Mapping[str, Any], rc: RowCall) -> tuple[bool, Any]:
+    """Run one column for one row; (False, None) when ``run_if`` says skip."""
+    if spec.run_if is not None:
+        predicate = resolvers.lookup(spec.run_if)
+        verdict = predicate(row)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if not verdict:
+            return False, None
+    fn = resolvers.lookup(spec.resolver)
+    value = await fn(row, rc)
+    if isinstance(value, ToolResult):
+        value = value.data
+    return True, value
+
+
+class ChunkActivities:
+    """Activities that run resolvers over rows."""
+
+    def __init__(self, holder: ServicesHolder) -> None:
+        self._holder = holder
+
+    @activity.defn(name="playline.run_chunk")
+    @translate_errors
+    async def run_chunk(self, input: ChunkInput) -> ChunkStats:
+        services = self._holder.services
+        ttl = input.options.heartbeat_timeout_s
+        runner = make_runner(services, input.options, lease_ttl_s=ttl)
+        stats = ChunkStats()
+        rows = await services.sheet.read_run_rows(input.run_ref, input.start, input.end)
+        if len(rows) != input.end - input.start:
+            raise InvalidPlayInput(
+                f"run {input.run_ref} has {len(rows)} rows in [{input.start}, {input.end})"
+            )
+        todo = [r for r in rows if r.status == "pending"]
+        stats.rows_resumed = len(rows) - len(todo)
+        done: list[RowResult] = []
+        flushed = 0
+
+        async def flush() -> None:
+            nonlocal flushed
+            batch = done[flushed:]
+            if not batch:
+                return
+            try:
+                await services.sheet.write_results(input.run_ref, batch)
+            except Exception as err:
+                if runner.latch.cause is None:
+                    runner.latch.cause = f"sheet write failed: {type(err).__name__}: {err}"
+                raise PersistenceCircuitOpen(runner.latch.cause, runner.latch.prevented) from err
+            flushed += len(batch)
+
+        gate = asyncio.Semaphore(max(1, input.row_concurrency))
+        fatal: list[BaseException] = []
+
+        async def run_row(row: RunRow) -> None:
+            async with gate:
+                if fatal:
+                    return
+                data: dict[str, Any] = dict(row.data)
+                cells: dict[str, Any] = {}
+                rc = RowCall(row.row_key, runner)
+                try:
+                    for spec in input.columns:
+                        ran, value = await _evaluate(spec, MappingProxyType(data), rc)
+                        cells[spec.name] = value if ran else data.get(spec.name)
+                        data[spec.name] = cells[spec.name]
+                except CHUNK_FATAL as err:
+                    fatal.append(err)
+                    return
+                except Exception as err:
+                    message = f"{type(err).__name__}: {err}"
+                    stats.rows_failed += 1
+                    stats.first_error = stats.first_error or f"row {row.row_key!r}: {message}"
+                    done.append(RowResult(row.seq, row.row_key, cells, "error", message[:1000]))
+                    if input.on_row_error == "fail":
+                        fatal.append(
+                            RowFailed(
+                                f"row {row.row_key!r} failed in column "
+                                f"{_failing_column(input.columns, cells)!r}: {message} "
+                                '(on_row_error="fail"; use "isolate" to record and continue)'
+                            )
+                        )
+                    return
+                stats.rows_ok += 1
+                done.append(RowResult(row.seq, row.row_key, cells, "ok"))
+
+        async def heartbeat_loop() -> None:
+            interval = max(0.2, ttl / 3)
+            while True:
+                await asyncio.sleep(interval)
+                activity.heartbeat({"rows_done": len(done) + stats.rows_resumed})
+                try:
+                    await runner.renew_leases()
+                except Exception as err:  # transport failure: retry on the next beat
+                    logger.warning("lease renewal failed, retrying: %s", err)
+                if runner.lease_lost is not None:
+                    fatal.append(runner.lease_lost)
+                    for task in row_tasks:
+                        task.cancel()
+                    return
+                if len(done) - flushed >= FLUSH_EVERY_ROWS:
+                    await flush()
+
+        row_tasks = [asyncio.ensure_future(run_row(r)) for r in todo]
+        beat = asyncio.ensure_future(heartbeat_loop())
+        try:
+            await asyncio.gather(*row_tasks, return_exceptions=True)
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+            for task in row_tasks:
+                task.cancel()
+        # Rows that finished are kept even when the chunk fails: they are paid for.
+        await flush()
+        if fatal:
+            raise fatal[0]
+        return stats_from(runner, stats)
+
+
+def _failing_column(columns: list[ColumnSpec], cells: dict[str, Any]) -> str:
+    for spec in columns:
+        if spec.name not in cells:
+            return spec.name
+    return columns[-1].name if columns else "?"

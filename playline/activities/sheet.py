@@ -1,0 +1,390 @@
+"""The sheet store: dataset rows and their computed cells, outside workflow history.
+
+Three things live here:
+
+* **sources**: immutable row sets loaded from a file (``ctx.csv``), addressed by key
+  and content digest, so loading the same file twice stores it once;
+* **sheet rows**: one row per (dataset, row key), holding the input columns and every
+  cell computed so far; a dataset outlives a run, which is what ``net_new`` needs;
+* **run manifests**: for one ``dataset.run(...)`` the ordered list of admitted row
+  keys (``seq`` 0..n-1) with a status each. Chunks are ranges of ``seq``, so chunk
+  activity arguments are a handful of integers, never rows.
+
+The interface is backend-neutral; ``SqliteSheetStore`` is the embedded default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from playline.errors import InvalidPlayInput
+
+RunMode = Literal["upsert", "net_new"]
+RowStatus = Literal["pending", "ok", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    run_ref: str
+    dataset: str
+    total: int  # rows in the source
+    admitted: int  # rows in the manifest
+    duplicates: int  # source rows whose key repeated an earlier row of the same source
+    seen_before: int  # net_new: rows skipped because the dataset already had the key
+    columns: list[str]  # input columns then computed columns, for export
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    seq: int
+    row_key: str
+    data: dict[str, Any]
+    status: RowStatus
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RowResult:
+    seq: int
+    row_key: str
+    cells: dict[str, Any]
+    status: RowStatus
+    error: str | None = None
+
+
+class SheetStore(Protocol):
+    async def put_source(
+        self, dataset_id: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
+    ) -> int: ...
+    async def source(self, dataset_id: str) -> tuple[list[str], int] | None: ...
+    async def prepare_run(
+        self,
+        run_ref: str,
+        *,
+        source_id: str,
+        dataset: str,
+        key_fields: Sequence[str],
+        mode: RunMode,
+        computed_columns: Sequence[str],
+    ) -> RunInfo: ...
+    async def run_info(self, run_ref: str) -> RunInfo | None: ...
+    async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]: ...
+    async def write_results(self, run_ref: str, results: Sequence[RowResult]) -> None: ...
+    async def run_counts(self, run_ref: str) -> dict[str, int]: ...
+    async def read_source_rows(
+        self, dataset_id: str, offset: int, limit: int
+    ) -> list[dict[str, Any]]: ...
+    async def close(self) -> None: ...
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sources (
+    dataset_id TEXT PRIMARY KEY, columns TEXT NOT NULL, count INTEGER NOT NULL, created_at REAL
+);
+CREATE TABLE IF NOT EXISTS source_rows (
+    dataset_id TEXT NOT NULL, pos INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (dataset_id, pos)
+);
+CREATE TABLE IF NOT EXISTS sheet_rows (
+    dataset TEXT NOT NULL, row_key TEXT NOT NULL, data TEXT NOT NULL,
+    first_run TEXT, updated_at REAL,
+    PRIMARY KEY (dataset, row_key)
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_ref TEXT PRIMARY KEY, dataset TEXT NOT NULL, source_id TEXT NOT NULL, mode TEXT NOT NULL,
+    total INTEGER NOT NULL, admitted INTEGER NOT NULL, duplicates INTEGER NOT NULL,
+    seen_before INTEGER NOT NULL, columns TEXT NOT NULL, created_at REAL
+);
+CREATE TABLE IF NOT EXISTS run_rows (
+    run_ref TEXT NOT NULL, seq INTEGER NOT NULL, row_key TEXT NOT NULL,
+    status TEXT NOT NULL, error TEXT,
+    PRIMARY KEY (run_ref, seq)
+);
+"""
+
+
+def row_key_of(row: dict[str, Any], key_fields: Sequence[str], position: int) -> str:
+    """The row key: the key fields' values joined, or the source position if no key."""
+    if not key_fields:
+        return f"#{position}"
+    parts = []
+    for field in key_fields:
+        value = row.get(field)
+        if value is None or str(value).strip() == "":
+            raise InvalidPlayInput(
+                f"row {position + 1} has an empty key field {field!r}; every row needs a "
+                f"value in {list(key_fields)} (or run without a key)"
+            )
+        parts.append(str(value).strip())
+    return "\x1f".join(parts)
+
+
+class SqliteSheetStore:
+    """Sheet rows in one SQLite file (WAL), shared by every activity of a worker."""
+
+    def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        def locked() -> Any:
+            with self._lock:
+                return fn(self._conn)
+
+        return await asyncio.to_thread(locked)
+
+    async def put_source(
+        self, dataset_id: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
+    ) -> int:
+        now = self._clock()
+
+        def tx(conn: sqlite3.Connection) -> int:
+            existing = conn.execute(
+                "SELECT count FROM sources WHERE dataset_id = ?", (dataset_id,)
+            ).fetchone()
+            if existing is not None:
+                return int(existing[0])
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                count = 0
+                batch: list[tuple[str, int, str]] = []
+                for pos, values in enumerate(rows):
+                    batch.append((dataset_id, pos, json.dumps(dict(zip(columns, values)))))
+                    count += 1
+                    if len(batch) >= 1000:
+                        conn.executemany("INSERT INTO source_rows VALUES (?, ?, ?)", batch)
+                        batch.clear()
+                conn.executemany("INSERT INTO source_rows VALUES (?, ?, ?)", batch)
+                conn.execute(
+                    "INSERT INTO sources VALUES (?, ?, ?, ?)",
+                    (dataset_id, json.dumps(list(columns)), count, now),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return count
+
+        count: int = await self._run(tx)
+        return count
+
+    async def source(self, dataset_id: str) -> tuple[list[str], int] | None:
+        def tx(conn: sqlite3.Connection) -> tuple[list[str], int] | None:
+            row = conn.execute(
+                "SELECT columns, count FROM sources WHERE dataset_id = ?", (dataset_id,)
+            ).fetchone()
+            return None if row is None else (json.loads(row[0]), int(row[1]))
+
+        found: tuple[list[str], int] | None = await self._run(tx)
+        return found
+
+    async def prepare_run(
+        self,
+        run_ref: str,
+        *,
+        source_id: str,
+        dataset: str,
+        key_fields: Sequence[str],
+        mode: RunMode,
+        computed_columns: Sequence[str],
+    ) -> RunInfo:
+        now = self._clock()
+
+        def tx(conn: sqlite3.Connection) -> RunInfo:
+            existing = _read_run_info(conn, run_ref)
+            if existing is not None:
+                return existing  # idempotent: a retried activity sees the same manifest
+            src = conn.execute(
+                "SELECT columns, count FROM sources WHERE dataset_id = ?", (source_id,)
+            ).fetchone()
+            if src is None:
+                raise InvalidPlayInput(f"dataset {source_id!r} does not exist in the sheet store")
+            source_columns: list[str] = json.loads(src[0])
+            missing = [f for f in key_fields if f not in source_columns]
+            if missing:
+                raise InvalidPlayInput(
+                    f"row key field(s) {missing} are not columns of {source_id!r} "
+                    f"(columns: {source_columns})"
+                )
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                seen: set[str] = set()
+                duplicates = seen_before = admitted = 0
+                manifest: list[tuple[str, int, str, str]] = []
+                cursor = conn.execute(
+                    "SELECT pos, data FROM source_rows WHERE dataset_id = ? ORDER BY pos",
+                    (source_id,),
+                )
+                for pos, raw in cursor.fetchall():
+                    row = json.loads(raw)
+                    key = row_key_of(row, key_fields, pos)
+                    if key in seen:
+                        duplicates += 1
+                        continue
+                    seen.add(key)
+                    current = conn.execute(
+                        "SELECT data FROM sheet_rows WHERE dataset = ? AND row_key = ?",
+                        (dataset, key),
+                    ).fetchone()
+                    if current is not None and mode == "net_new":
+                        seen_before += 1
+                        continue
+                    merged = {**(json.loads(current[0]) if current else {}), **row}
+                    conn.execute(
+                        "INSERT INTO sheet_rows VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT(dataset, row_key) DO UPDATE SET data = excluded.data, "
+                        "updated_at = excluded.updated_at",
+                        (dataset, key, json.dumps(merged), run_ref, now),
+                    )
+                    manifest.append((run_ref, admitted, key, "pending"))
+                    admitted += 1
+                conn.executemany(
+                    "INSERT INTO run_rows (run_ref, seq, row_key, status) VALUES (?, ?, ?, ?)",
+                    manifest,
+                )
+                columns = list(source_columns) + [
+                    c for c in computed_columns if c not in source_columns
+                ]
+                conn.execute(
+                    "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_ref,
+                        dataset,
+                        source_id,
+                        mode,
+                        int(src[1]),
+                        admitted,
+                        duplicates,
+                        seen_before,
+                        json.dumps(columns),
+                        now,
+                    ),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            info = _read_run_info(conn, run_ref)
+            assert info is not None
+            return info
+
+        info: RunInfo = await self._run(tx)
+        return info
+
+    async def run_info(self, run_ref: str) -> RunInfo | None:
+        info: RunInfo | None = await self._run(lambda conn: _read_run_info(conn, run_ref))
+        return info
+
+    async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]:
+        def tx(conn: sqlite3.Connection) -> list[RunRow]:
+            rows = conn.execute(
+                "SELECT r.seq, r.row_key, s.data, r.status, r.error FROM run_rows r "
+                "JOIN runs u ON u.run_ref = r.run_ref "
+                "JOIN sheet_rows s ON s.dataset = u.dataset AND s.row_key = r.row_key "
+                "WHERE r.run_ref = ? AND r.seq >= ? AND r.seq < ? ORDER BY r.seq",
+                (run_ref, start, end),
+            ).fetchall()
+            return [RunRow(seq, key, json.loads(data), status, err) for seq, key, data, status, err in rows]
+
+        rows: list[RunRow] = await self._run(tx)
+        return rows
+
+    async def write_results(self, run_ref: str, results: Sequence[RowResult]) -> None:
+        if not results:
+            return
+        now = self._clock()
+
+        def tx(conn: sqlite3.Connection) -> None:
+            info = _read_run_info(conn, run_ref)
+            if info is None:
+                raise InvalidPlayInput(f"run {run_ref!r} has no manifest")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for res in results:
+                    if res.cells:
+                        current = conn.execute(
+                            "SELECT data FROM sheet_rows WHERE dataset = ? AND row_key = ?",
+                            (info.dataset, res.row_key),
+                        ).fetchone()
+                        merged = {**(json.loads(current[0]) if current else {}), **res.cells}
+                        conn.execute(
+                            "UPDATE sheet_rows SET data = ?, updated_at = ? "
+                            "WHERE dataset = ? AND row_key = ?",
+                            (json.dumps(merged), now, info.dataset, res.row_key),
+                        )
+                    conn.execute(
+                        "UPDATE run_rows SET status = ?, error = ? WHERE run_ref = ? AND seq = ?",
+                        (res.status, res.error, run_ref, res.seq),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        await self._run(tx)
+
+    async def run_counts(self, run_ref: str) -> dict[str, int]:
+        def tx(conn: sqlite3.Connection) -> dict[str, int]:
+            counts = {"pending": 0, "ok": 0, "error": 0}
+            for status, n in conn.execute(
+                "SELECT status, COUNT(*) FROM run_rows WHERE run_ref = ? GROUP BY status",
+                (run_ref,),
+            ):
+                counts[status] = int(n)
+            return counts
+
+        counts: dict[str, int] = await self._run(tx)
+        return counts
+
+    async def read_source_rows(
+        self, dataset_id: str, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        def tx(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "SELECT data FROM source_rows WHERE dataset_id = ? AND pos >= ? "
+                "ORDER BY pos LIMIT ?",
+                (dataset_id, offset, limit),
+            ).fetchall()
+            return [json.loads(r[0]) for r in rows]
+
+        rows: list[dict[str, Any]] = await self._run(tx)
+        return rows
+
+    async def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _read_run_info(conn: sqlite3.Connection, run_ref: str) -> RunInfo | None:
+    row = conn.execute(
+        "SELECT run_ref, dataset, total, admitted, duplicates, seen_before, columns "
+        "FROM runs WHERE run_ref = ?",
+        (run_ref,),
+    ).fetchone()
+    if row is None:
+        return None
+    return RunInfo(
+        run_ref=row[0],
+        dataset=row[1],
+        total=int(row[2]),
+        admitted=int(row[3]),
+        duplicates=int(row[4]),
+        seen_before=int(row[5]),
+        columns=json.loads(row[6]),
+    )

@@ -1,0 +1,101 @@
+"""``PlaylinePlugin``: the whole playline integration as one Temporal plugin.
+
+Add it to ``Client.connect(..., plugins=[PlaylinePlugin()])`` and every worker built
+from that client registers the plays and playline's activities, uses the pydantic
+data converter, passes playline's own (deterministic) modules through the sandbox,
+and opens the worker's services (governor, stores, HTTP client) for as long as it
+runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from playline.activities.chunk import ChunkActivities
+from playline.activities.datasets import DatasetActivities
+from playline.activities.services import Services, ServicesHolder, Settings
+from playline.errors import PlaylineError
+from playline.workflows.dataset_run import DatasetRunWorkflow
+from playline.workflows.play import registered_plays
+
+PASSTHROUGH_MODULES = ("playline", "pydantic", "pydantic_core", "annotated_types")
+
+
+class PlaylinePlugin(SimplePlugin):
+    """Registers plays and playline activities and manages the worker's services.
+
+    Args:
+        plays: play workflow classes to register; defaults to every play imported
+            so far (import your plays module before building the worker).
+        settings: where state lives; defaults to the environment (``PLAYLINE_HOME``...).
+        services: already-open services to use instead (the caller closes them).
+    """
+
+    def __init__(
+        self,
+        *,
+        plays: Sequence[type] | None = None,
+        settings: Settings | None = None,
+        services: Services | None = None,
+    ) -> None:
+        self.holder = ServicesHolder(services)
+        chunk = ChunkActivities(self.holder)
+        datasets = DatasetActivities(self.holder)
+        activities = [
+            chunk.run_chunk,
+            datasets.load_csv,
+            datasets.prepare_run,
+            datasets.finalize_run,
+            datasets.peek,
+            datasets.export,
+            datasets.call_tool,
+            datasets.run_step,
+        ]
+        chosen_plays = list(plays) if plays is not None else list(registered_plays().values())
+        owned = services is None
+
+        @asynccontextmanager
+        async def run_context() -> AsyncIterator[None]:
+            if not owned:
+                yield
+                return
+            opened = await Services.open(settings)
+            self.holder.set(opened)
+            try:
+                yield
+            finally:
+                self.holder.set(None)
+                await opened.close()
+
+        def workflow_runner(runner: WorkflowRunner | None) -> WorkflowRunner:
+            if isinstance(runner, SandboxedWorkflowRunner):
+                return dataclasses.replace(
+                    runner,
+                    restrictions=runner.restrictions.with_passthrough_modules(
+                        *PASSTHROUGH_MODULES
+                    ),
+                )
+            return runner or SandboxedWorkflowRunner()
+
+        super().__init__(
+            "playline.PlaylinePlugin",
+            data_converter=pydantic_data_converter,
+            activities=activities,
+            workflows=[DatasetRunWorkflow, *chosen_plays],
+            workflow_runner=workflow_runner,
+            workflow_failure_exception_types=[PlaylineError],
+            run_context=run_context,
+        )
+
+    @asynccontextmanager
+    async def run_replayer(self, replayer, histories, next):  # type: ignore[no-untyped-def]
+        """Replaying needs no services: workflows only see recorded results."""
+        async with next(replayer, histories) as results:
+            yield results

@@ -1,0 +1,80 @@
+"""The worker entry point: a Temporal client and worker carrying the playline plugin.
+
+``playline worker`` calls ``run_worker``; so can your own code. Plays are found by
+importing the modules that declare them (``--plays mypkg.plays``); the demo play is
+always included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+from collections.abc import Sequence
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from playline.activities.services import Settings
+from playline.plugin import PlaylinePlugin
+
+DEFAULT_TASK_QUEUE = "playline"
+DEFAULT_PLAYS = ("playline.demo.enrich_leads",)
+
+logger = logging.getLogger("playline.worker")
+
+
+def temporal_address() -> str:
+    return os.environ.get("TEMPORAL_ADDRESS", "localhost:7233")
+
+
+def import_plays(modules: Sequence[str]) -> None:
+    """Import the modules that declare plays and resolvers (registering them)."""
+    for name in (*DEFAULT_PLAYS, *modules):
+        importlib.import_module(name)
+
+
+async def connect(address: str | None = None, namespace: str = "default") -> Client:
+    """A client with the playline plugin (pydantic converter); for starting plays too."""
+    return await Client.connect(
+        address or temporal_address(), namespace=namespace, plugins=[PlaylinePlugin()]
+    )
+
+
+def build_worker(
+    client: Client,
+    *,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    settings: Settings | None = None,
+    max_concurrent_activities: int = 64,
+) -> Worker:
+    """A worker for every imported play. The client's plugin is applied to it too, so
+    pass a client connected *without* the plugin here, or use ``connect``'s client and
+    let this add a fresh plugin instance for the worker's own services."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        plugins=[PlaylinePlugin(settings=settings)],
+        max_concurrent_activities=max_concurrent_activities,
+    )
+
+
+async def run_worker(
+    *,
+    address: str | None = None,
+    namespace: str = "default",
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    plays: Sequence[str] = (),
+    settings: Settings | None = None,
+    ready: asyncio.Event | None = None,
+) -> None:
+    """Run a worker until cancelled."""
+    import_plays(plays)
+    client = await Client.connect(address or temporal_address(), namespace=namespace)
+    worker = build_worker(client, task_queue=task_queue, settings=settings)
+    logger.info("playline worker polling %s on %s", task_queue, address or temporal_address())
+    async with worker:
+        if ready is not None:
+            ready.set()
+        await asyncio.Event().wait()

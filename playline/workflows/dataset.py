@@ -1,0 +1,163 @@
+"""Dataset handles and the ``dataset(...).with_column(...).run(...)`` builder.
+
+Both are workflow-side objects holding references only. A handle's rows are read
+through activities (``peek``, ``export``, ``iterate``); ``rows`` is set only when the
+whole result fitted the inline budget, never a prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from playline.activities.resolvers import registered_name
+    from playline.errors import InvalidPlayInput
+    from playline.workflows.models import (
+        ColumnSpec,
+        DatasetRef,
+        DatasetResult,
+        ExportInput,
+        OnRowError,
+        PeekInput,
+        RunMode,
+    )
+
+if TYPE_CHECKING:
+    from playline.workflows.context import PlayContext
+
+SHORT_ACTIVITY = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class DatasetHandle:
+    """A dataset (a loaded source or a run's result) as the play sees it."""
+
+    ctx: PlayContext = field(repr=False)
+    ref: DatasetRef
+    result: DatasetResult | None = None
+
+    @property
+    def count(self) -> int:
+        return self.ref.count
+
+    @property
+    def columns(self) -> list[str]:
+        return self.ref.columns
+
+    @property
+    def rows(self) -> list[dict[str, Any]] | None:
+        """All rows, if the whole result fitted the inline budget; otherwise None."""
+        return self.result.rows if self.result else None
+
+    @property
+    def preview(self) -> list[dict[str, Any]]:
+        return self.result.preview if self.result else []
+
+    def _peek_input(self, offset: int, limit: int) -> PeekInput:
+        if self.result is not None:
+            return PeekInput(run_ref=self.result.run_ref, offset=offset, limit=limit)
+        return PeekInput(source_id=self.ref.id, offset=offset, limit=limit)
+
+    async def peek(self, n: int = 5) -> list[dict[str, Any]]:
+        """The first ``n`` rows (at most 100), read by an activity."""
+        if n <= 0:
+            return []
+        if self.rows is not None:
+            return self.rows[:n]
+        if self.result is not None and n <= len(self.result.preview):
+            return self.result.preview[:n]
+        rows: list[dict[str, Any]] = await workflow.execute_activity(
+            "playline.peek",
+            self._peek_input(0, n),
+            result_type=list[dict[str, Any]],
+            start_to_close_timeout=SHORT_ACTIVITY,
+        )
+        return rows
+
+    async def iterate(self, page_size: int = 50) -> AsyncIterator[dict[str, Any]]:
+        """Every row, a page per activity. Each page enters history: keep pages small
+        and prefer ``export`` or another ``dataset(...).run(...)`` for large data."""
+        offset = 0
+        while offset < self.count:
+            if self.rows is not None:
+                page = self.rows[offset : offset + page_size]
+            else:
+                page = await workflow.execute_activity(
+                    "playline.peek",
+                    self._peek_input(offset, min(page_size, 100)),
+                    result_type=list[dict[str, Any]],
+                    start_to_close_timeout=SHORT_ACTIVITY,
+                )
+            if not page:
+                return
+            for row in page:
+                yield row
+            offset += len(page)
+
+    async def export(self, path: str, *, format: str = "csv") -> int:
+        """Write the result's rows to a file on the worker; returns the row count."""
+        if self.result is None:
+            raise InvalidPlayInput("only a dataset run's result can be exported")
+        count: int = await workflow.execute_activity(
+            "playline.export",
+            ExportInput(run_ref=self.result.run_ref, path=path, format=format),  # type: ignore[arg-type]
+            result_type=int,
+            start_to_close_timeout=SHORT_ACTIVITY,
+        )
+        return count
+
+
+@dataclass(frozen=True)
+class DatasetBuilder:
+    """Columns to add to a dataset; ``run`` executes them. Immutable: each call returns a copy."""
+
+    ctx: PlayContext = field(repr=False)
+    key: str
+    source: DatasetRef
+    columns: tuple[ColumnSpec, ...] = ()
+
+    def with_column(
+        self,
+        name: str,
+        resolver: Callable[..., Any],
+        *,
+        run_if: Callable[..., Any] | None = None,
+    ) -> DatasetBuilder:
+        """Add a column computed by a registered resolver (``@playline.resolver``)."""
+        if any(c.name == name for c in self.columns):
+            raise InvalidPlayInput(f"dataset {self.key!r} already has a column {name!r}")
+        spec = ColumnSpec(
+            name=name,
+            resolver=registered_name(resolver),
+            run_if=registered_name(run_if) if run_if is not None else None,
+        )
+        return replace(self, columns=(*self.columns, spec))
+
+    async def run(
+        self,
+        *,
+        key: str | Sequence[str] | None = None,
+        mode: RunMode = "upsert",
+        on_row_error: OnRowError = "isolate",
+    ) -> DatasetHandle:
+        """Compute the columns for every admitted row.
+
+        Args:
+            key: the row key field(s); rows with equal keys are one row. ``None``
+                keys rows by position.
+            mode: ``"upsert"`` processes every row; ``"net_new"`` only rows whose key
+                this dataset has never seen, and reports only those.
+            on_row_error: ``"isolate"`` records a failing row's error and goes on;
+                ``"fail"`` fails the play on the first failing row.
+        """
+        if mode not in ("upsert", "net_new"):
+            raise InvalidPlayInput(f"mode must be 'upsert' or 'net_new', not {mode!r}")
+        if on_row_error not in ("isolate", "fail"):
+            raise InvalidPlayInput(f"on_row_error must be 'isolate' or 'fail', not {on_row_error!r}")
+        key_fields = [key] if isinstance(key, str) else list(key or [])
+        return await self.ctx._run_dataset(self, key_fields, mode, on_row_error)

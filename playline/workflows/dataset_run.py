@@ -1,0 +1,152 @@
+"""The ``playline.DatasetRun`` workflow: one ``dataset(...).run(...)``, chunk by chunk.
+
+It runs the chunk activity over ``[0, admitted)`` in chunks of ``chunk_size`` under a
+sliding window of ``chunks_in_flight``, as in Temporal's batch sliding-window
+sample. History stays bounded however large the dataset: after
+``chunks_per_workflow_run`` chunks it lets the window drain and continues as new,
+carrying ``offset`` (every row before it is done) and the summed stats in its input.
+A play starts it as a child workflow with id ``{play id}/dataset/{key}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from playline.workflows.models import (
+        ChunkInput,
+        ChunkStats,
+        DatasetRunInput,
+        DatasetRunState,
+    )
+
+#: Error types that retrying a chunk cannot fix.
+NON_RETRYABLE = [
+    "RowFailed",
+    "UnknownTool",
+    "UnknownResolver",
+    "InvalidToolInput",
+    "InvalidPlayInput",
+    "MissingApiKey",
+    "CatalogError",
+]
+
+CHUNK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=20,
+    non_retryable_error_types=NON_RETRYABLE,
+)
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The innermost cause of a Temporal error chain (what the user needs to read)."""
+    while getattr(err, "cause", None) is not None:
+        err = err.cause  # type: ignore[attr-defined]
+    return err
+
+
+def as_failure(err: BaseException) -> ApplicationError:
+    """Re-raise an activity/child failure with the root cause's message and type."""
+    cause = root_cause(err)
+    kind = cause.type if isinstance(cause, ApplicationError) and cause.type else type(cause).__name__
+    message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+@workflow.defn(name="playline.DatasetRun")
+class DatasetRunWorkflow:
+    """Runs one dataset's chunks under a sliding window; continues as new to bound history."""
+
+    def __init__(self) -> None:
+        self._input: DatasetRunInput | None = None
+        self._stats = ChunkStats()
+        self._rows_done = 0
+        self._in_flight = 0
+
+    @workflow.run
+    async def run(self, input: DatasetRunInput) -> ChunkStats:
+        self._input = input
+        self._stats = input.stats.model_copy()
+        prepared = input.prepared
+        total = prepared.admitted
+        size = input.options.chunk_size
+        width = max(1, input.options.max_chunks_in_flight or prepared.suggested_chunks_in_flight)
+        self._rows_done = input.offset
+        next_start = input.offset
+        launched = 0
+        pending: dict[asyncio.Task[ChunkStats], tuple[int, int]] = {}
+        try:
+            while True:
+                while (
+                    len(pending) < width
+                    and next_start < total
+                    and launched < input.options.chunks_per_workflow_run
+                ):
+                    end = min(next_start + size, total)
+                    pending[self._start_chunk(input, next_start, end)] = (next_start, end)
+                    next_start = end
+                    launched += 1
+                self._in_flight = len(pending)
+                if not pending:
+                    break
+                done, _ = await workflow.wait(pending.keys(), return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    start, end = pending.pop(task)
+                    self._stats.add(task.result())
+                    self._rows_done += end - start
+        except ActivityError as err:
+            for task in pending:
+                task.cancel()
+            raise as_failure(err) from err
+        if next_start < total:
+            workflow.continue_as_new(
+                DatasetRunInput(
+                    prepared=prepared,
+                    columns=input.columns,
+                    on_row_error=input.on_row_error,
+                    options=input.options,
+                    offset=next_start,
+                    stats=self._stats,
+                )
+            )
+        return self._stats
+
+    def _start_chunk(self, input: DatasetRunInput, start: int, end: int) -> asyncio.Task[ChunkStats]:
+        return asyncio.ensure_future(
+            workflow.execute_activity(
+                "playline.run_chunk",
+                ChunkInput(
+                    run_ref=input.prepared.run_ref,
+                    start=start,
+                    end=end,
+                    columns=input.columns,
+                    on_row_error=input.on_row_error,
+                    options=input.options,
+                    row_concurrency=input.options.row_concurrency
+                    or input.prepared.suggested_row_concurrency,
+                ),
+                result_type=ChunkStats,
+                start_to_close_timeout=timedelta(hours=2),
+                heartbeat_timeout=timedelta(seconds=input.options.heartbeat_timeout_s),
+                retry_policy=CHUNK_RETRY,
+                summary=f"rows {start}-{end - 1}",
+            )
+        )
+
+    @workflow.query(name="state")
+    def state(self) -> DatasetRunState:
+        prepared = self._input.prepared if self._input else None
+        return DatasetRunState(
+            dataset=prepared.dataset if prepared else "",
+            rows_total=prepared.admitted if prepared else 0,
+            rows_done=self._rows_done,
+            chunks_in_flight=self._in_flight,
+            stats=self._stats,
+        )
