@@ -58,7 +58,12 @@ class PlaylinePlugin(SimplePlugin):
             datasets.call_tool,
             datasets.run_step,
         ]
-        chosen_plays = list(plays) if plays is not None else list(registered_plays().values())
+        def workflows(existing: Sequence[type] | None) -> list[type]:
+            # Resolved when a worker is built, so plays imported after the client
+            # was connected are still registered.
+            chosen = list(plays) if plays is not None else list(registered_plays().values())
+            return [*(existing or []), DatasetRunWorkflow, *chosen]
+
         owned = services is None
 
         @asynccontextmanager
@@ -88,7 +93,7 @@ class PlaylinePlugin(SimplePlugin):
             "playline.PlaylinePlugin",
             data_converter=pydantic_data_converter,
             activities=activities,
-            workflows=[DatasetRunWorkflow, *chosen_plays],
+            workflows=workflows,
             workflow_runner=workflow_runner,
             workflow_failure_exception_types=[PlaylineError],
             run_context=run_context,

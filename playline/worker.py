@@ -35,10 +35,21 @@ def import_plays(modules: Sequence[str]) -> None:
         importlib.import_module(name)
 
 
-async def connect(address: str | None = None, namespace: str = "default") -> Client:
-    """A client with the playline plugin (pydantic converter); for starting plays too."""
+async def connect(
+    address: str | None = None,
+    *,
+    namespace: str = "default",
+    settings: Settings | None = None,
+) -> Client:
+    """A client carrying the playline plugin (pydantic converter, plays, activities).
+
+    Workers built from it register playline and open their services from
+    ``settings``; a client used only to start plays never opens them.
+    """
     return await Client.connect(
-        address or temporal_address(), namespace=namespace, plugins=[PlaylinePlugin()]
+        address or temporal_address(),
+        namespace=namespace,
+        plugins=[PlaylinePlugin(settings=settings)],
     )
 
 
@@ -46,16 +57,12 @@ def build_worker(
     client: Client,
     *,
     task_queue: str = DEFAULT_TASK_QUEUE,
-    settings: Settings | None = None,
     max_concurrent_activities: int = 64,
 ) -> Worker:
-    """A worker for every imported play. The client's plugin is applied to it too, so
-    pass a client connected *without* the plugin here, or use ``connect``'s client and
-    let this add a fresh plugin instance for the worker's own services."""
+    """A worker for a client from ``connect`` (the plugin comes with the client)."""
     return Worker(
         client,
         task_queue=task_queue,
-        plugins=[PlaylinePlugin(settings=settings)],
         max_concurrent_activities=max_concurrent_activities,
     )
 
@@ -71,8 +78,8 @@ async def run_worker(
 ) -> None:
     """Run a worker until cancelled."""
     import_plays(plays)
-    client = await Client.connect(address or temporal_address(), namespace=namespace)
-    worker = build_worker(client, task_queue=task_queue, settings=settings)
+    client = await connect(address, namespace=namespace, settings=settings)
+    worker = build_worker(client, task_queue=task_queue)
     logger.info("playline worker polling %s on %s", task_queue, address or temporal_address())
     async with worker:
         if ready is not None:

