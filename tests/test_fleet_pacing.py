@@ -103,7 +103,7 @@ async def test_two_workers_together_stay_within_the_budget(pacers: list[FleetPac
     for window in (0.25, 0.5, 1.0):
         assert max_in_window(due, window) <= burst + rps * window + 1, window
     # ... and the budget is actually used, not wasted.
-    assert len(due) >= rps * run_for * 0.8
+    assert len(due) >= rps * run_for * 0.7
 
 
 async def test_rate_cut_by_one_slows_the_fleet_and_is_idempotent(
@@ -209,7 +209,7 @@ async def test_fleet_governors_share_one_budget(pacers: list[FleetPacer]) -> Non
             await gov.aclose()
     for window in (0.5, 1.0):
         assert max_in_window(granted, window) <= burst + rps * window + 1, window
-    assert len(granted) >= rps * 1.5 * 0.7
+    assert len(granted) >= rps * 1.5 * 0.6
 
 
 async def test_limits_cli_show_and_set(prefix: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -105,10 +105,12 @@ class ResizableGate:
     @property
     def waiting(self) -> int:
         """Callers blocked in :meth:`acquire`."""
-        return sum(1 for fut in self._waiters if not fut.done())
+        return len(self._waiters)
 
     async def acquire(self) -> None:
-        if self._held < self._limit and not self.waiting:
+        # Only undecided futures are queued: _wake pops the admitted ones and a
+        # cancelled waiter removes its own, so an empty queue means nobody is ahead.
+        if self._held < self._limit and not self._waiters:
             self._held += 1
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
