@@ -32,7 +32,8 @@ class RunOptions(BaseModel):
     max_chunks_in_flight: int = Field(default=0, ge=0)  # 0: ask the governor
     row_concurrency: int = Field(default=0, ge=0)  # 0: ask the governor
     heartbeat_timeout_s: float = Field(default=30.0, ge=1.0)
-    inline_rows_budget_bytes: int = Field(default=64_000, ge=0)
+    # Rows stay out of history by default; a play may opt in to inline results.
+    inline_rows_budget_bytes: int = Field(default=0, ge=0, le=1_000_000)
     chunks_per_workflow_run: int = Field(default=500, ge=1)
 
 
