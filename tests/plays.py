@@ -1,0 +1,233 @@
+"""Plays used only by the tests.
+
+Every play and resolver here is registered when the worker imports this module
+(``conftest.py`` imports it once per session). Play names start with ``t_`` so
+they never collide with a real play. The helpers at the bottom are for the test
+modules; the workflows never call them.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from playline import PlayContext, RowContext, play, resolver
+
+#: Rows whose ``first_name`` is this value make ``fail_on_boom`` raise.
+BOOM = "Boom"
+UNDECLARED_TOOL = "nope_at_runtime"
+DECLARED_UNKNOWN_TOOL = "nope"
+
+# -- resolvers --------------------------------------------------------------
+
+
+@resolver(tools=["email_finder"])
+async def t_email(row: Mapping[str, Any], rc: RowContext) -> Any:
+    found = await rc.tool(
+        "email_finder",
+        {
+            "first_name": row["first_name"],
+            "last_name": row["last_name"],
+            "domain": row["company_domain"],
+        },
+    )
+    return found.get("email")
+
+
+@resolver(tools=["company_lookup"])
+async def t_company(row: Mapping[str, Any], rc: RowContext) -> Any:
+    company = await rc.tool("company_lookup", {"domain": row["company_domain"]})
+    return company.get("name")
+
+
+@resolver(tools=["email_finder"])
+async def t_fail_on_boom(row: Mapping[str, Any], rc: RowContext) -> Any:
+    if row["first_name"] == BOOM:
+        raise ValueError(f"boom: refusing lead {row['lead_id']}")
+    return await t_email(row, rc)
+
+
+@resolver(tools=[DECLARED_UNKNOWN_TOOL])
+async def t_declared_unknown(row: Mapping[str, Any], rc: RowContext) -> Any:
+    return await rc.tool(DECLARED_UNKNOWN_TOOL, {"domain": row["company_domain"]})
+
+
+@resolver
+async def t_undeclared_unknown(row: Mapping[str, Any], rc: RowContext) -> Any:
+    # Declares no tools, so nothing can be checked before the run: fails at run time.
+    return await rc.tool(UNDECLARED_TOOL, {"domain": row["company_domain"]})
+
+
+@resolver
+def t_add(a: int, b: int) -> dict[str, int]:
+    """A step function (run by ``ctx.step``)."""
+    return {"sum": a + b}
+
+
+COLUMN_RESOLVERS = {
+    "email": t_email,
+    "company": t_company,
+    "fail_on_boom": t_fail_on_boom,
+    "declared_unknown": t_declared_unknown,
+    "undeclared_unknown": t_undeclared_unknown,
+}
+
+# -- plays ------------------------------------------------------------------
+
+
+class ToolColumnInput(BaseModel):
+    csv_path: str
+    column_tool: Literal[
+        "email", "company", "fail_on_boom", "declared_unknown", "undeclared_unknown"
+    ] = "email"
+    mode: Literal["upsert", "net_new"] = "upsert"
+    on_row_error: Literal["isolate", "fail"] = "isolate"
+    key: str = "lead_id"
+    dataset: str = "t_rows"
+    required_columns: list[str] = Field(
+        default_factory=lambda: ["lead_id", "first_name", "last_name", "company_domain"]
+    )
+
+
+class ToolColumnOutput(BaseModel):
+    rows: int
+    rows_failed: int
+    preview: list[dict[str, Any]]
+
+
+@play(name="t_tool_column")
+async def t_tool_column(ctx: PlayContext, input: ToolColumnInput) -> ToolColumnOutput:
+    """One computed column, ``value``, from the resolver named by ``column_tool``."""
+    source = await ctx.csv("src", input.csv_path, required_columns=input.required_columns)
+    result = await (
+        ctx.dataset(input.dataset, source)
+        .with_column("value", COLUMN_RESOLVERS[input.column_tool])
+        .run(key=input.key or None, mode=input.mode, on_row_error=input.on_row_error)
+    )
+    return ToolColumnOutput(
+        rows=result.count,
+        rows_failed=result.result.stats.rows_failed if result.result else 0,
+        preview=result.preview,
+    )
+
+
+class ScalarInput(BaseModel):
+    domain: str
+    a: int = 2
+    b: int = 3
+
+
+class ScalarOutput(BaseModel):
+    company_name: str | None
+    industry: str | None
+    step: dict[str, int]
+
+
+@play(name="t_scalar")
+async def t_scalar(ctx: PlayContext, input: ScalarInput) -> ScalarOutput:
+    """``ctx.tool`` outside a dataset and a ``ctx.step``."""
+    company = await ctx.tool("company_lookup", {"domain": input.domain})
+    step = await ctx.step("add", t_add, input.a, input.b)
+    return ScalarOutput(
+        company_name=company.get("name"), industry=company.get("industry"), step=step
+    )
+
+
+class ParentInput(BaseModel):
+    csv_path: str
+
+
+class ParentOutput(BaseModel):
+    child_play: str
+    child_rows: int
+    child_calls_made: int
+    child_output: dict[str, Any] | None
+
+
+@play(name="t_parent")
+async def t_parent(ctx: PlayContext, input: ParentInput) -> ParentOutput:
+    """Runs ``t_tool_column`` as a child play."""
+    child = await ctx.run_play("t_tool_column", {"csv_path": input.csv_path, "dataset": "t_child"})
+    return ParentOutput(
+        child_play=child.play,
+        child_rows=sum(d.admitted for d in child.datasets),
+        child_calls_made=child.stats.calls_made,
+        child_output=child.output,
+    )
+
+
+# -- helpers for the test modules (never called by a workflow) -------------
+
+LEAD_COLUMNS = ["lead_id", "first_name", "last_name", "company_domain"]
+
+
+def lead(n: int, *, first_name: str | None = None, domain: str | None = None) -> list[str]:
+    """A lead row with a distinct person per ``n``; ``domain`` defaults to one of three."""
+    return [
+        f"T{n:04d}",
+        first_name or f"Fn{n}",
+        f"Ln{n}",
+        domain or f"co{n % 3}.example",
+    ]
+
+
+def write_csv(
+    path: Path, rows: Sequence[Sequence[str]], columns: Sequence[str] = LEAD_COLUMNS
+) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    return path
+
+
+def read_csv_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+async def run(
+    client: Any,
+    play_name: str,
+    play_input: Any,
+    *,
+    task_queue: str,
+    options: Any = None,
+    workflow_id: str | None = None,
+    timeout_s: float = 60.0,
+) -> Any:
+    """Execute a play and return its ``PlayRunResult``; a hang fails after ``timeout_s``."""
+    import asyncio
+    import uuid
+    from datetime import timedelta
+
+    from playline.workflows.models import PlayRunResult, RunOptions
+
+    return await asyncio.wait_for(
+        client.execute_workflow(
+            play_name,
+            args=[play_input, options or RunOptions()],
+            id=workflow_id or f"{play_name}-{uuid.uuid4().hex[:10]}",
+            task_queue=task_queue,
+            result_type=PlayRunResult,
+            execution_timeout=timedelta(seconds=timeout_s + 30),
+        ),
+        timeout_s,
+    )
+
+
+async def export_rows(home: Path, run_ref: str, path: Path) -> bytes:
+    """Export a run's rows the way ``playline run --out`` does; returns the file's bytes."""
+    from playline.activities.datasets import export_run
+    from playline.activities.services import Services, ServicesHolder, Settings
+
+    services = await Services.open(Settings(home=home))
+    try:
+        await export_run(ServicesHolder(services), run_ref, str(path))
+    finally:
+        await services.close()
+    return path.read_bytes()
