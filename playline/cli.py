@@ -108,7 +108,9 @@ async def _progress(client: Client, handle: WorkflowHandle[Any, Any], play: str)
             await asyncio.sleep(0.3)
 
 
-def _print_summary(result: PlayRunResult, address: str, workflow_id: str, run_id: str | None) -> None:
+def _print_summary(
+    result: PlayRunResult, address: str, workflow_id: str, run_id: str | None
+) -> None:
     s = result.stats
     out = Console(soft_wrap=True)
     out.print(f"[bold green]play {result.play} completed[/] ({result.integration_mode} mode)")
@@ -154,7 +156,10 @@ async def _execute(
 ) -> PlayRunResult:
     workflow_id = workflow_id or f"{play}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     handle = await client.start_workflow(
-        play, args=[play_input, options], id=workflow_id, task_queue=task_queue,
+        play,
+        args=[play_input, options],
+        id=workflow_id,
+        task_queue=task_queue,
         result_type=PlayRunResult,
     )
     console.print(f"started {play} as {workflow_id}")
@@ -223,7 +228,7 @@ async def _local_stack(
     if not await reachable(address):
         if not need_server:
             raise PlaylineError(f"no Temporal server at {address}; start one with `playline dev`")
-        host, _, port = address.rpartition(":")
+        port = address.rpartition(":")[2]
         dev = DevServer(home=settings.home, host="127.0.0.1", port=int(port or 7233))
         console.print(f"starting the Temporal dev server on {dev.address} (UI {dev.ui_url})")
         await dev.start()
@@ -300,7 +305,9 @@ async def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     desc = await handle.describe()
     if args.runs_command == "get":
-        Console().print(f"{args.id}: {desc.workflow_type} {desc.status.name if desc.status else '?'}")
+        Console().print(
+            f"{args.id}: {desc.workflow_type} {desc.status.name if desc.status else '?'}"
+        )
         with contextlib.suppress(RPCError):
             state = await handle.query("state", result_type=PlayState)
             Console().print_json(state.model_dump_json())
@@ -333,13 +340,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--address", help="Temporal frontend (default $TEMPORAL_ADDRESS or localhost:7233)")
+        p.add_argument(
+            "--address", help="Temporal frontend (default $TEMPORAL_ADDRESS or localhost:7233)"
+        )
         p.add_argument("--task-queue", default="playline", help="task queue (default playline)")
 
     def run_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", help="write the result rows to this CSV file")
-        p.add_argument("--fixtures", nargs="+", help="fixture mode: answer tools from these JSONL files")
-        p.add_argument("--enforce-pacing", action="store_true", help="pace fixture calls as if live")
+        p.add_argument(
+            "--fixtures", nargs="+", help="fixture mode: answer tools from these JSONL files"
+        )
+        p.add_argument(
+            "--enforce-pacing", action="store_true", help="pace fixture calls as if live"
+        )
         p.add_argument("--chunk-size", type=int, help="rows per chunk activity (default 25)")
 
     demo = sub.add_parser("demo", help="run enrich_leads over examples/leads.csv end to end")
@@ -410,7 +423,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]error:[/] {err}")
         return 1
     except WorkflowFailureError as err:
-        console.print(f"[red]play failed:[/] {getattr(root_cause(err), 'message', root_cause(err))}")
+        console.print(
+            f"[red]play failed:[/] {getattr(root_cause(err), 'message', root_cause(err))}"
+        )
         return 1
     except RPCError as err:
         console.print(f"[red]Temporal error:[/] {err.message}")

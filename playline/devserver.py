@@ -84,7 +84,7 @@ class DevServer:
                 f"Set TEMPORAL_ADDRESS={self.address} to use it"
             )
         log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(
+        self._proc = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child, not awaited
             [
                 temporal_binary(),
                 "server",

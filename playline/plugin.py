@@ -10,8 +10,9 @@ runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.plugin import SimplePlugin
@@ -48,7 +49,7 @@ class PlaylinePlugin(SimplePlugin):
         self.holder = ServicesHolder(services)
         chunk = ChunkActivities(self.holder)
         datasets = DatasetActivities(self.holder)
-        activities = [
+        activities: list[Callable[..., Any]] = [
             chunk.run_chunk,
             datasets.load_csv,
             datasets.prepare_run,
@@ -58,6 +59,7 @@ class PlaylinePlugin(SimplePlugin):
             datasets.call_tool,
             datasets.run_step,
         ]
+
         def workflows(existing: Sequence[type] | None) -> list[type]:
             # Resolved when a worker is built, so plays imported after the client
             # was connected are still registered.
@@ -83,9 +85,7 @@ class PlaylinePlugin(SimplePlugin):
             if isinstance(runner, SandboxedWorkflowRunner):
                 return dataclasses.replace(
                     runner,
-                    restrictions=runner.restrictions.with_passthrough_modules(
-                        *PASSTHROUGH_MODULES
-                    ),
+                    restrictions=runner.restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES),
                 )
             return runner or SandboxedWorkflowRunner()
 

@@ -28,7 +28,9 @@ def first_rows(n: int, path: Path) -> Path:
     return path
 
 
-def start_worker_process(address: str, task_queue: str, home: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_worker_process(
+    address: str, task_queue: str, home: Path, log: Path
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,

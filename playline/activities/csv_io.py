@@ -19,7 +19,9 @@ from typing import Any
 from playline.errors import InvalidPlayInput
 
 
-def read_csv(path: str | Path, required_columns: Sequence[str] = ()) -> tuple[list[str], list[list[str]], str]:
+def read_csv(
+    path: str | Path, required_columns: Sequence[str] = ()
+) -> tuple[list[str], list[list[str]], str]:
     """Parse and validate a CSV file; return (columns, rows, sha256 of the bytes)."""
     path = Path(path)
     try:

@@ -77,7 +77,9 @@ class DatasetActivities:
                     services.provider.check_auth(tool)
         if input.options.integration_mode == "fixture":
             if not input.options.fixtures:
-                raise InvalidPlayInput("fixture mode needs at least one fixture file (fixtures=[...])")
+                raise InvalidPlayInput(
+                    "fixture mode needs at least one fixture file (fixtures=[...])"
+                )
             services.fixture_book(input.options.fixtures)
         info = await services.sheet.prepare_run(
             input.run_ref,

@@ -139,8 +139,7 @@ def _classify(tool: ToolSpec, response: httpx.Response) -> Any:
         )
     if status >= 400:
         raise ProviderRejected(
-            f"{tool.id}: {tool.provider} rejected the request with {status}: "
-            f"{response.text[:300]}",
+            f"{tool.id}: {tool.provider} rejected the request with {status}: {response.text[:300]}",
             tool_id=tool.id,
             status=status,
         )

@@ -1,4 +1,4 @@
-"""The receipt store: the durable authority on which provider calls were made and what they returned.
+"""The receipt store: which provider calls were made, and what they returned.
 
 Every tool call is identified by a content address (tool id, tool version, canonical
 input, auth-scope digest). Before a call is dispatched the caller *claims* its receipt
@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,7 +54,7 @@ def idempotency_key(key: str, *, force: bool, lease_id: str | None) -> str:
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-class ClaimStatus(str, Enum):
+class ClaimStatus(StrEnum):
     CLAIMED = "claimed"  # the caller holds the lease and must call the provider
     HIT = "hit"  # a completed receipt answers the call
     HELD = "held"  # another live owner holds the lease; wait for it
@@ -191,12 +191,15 @@ class SqliteReceiptStore:
                             "INSERT INTO receipts (key, tool_id, status, owner, lease_id, "
                             "lease_expires_at, created_at, attempts) "
                             "VALUES (?, ?, 'running', ?, ?, ?, ?, 1) "
-                            "ON CONFLICT(key) DO UPDATE SET status='running', owner=excluded.owner, "
-                            "lease_id=excluded.lease_id, lease_expires_at=excluded.lease_expires_at, "
+                            "ON CONFLICT(key) DO UPDATE SET status='running', "
+                            "owner=excluded.owner, lease_id=excluded.lease_id, "
+                            "lease_expires_at=excluded.lease_expires_at, "
                             "error=NULL, attempts=receipts.attempts + 1",
                             (req.key, req.tool_id, owner, lease_id, expires, now),
                         )
-                        outcome = ClaimOutcome(req.key, ClaimStatus.CLAIMED, lease_expires_at=expires)
+                        outcome = ClaimOutcome(
+                            req.key, ClaimStatus.CLAIMED, lease_expires_at=expires
+                        )
                     outcomes.append(outcome)
                 conn.execute("COMMIT")
             except BaseException:
@@ -249,7 +252,8 @@ class SqliteReceiptStore:
     async def fail(self, key: str, *, lease_id: str, error: str) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
-                "UPDATE receipts SET status='failed', error=?, lease_id=NULL, lease_expires_at=NULL "
+                "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
+                "lease_expires_at=NULL "
                 "WHERE key=? AND lease_id=? AND status='running'",
                 (error[:2000], key, lease_id),
             )
@@ -316,7 +320,9 @@ def _decide_claim(
         return None
     status, result, owner, held_lease, lease_expires_at, completed_at = row
     if status == "running" and held_lease != lease_id and (lease_expires_at or 0) > now:
-        return ClaimOutcome(req.key, ClaimStatus.HELD, lease_expires_at=lease_expires_at, owner=owner)
+        return ClaimOutcome(
+            req.key, ClaimStatus.HELD, lease_expires_at=lease_expires_at, owner=owner
+        )
     if status == "completed" and not req.force:
         fresh = req.stale_after_s is None or (completed_at or 0) >= now - req.stale_after_s
         if fresh:

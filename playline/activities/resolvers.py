@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 from temporalio import workflow
 
@@ -56,9 +56,17 @@ def registered_name(fn: Callable[..., Any]) -> str:
     return name
 
 
+@overload
+def resolver(fn: F, /) -> F: ...
+
+
+@overload
+def resolver(*, name: str | None = None, tools: Sequence[str] = ()) -> Callable[[F], F]: ...
+
+
 def resolver(
-    fn: F | None = None, *, name: str | None = None, tools: Sequence[str] = ()
-) -> Any:
+    fn: F | None = None, /, *, name: str | None = None, tools: Sequence[str] = ()
+) -> F | Callable[[F], F]:
     """Register a column resolver (async) or a ``run_if`` predicate (sync).
 
     Args:

@@ -83,9 +83,7 @@ class Services:
             sheet=SqliteSheetStore(settings.sheet_path),
             http=http,
         )
-        logger.info(
-            "playline services open: home=%s tools=%d", settings.home, len(catalog.tools)
-        )
+        logger.info("playline services open: home=%s tools=%d", settings.home, len(catalog.tools))
         return services
 
     def fixture_book(self, paths: list[str]) -> FixtureBook:

@@ -165,7 +165,9 @@ class SqliteSheetStore:
                 count = 0
                 batch: list[tuple[str, int, str]] = []
                 for pos, values in enumerate(rows):
-                    batch.append((dataset_id, pos, json.dumps(dict(zip(columns, values)))))
+                    batch.append(
+                        (dataset_id, pos, json.dumps(dict(zip(columns, values, strict=True))))
+                    )
                     count += 1
                     if len(batch) >= 1000:
                         conn.executemany("INSERT INTO source_rows VALUES (?, ?, ?)", batch)
@@ -300,7 +302,10 @@ class SqliteSheetStore:
                 "WHERE r.run_ref = ? AND r.seq >= ? AND r.seq < ? ORDER BY r.seq",
                 (run_ref, start, end),
             ).fetchall()
-            return [RunRow(seq, key, json.loads(data), status, err) for seq, key, data, status, err in rows]
+            return [
+                RunRow(seq, key, json.loads(data), status, err)
+                for seq, key, data, status, err in rows
+            ]
 
         rows: list[RunRow] = await self._run(tx)
         return rows

@@ -260,7 +260,9 @@ class ToolRunner:
         except Exception as err:
             if self.latch.cause is None:
                 self.latch.cause = f"{type(err).__name__}: {err}"
-                logger.error("receipt write failed; no further provider calls in this chunk: %s", err)
+                logger.error(
+                    "receipt write failed; no further provider calls in this chunk: %s", err
+                )
             raise PersistenceCircuitOpen(self.latch.cause, self.latch.prevented) from err
 
     def _check_before_dispatch(self) -> None:
@@ -270,7 +272,9 @@ class ToolRunner:
             self.latch.prevented += 1
             raise PersistenceCircuitOpen(self.latch.cause or "", self.latch.prevented)
 
-    async def _dispatch(self, tool: ToolSpec, payload: dict[str, Any], key: str, force: bool) -> Any:
+    async def _dispatch(
+        self, tool: ToolSpec, payload: dict[str, Any], key: str, force: bool
+    ) -> Any:
         if self.mode == "fixture":
             if self.enforce_fixture_pacing:
                 async with self.governor.permit([tool.provider]) as permit:

@@ -8,7 +8,6 @@ file, a socket or the clock directly.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -28,8 +27,8 @@ with workflow.unsafe.imports_passed_through():
         OnRowError,
         PlayRunResult,
         PlayState,
-        PrepareRunInput,
         PreparedRun,
+        PrepareRunInput,
         RunMode,
         RunOptions,
         StepInput,
@@ -129,7 +128,6 @@ class PlayContext:
                     options=self.options,
                 ),
                 id=child_id,
-                result_type=ChunkStats,
             )
         except ChildWorkflowError as err:
             raise as_failure(err) from err

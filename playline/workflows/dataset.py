@@ -105,7 +105,7 @@ class DatasetHandle:
             raise InvalidPlayInput("only a dataset run's result can be exported")
         count: int = await workflow.execute_activity(
             "playline.export",
-            ExportInput(run_ref=self.result.run_ref, path=path, format=format),  # type: ignore[arg-type]
+            ExportInput(run_ref=self.result.run_ref, path=path, format=format),
             result_type=int,
             start_to_close_timeout=SHORT_ACTIVITY,
         )
@@ -158,6 +158,8 @@ class DatasetBuilder:
         if mode not in ("upsert", "net_new"):
             raise InvalidPlayInput(f"mode must be 'upsert' or 'net_new', not {mode!r}")
         if on_row_error not in ("isolate", "fail"):
-            raise InvalidPlayInput(f"on_row_error must be 'isolate' or 'fail', not {on_row_error!r}")
+            raise InvalidPlayInput(
+                f"on_row_error must be 'isolate' or 'fail', not {on_row_error!r}"
+            )
         key_fields = [key] if isinstance(key, str) else list(key or [])
         return await self.ctx._run_dataset(self, key_fields, mode, on_row_error)

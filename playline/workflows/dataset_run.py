@@ -55,7 +55,9 @@ def root_cause(err: BaseException) -> BaseException:
 def as_failure(err: BaseException) -> ApplicationError:
     """Re-raise an activity/child failure with the root cause's message and type."""
     cause = root_cause(err)
-    kind = cause.type if isinstance(cause, ApplicationError) and cause.type else type(cause).__name__
+    kind = (
+        cause.type if isinstance(cause, ApplicationError) and cause.type else type(cause).__name__
+    )
     message = cause.message if isinstance(cause, ApplicationError) else str(cause)
     return ApplicationError(message, type=kind, non_retryable=True)
 
@@ -118,7 +120,9 @@ class DatasetRunWorkflow:
             )
         return self._stats
 
-    def _start_chunk(self, input: DatasetRunInput, start: int, end: int) -> asyncio.Task[ChunkStats]:
+    def _start_chunk(
+        self, input: DatasetRunInput, start: int, end: int
+    ) -> asyncio.Task[ChunkStats]:
         return asyncio.ensure_future(
             workflow.execute_activity(
                 "playline.run_chunk",

@@ -107,7 +107,11 @@ def play(
         run.__qualname__ = f"{fn.__qualname__}.run"
         state.__qualname__ = f"{fn.__qualname__}.state"
         run.__module__ = state.__module__ = fn.__module__
-        run.__annotations__ = {"input": model, "options": RunOptions | None, "return": PlayRunResult}
+        run.__annotations__ = {
+            "input": model,
+            "options": RunOptions | None,
+            "return": PlayRunResult,
+        }
         state.__annotations__ = {"return": PlayState}
         Play = type(
             fn.__name__,
