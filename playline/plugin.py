@@ -58,6 +58,7 @@ class PlaylinePlugin(SimplePlugin):
             datasets.export,
             datasets.call_tool,
             datasets.run_step,
+            datasets.suggest_width,
         ]
 
         def workflows(existing: Sequence[type] | None) -> list[type]:

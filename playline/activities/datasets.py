@@ -18,6 +18,7 @@ from playline.activities import resolvers
 from playline.activities.boundary import translate_errors
 from playline.activities.chunk import make_runner
 from playline.activities.csv_io import read_csv, write_csv, write_jsonl
+from playline.activities.governor import Governor
 from playline.activities.services import ServicesHolder
 from playline.errors import InvalidPlayInput
 from playline.workflows.models import (
@@ -31,7 +32,10 @@ from playline.workflows.models import (
     PreparedRun,
     PrepareRunInput,
     StepInput,
+    RunOptions,
     ToolCallInput,
+    Width,
+    WidthInput,
 )
 
 EXPORT_PAGE_ROWS = 1000
@@ -90,10 +94,7 @@ class DatasetActivities:
             computed_columns=[c.name for c in input.columns],
         )
         counts = await services.sheet.run_counts(input.run_ref)
-        widths = [services.governor.suggested_parallelism(p) for p in sorted(providers)]
-        row_width = input.options.row_concurrency or max(widths, default=8)
-        row_width = max(1, min(row_width, input.options.chunk_size))
-        chunks = input.options.max_chunks_in_flight or 4
+        width = dispatch_width(services.governor, sorted(providers), input.options)
         return PreparedRun(
             run_ref=info.run_ref,
             dataset=info.dataset,
@@ -102,9 +103,15 @@ class DatasetActivities:
             duplicates=info.duplicates,
             seen_before=info.seen_before,
             already_done=counts["ok"] + counts["error"],
-            suggested_chunks_in_flight=chunks,
-            suggested_row_concurrency=row_width,
+            suggested_chunks_in_flight=width.chunks_in_flight,
+            suggested_row_concurrency=width.row_concurrency,
+            providers=sorted(providers),
         )
+
+    @activity.defn(name="playline.suggest_width")
+    async def suggest_width(self, input: WidthInput) -> Width:
+        """The governor's current dispatch width (a local activity: its answer is recorded)."""
+        return dispatch_width(self._holder.services.governor, input.providers, input.options)
 
     @activity.defn(name="playline.finalize_run")
     @translate_errors
@@ -190,6 +197,26 @@ class DatasetActivities:
         if inspect.isawaitable(value):
             value = await value
         return value
+
+
+#: Chunks a dataset run keeps in flight at most when the options leave it to the governor.
+MAX_CHUNKS_IN_FLIGHT = 16
+#: Rows in flight when no declared tool tells which providers a run calls.
+DEFAULT_ROW_WIDTH = 8
+
+
+def dispatch_width(governor: Governor, providers: list[str], options: RunOptions) -> Width:
+    """Little's-law width from the governor, split into chunks and rows per chunk.
+
+    Rows call their columns' tools one after another, so keeping ``sum of the
+    providers' suggested widths`` rows in flight keeps every provider busy
+    without queueing a burst at the governor. One extra chunk overlaps the next
+    chunk's start with the previous chunk's tail.
+    """
+    rows = sum(governor.suggested_parallelism(p) for p in providers) or DEFAULT_ROW_WIDTH
+    per_chunk = max(1, min(options.row_concurrency or rows, options.chunk_size))
+    chunks = options.max_chunks_in_flight or min(MAX_CHUNKS_IN_FLIGHT, -(-rows // per_chunk) + 1)
+    return Width(chunks_in_flight=max(1, chunks), row_concurrency=per_chunk)
 
 
 async def export_run(holder: ServicesHolder, run_ref: str, path: str, fmt: str = "csv") -> int:

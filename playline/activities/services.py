@@ -12,6 +12,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -21,6 +22,11 @@ from playline.activities.governor import Governor
 from playline.activities.provider_http import ProviderClient
 from playline.activities.receipts import ReceiptStore, SqliteReceiptStore
 from playline.activities.sheet import SheetStore, SqliteSheetStore
+from playline.activities.unpaced import UnpacedGovernor
+from playline.errors import CatalogError
+
+if TYPE_CHECKING:
+    from playline.activities.fleet_pacing import FleetPacer
 
 logger = logging.getLogger("playline")
 
@@ -32,6 +38,13 @@ class Settings:
     home: Path = field(default_factory=lambda: Path(os.environ.get("PLAYLINE_HOME", ".playline")))
     catalog_path: str | None = field(default_factory=lambda: os.environ.get("PLAYLINE_CATALOG"))
     http_max_connections: int = 256
+    #: PostgreSQL for fleet-wide pacing; unset keeps pacing per worker process.
+    pg_dsn: str | None = field(default_factory=lambda: os.environ.get("PLAYLINE_PG_DSN"))
+    fleet_table_prefix: str = field(
+        default_factory=lambda: os.environ.get("PLAYLINE_FLEET_PREFIX", "playline_")
+    )
+    #: "governor" (default) or "off": the flat, unpaced baseline for benchmarks.
+    pacing: str = field(default_factory=lambda: os.environ.get("PLAYLINE_PACING", "governor"))
 
     @property
     def receipts_path(self) -> Path:
@@ -54,8 +67,10 @@ class Services:
         receipts: ReceiptStore,
         sheet: SheetStore,
         http: httpx.AsyncClient,
+        fleet: FleetPacer | None = None,
     ) -> None:
         self.settings = settings
+        self.fleet = fleet
         self.catalog = catalog
         self.governor = governor
         self.receipts = receipts
@@ -75,10 +90,12 @@ class Services:
             ),
             timeout=httpx.Timeout(15.0, connect=5.0),
         )
+        governor, fleet = await _open_governor(settings, catalog)
         services = cls(
             settings=settings,
             catalog=catalog,
-            governor=Governor.from_catalog(catalog),
+            governor=governor,
+            fleet=fleet,
             receipts=SqliteReceiptStore(settings.receipts_path),
             sheet=SqliteSheetStore(settings.sheet_path),
             http=http,
@@ -95,9 +112,29 @@ class Services:
 
     async def close(self) -> None:
         await self.governor.aclose()
+        if self.fleet is not None:
+            await self.fleet.aclose()
         await self.http.aclose()
         await self.receipts.close()
         await self.sheet.close()
+
+
+async def _open_governor(
+    settings: Settings, catalog: Catalog
+) -> tuple[Governor, FleetPacer | None]:
+    """The worker's governor, sharing pacing through PostgreSQL when a DSN is set."""
+    if settings.pacing == "off":
+        return UnpacedGovernor.from_catalog(catalog), None
+    if settings.pacing != "governor":
+        raise CatalogError(f"PLAYLINE_PACING must be 'governor' or 'off', not {settings.pacing!r}")
+    if not settings.pg_dsn:
+        return Governor.from_catalog(catalog), None
+    from playline.activities.fleet_pacing import FleetPacer
+
+    fleet = await FleetPacer.create(settings.pg_dsn, table_prefix=settings.fleet_table_prefix)
+    governor = Governor.from_catalog(catalog, fleet=fleet)
+    await governor.start()
+    return governor, fleet
 
 
 class ServicesHolder:

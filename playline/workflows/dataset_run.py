@@ -23,7 +23,12 @@ with workflow.unsafe.imports_passed_through():
         ChunkStats,
         DatasetRunInput,
         DatasetRunState,
+        Width,
+        WidthInput,
     )
+
+#: Ask the governor for a fresh dispatch width after this many completed chunks.
+WIDTH_REFRESH_CHUNKS = 8
 
 #: Error types that retrying a chunk cannot fix.
 NON_RETRYABLE = [
@@ -79,20 +84,30 @@ class DatasetRunWorkflow:
         prepared = input.prepared
         total = prepared.admitted
         size = input.options.chunk_size
-        width = max(1, input.options.max_chunks_in_flight or prepared.suggested_chunks_in_flight)
+        width = Width(
+            chunks_in_flight=prepared.suggested_chunks_in_flight,
+            row_concurrency=prepared.suggested_row_concurrency,
+        )
+        adaptive = workflow.patched("governor-dispatch-width")
         self._rows_done = input.offset
         next_start = input.offset
         launched = 0
+        refreshed_at: int | None = None
         pending: dict[asyncio.Task[ChunkStats], tuple[int, int]] = {}
         try:
             while True:
+                due = refreshed_at is None or launched - refreshed_at >= WIDTH_REFRESH_CHUNKS
+                if adaptive and due and next_start < total:
+                    width = await self._current_width(input)
+                    refreshed_at = launched
                 while (
-                    len(pending) < width
+                    len(pending) < width.chunks_in_flight
                     and next_start < total
                     and launched < input.options.chunks_per_workflow_run
                 ):
                     end = min(next_start + size, total)
-                    pending[self._start_chunk(input, next_start, end)] = (next_start, end)
+                    task = self._start_chunk(input, next_start, end, width.row_concurrency)
+                    pending[task] = (next_start, end)
                     next_start = end
                     launched += 1
                 self._in_flight = len(pending)
@@ -120,8 +135,18 @@ class DatasetRunWorkflow:
             )
         return self._stats
 
+    async def _current_width(self, input: DatasetRunInput) -> Width:
+        """The governor's width now, as a local activity so replay sees the same answer."""
+        width: Width = await workflow.execute_local_activity(
+            "playline.suggest_width",
+            WidthInput(providers=input.prepared.providers, options=input.options),
+            result_type=Width,
+            start_to_close_timeout=timedelta(seconds=10),
+        )
+        return width
+
     def _start_chunk(
-        self, input: DatasetRunInput, start: int, end: int
+        self, input: DatasetRunInput, start: int, end: int, row_concurrency: int
     ) -> asyncio.Task[ChunkStats]:
         return asyncio.ensure_future(
             workflow.execute_activity(
@@ -133,8 +158,7 @@ class DatasetRunWorkflow:
                     columns=input.columns,
                     on_row_error=input.on_row_error,
                     options=input.options,
-                    row_concurrency=input.options.row_concurrency
-                    or input.prepared.suggested_row_concurrency,
+                    row_concurrency=row_concurrency,
                 ),
                 result_type=ChunkStats,
                 start_to_close_timeout=timedelta(hours=2),

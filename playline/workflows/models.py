@@ -29,7 +29,7 @@ class RunOptions(BaseModel):
     fixtures: list[str] = Field(default_factory=list)
     enforce_fixture_pacing: bool = False
     chunk_size: int = Field(default=25, ge=1, le=5000)
-    max_chunks_in_flight: int = Field(default=0, ge=0)  # 0: ask the governor
+    max_chunks_in_flight: int = Field(default=0, ge=0)  # 0: ask the governor (up to 16)
     row_concurrency: int = Field(default=0, ge=0)  # 0: ask the governor
     heartbeat_timeout_s: float = Field(default=30.0, ge=1.0)
     # Rows stay out of history by default; a play may opt in to inline results.
@@ -67,6 +67,18 @@ class PrepareRunInput(BaseModel):
     options: RunOptions
 
 
+class WidthInput(BaseModel):
+    providers: list[str]
+    options: RunOptions
+
+
+class Width(BaseModel):
+    """How wide to dispatch: chunks in the workflow's window, rows in flight per chunk."""
+
+    chunks_in_flight: int
+    row_concurrency: int
+
+
 class PreparedRun(BaseModel):
     run_ref: str
     dataset: str
@@ -77,6 +89,7 @@ class PreparedRun(BaseModel):
     already_done: int = 0
     suggested_chunks_in_flight: int = 1
     suggested_row_concurrency: int = 8
+    providers: list[str] = Field(default_factory=list)
 
 
 class ChunkInput(BaseModel):
