@@ -119,8 +119,9 @@ def _print_summary(
         f"  rows: {s.rows_ok} ok, {s.rows_failed} failed, {s.rows_cached} cached "
         f"(no provider call needed)"
     )
+    made = "answered from fixtures" if result.integration_mode == "fixture" else "made"
     out.print(
-        f"  provider calls: {s.calls_made} made, {s.calls_cached} receipt hits, "
+        f"  provider calls: {s.calls_made} {made}, {s.calls_cached} receipt hits, "
         f"{s.calls_shared} shared in-run, {s.retries} retries"
     )
     out.print(f"  credits spent: {s.credits:g}")
