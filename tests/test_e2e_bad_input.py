@@ -241,3 +241,15 @@ async def test_bad_input_does_not_lose_stored_rows(
     assert again.datasets[0].stats.rows_ok == 4
     assert again.stats.calls_made == 0  # the receipts of the first run still answer
     assert provider.ledger()["charged"] == 4
+
+
+async def test_missing_api_key_fails_before_dispatch(
+    client, provider, worker, task_queue, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.delenv("ACME_API_KEY")
+    path = write_csv(tmp_path / "leads.csv", [lead(n) for n in range(3)])
+    async with worker():
+        cause = await fails_with(client, task_queue, "t_tool_column", {"csv_path": str(path)})
+    assert cause.type == "MissingApiKey"
+    assert "provider 'acme' needs an API key in $ACME_API_KEY" in cause.message
+    assert_nothing_dispatched(provider)
