@@ -52,6 +52,7 @@ class PlaylinePlugin(SimplePlugin):
         activities: list[Callable[..., Any]] = [
             chunk.run_chunk,
             datasets.load_csv,
+            datasets.load_rows,
             datasets.prepare_run,
             datasets.finalize_run,
             datasets.peek,

@@ -8,6 +8,7 @@ ever sees references and counts, plus the bounded preview and inline rows.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
 from typing import Any
@@ -28,11 +29,12 @@ from playline.workflows.models import (
     ExportInput,
     FinalizeInput,
     LoadCsvInput,
+    LoadRowsInput,
     PeekInput,
     PreparedRun,
     PrepareRunInput,
-    StepInput,
     RunOptions,
+    StepInput,
     ToolCallInput,
     Width,
     WidthInput,
@@ -42,6 +44,15 @@ EXPORT_PAGE_ROWS = 1000
 #: Bytes a row is assumed to occupy once decoded, per byte of its JSON, plus overhead.
 ROW_MEMORY_MULTIPLIER = 2
 ROW_OVERHEAD_BYTES = 64
+
+
+def _text(value: Any) -> str:
+    """Source cells are text, as if read from a CSV."""
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
 
 
 def _row_out(data: dict[str, Any], status: str, error: str | None) -> dict[str, Any]:
@@ -62,6 +73,21 @@ class DatasetActivities:
         )
         dataset_id = f"{input.key}@{digest[:16]}"
         count = await self._holder.services.sheet.put_source(dataset_id, columns, rows)
+        return DatasetRef(id=dataset_id, count=count, columns=columns)
+
+    @activity.defn(name="playline.load_rows")
+    @translate_errors
+    async def load_rows(self, input: LoadRowsInput) -> DatasetRef:
+        """Store inline rows as a source dataset, addressed by their content."""
+        if not input.rows:
+            raise InvalidPlayInput(f"dataset {input.key!r}: the row list is empty")
+        columns: list[str] = []
+        for row in input.rows:
+            columns.extend(c for c in row if c not in columns)
+        values = [[_text(row.get(c)) for c in columns] for row in input.rows]
+        digest = hashlib.sha256(json.dumps([columns, values]).encode()).hexdigest()
+        dataset_id = f"{input.key}@{digest[:16]}"
+        count = await self._holder.services.sheet.put_source(dataset_id, columns, values)
         return DatasetRef(id=dataset_id, count=count, columns=columns)
 
     @activity.defn(name="playline.prepare_run")

@@ -7,7 +7,7 @@ file, a socket or the clock directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from temporalio import workflow
@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         DatasetRunInput,
         FinalizeInput,
         LoadCsvInput,
+        LoadRowsInput,
         OnRowError,
         PlayRunResult,
         PlayState,
@@ -76,10 +77,33 @@ class PlayContext:
         self.log(f"loaded {ref.count} rows into {ref.id}")
         return DatasetHandle(self, ref)
 
-    def dataset(self, key: str, source: DatasetHandle | DatasetRef) -> DatasetBuilder:
-        """Start describing columns to add to ``source``, stored as dataset ``key``."""
-        ref = source.ref if isinstance(source, DatasetHandle) else source
-        return DatasetBuilder(self, key, ref)
+    def dataset(
+        self, key: str, source: DatasetHandle | DatasetRef | Sequence[Mapping[str, Any]]
+    ) -> DatasetBuilder:
+        """Start describing columns to add to ``source``, stored as dataset ``key``.
+
+        ``source`` is a handle (from ``csv`` or an earlier run) or a short list of
+        rows; a list is stored in the sheet store before the run and, being an
+        activity argument, recorded in history once: load large data from a file.
+        """
+        if isinstance(source, DatasetHandle):
+            return DatasetBuilder(self, key, source.ref)
+        if isinstance(source, DatasetRef):
+            return DatasetBuilder(self, key, source)
+        rows = [dict(row) for row in source]
+        return DatasetBuilder(self, key, None, inline_rows=tuple(rows))
+
+    async def _source_of(self, builder: DatasetBuilder) -> DatasetRef:
+        if builder.source is not None:
+            return builder.source
+        ref: DatasetRef = await workflow.execute_activity(
+            "playline.load_rows",
+            LoadRowsInput(key=builder.key, rows=list(builder.inline_rows)),
+            result_type=DatasetRef,
+            start_to_close_timeout=SHORT_ACTIVITY,
+            retry_policy=SETUP_RETRY,
+        )
+        return ref
 
     async def _run_dataset(
         self,
@@ -93,11 +117,12 @@ class PlayContext:
         run_ref = f"{info.workflow_id}/{info.run_id}/{name}"
         columns = list(builder.columns)
         self.state.phase = f"preparing {name}"
+        source = await self._source_of(builder)
         prepared: PreparedRun = await workflow.execute_activity(
             "playline.prepare_run",
             PrepareRunInput(
                 run_ref=run_ref,
-                source_id=builder.source.id,
+                source_id=source.id,
                 dataset=builder.key,
                 key_fields=key_fields,
                 mode=mode,

@@ -118,8 +118,9 @@ class DatasetBuilder:
 
     ctx: PlayContext = field(repr=False)
     key: str
-    source: DatasetRef
+    source: DatasetRef | None
     columns: tuple[ColumnSpec, ...] = ()
+    inline_rows: tuple[dict[str, Any], ...] = ()
 
     def with_column(
         self,

@@ -57,6 +57,13 @@ class LoadCsvInput(BaseModel):
     required_columns: list[str] = Field(default_factory=list)
 
 
+class LoadRowsInput(BaseModel):
+    """Rows a play passes inline (small lists only: they are recorded in history once)."""
+
+    key: str
+    rows: list[dict[str, Any]]
+
+
 class PrepareRunInput(BaseModel):
     run_ref: str
     source_id: str
