@@ -92,7 +92,7 @@ def provider(provider_server: ProviderServerProcess) -> ProviderServerProcess:
 
 @pytest.fixture(scope="session", autouse=True)
 def _plays_imported() -> None:
-    import_plays(["tests.plays"])
+    import_plays(["tests.plays", "tests.plays_datasets"])
 
 
 @pytest.fixture
