@@ -15,7 +15,8 @@ from temporalio.exceptions import ApplicationError
 
 from playline.provider_server.fake_data import find_email, lookup_company
 from playline.workflows.dataset_run import root_cause
-from tests.conftest import LEADS_CSV
+from playline.workflows.models import PlayState
+from tests.conftest import LEADS_CSV, new_id
 from tests.plays import BOOM, export_rows, lead, read_csv_rows, run, write_csv
 
 EMAIL_PATH = "/acme/v1/email/find"
@@ -36,10 +37,16 @@ def company_charges(ledger: dict) -> int:
 async def test_example_play_completes_and_pays_once_per_distinct_input(
     client, provider, worker, task_queue
 ) -> None:
+    workflow_id = new_id("enrich")
     async with worker():
         result = await run(
-            client, "enrich_leads", {"csv_path": str(LEADS_CSV)}, task_queue=task_queue
+            client,
+            "enrich_leads",
+            {"csv_path": str(LEADS_CSV)},
+            task_queue=task_queue,
+            workflow_id=workflow_id,
         )
+        state = await client.get_workflow_handle(workflow_id).query("state", result_type=PlayState)
 
     ledger = provider.ledger()
     (dataset,) = result.datasets
@@ -69,6 +76,13 @@ async def test_example_play_completes_and_pays_once_per_distinct_input(
     assert ledger["charged_by_path"][EMAIL_PATH] == 236
     assert ledger["charged_by_path"]["/acme/v1/person/enrich"] == 236
     assert ledger["rate_limited"] == 0
+
+    assert state.phase == "completed"
+    assert state.rows_total == state.rows_done == 236
+    assert state.rows_failed == 0
+    assert state.calls_made == result.stats.calls_made
+    assert "loaded 240 rows into leads@" in state.log[0]
+    assert "dataset enriched_leads: 236 of 240 rows admitted, 4 duplicate keys" in state.log
 
 
 async def test_rerun_with_same_home_pays_nothing_and_exports_identical_rows(
@@ -301,3 +315,33 @@ async def test_run_play_child_completes_and_its_stats_roll_up(
     assert result.stats.calls_made == 7
     assert result.stats.rows_ok == 7
     assert provider.ledger()["charged"] == 7
+
+
+async def test_rows_rejected_by_the_provider_succeed_on_a_rerun_once_fixed(
+    client, provider, worker, task_queue, home, tmp_path
+) -> None:
+    """A failed call is not a cached answer: the rerun calls again and clears the row errors."""
+    rows = [lead(n) for n in range(5)]
+    path = write_csv(tmp_path / "leads.csv", rows)
+    provider.configure(api_keys={"acme": "a-key-the-worker-does-not-have"})
+    try:
+        async with worker():
+            first = await run(
+                client, "t_tool_column", {"csv_path": str(path)}, task_queue=task_queue
+            )
+    finally:
+        provider.configure(api_keys={})
+    assert first.datasets[0].stats.rows_failed == 5
+    assert provider.ledger()["charged"] == 0
+
+    async with worker():
+        second = await run(client, "t_tool_column", {"csv_path": str(path)}, task_queue=task_queue)
+    (dataset,) = second.datasets
+    assert dataset.stats.rows_ok == 5
+    assert dataset.stats.rows_failed == 0
+    assert second.stats.calls_made == 5
+    assert provider.ledger()["charged"] == 5
+    await export_rows(home, dataset.run_ref, tmp_path / "out.csv")
+    exported = read_csv_rows(tmp_path / "out.csv")
+    assert "_error" not in exported[0]
+    assert {r["lead_id"]: r["value"] for r in exported} == {r[0]: email_of(r) for r in rows}
