@@ -44,10 +44,8 @@ class PlayWorkflow:
     async def _execute(self, raw_input: Any, options: RunOptions | None) -> PlayRunResult:
         options = options or RunOptions()
         try:
-            play_input = (
-                raw_input
-                if isinstance(raw_input, self.input_model)
-                else self.input_model.model_validate(raw_input or {})
+            play_input = self.input_model.model_validate(
+                raw_input if raw_input is not None else {}
             )
         except ValidationError as err:
             problems = "; ".join(
@@ -107,8 +105,11 @@ def play(
         run.__qualname__ = f"{fn.__qualname__}.run"
         state.__qualname__ = f"{fn.__qualname__}.state"
         run.__module__ = state.__module__ = fn.__module__
+        # The input is decoded as plain JSON and validated by ``_execute``: a typed
+        # parameter would turn a bad input into a workflow *task* failure, retried
+        # forever, instead of a failed play whose message says what is wrong.
         run.__annotations__ = {
-            "input": model,
+            "input": Any,
             "options": RunOptions | None,
             "return": PlayRunResult,
         }
