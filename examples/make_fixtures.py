@@ -28,7 +28,11 @@ def main() -> None:
         for row in csv.DictReader(handle):
             domain = row["company_domain"]
             add("company_lookup", {"domain": domain}, lookup_company(domain))
-            person = {"first_name": row["first_name"], "last_name": row["last_name"], "domain": domain}
+            person = {
+                "first_name": row["first_name"],
+                "last_name": row["last_name"],
+                "domain": domain,
+            }
             found = find_email(**person)
             add("email_finder", person, found)
             if found.get("email"):
