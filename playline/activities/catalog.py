@@ -19,7 +19,6 @@ input = { first_name = "str", last_name = "str", domain = "str" }
 getters = { email = "email", confidence = "confidence" }
 credits = 1.0
 version = "1"
-batch = { path = "/v1/email/find/bulk", max_items = 25 }   # optional bulk endpoint
 ```
 """
 
@@ -84,17 +83,6 @@ class ProviderSpec(BaseModel):
         return self.base_url.rstrip("/")
 
 
-class BatchSpec(BaseModel):
-    """A bulk endpoint: member inputs go in ``items``, results come back in order."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str
-    max_items: int = Field(default=25, ge=1)
-    items_field: str = "items"
-    results_field: str = "results"
-
-
 class ToolSpec(BaseModel):
     """One tool: a provider endpoint with a typed input and named value getters."""
 
@@ -108,7 +96,6 @@ class ToolSpec(BaseModel):
     getters: dict[str, str] = Field(default_factory=dict)
     credits: float = Field(default=1.0, ge=0)
     version: str = "1"
-    batch: BatchSpec | None = None
 
     @model_validator(mode="after")
     def _check_input_types(self) -> ToolSpec:

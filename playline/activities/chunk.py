@@ -157,6 +157,17 @@ class ChunkActivities:
             )
         todo = [r for r in rows if r.status == "pending"]
         stats.rows_resumed = len(rows) - len(todo)
+        details = activity.info().heartbeat_details
+        if details:
+            # The previous attempt's last heartbeat; the sheet's row statuses are
+            # the authority on what is done (they are written before heartbeats).
+            activity.logger.info(
+                "chunk %s-%s resumes: last attempt reported %s; %d rows already done",
+                input.start,
+                input.end - 1,
+                details[0],
+                stats.rows_resumed,
+            )
         done: list[RowResult] = []
         flushed = 0
 
