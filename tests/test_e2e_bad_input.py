@@ -18,31 +18,17 @@ from tests.conftest import new_id
 from tests.plays import (
     DECLARED_UNKNOWN_TOOL,
     UNDECLARED_TOOL,
-    ToolColumnInput,
     lead,
     run,
-    t_tool_column,
     write_csv,
 )
 
 KNOWN_TOOLS = "company_lookup, email_finder, person_enrich"
 
-#: playline/workflows/play.py annotates the generated ``run(input, ...)`` with the play's
-#: input model, so the pydantic data converter validates the raw input while decoding
-#: the workflow arguments: a ValidationError there is a *workflow task* failure
-#: ("Failed decoding arguments"), retried forever, and ``_execute``'s InvalidPlayInput
-#: handling is never reached. The play hangs in Running instead of failing.
-#: The marker applies only while the generated ``run`` still carries that annotation,
-#: so the tests turn into plain passing tests once the bug is fixed.
-INVALID_INPUT_HANGS = pytest.mark.xfail(
-    t_tool_column.run.__annotations__.get("input") is ToolColumnInput,
-    reason="bug: invalid play input hangs the play (workflow task failure 'Failed decoding "
-    "arguments') instead of failing with InvalidPlayInput; see playline/workflows/play.py "
-    "run.__annotations__['input'] = model",
-    strict=True,
-)
-#: Long enough for a correct failure (well under a second), short enough to keep the
-#: suite fast while the bug above makes the play hang.
+#: Regression guard for f12e22a: an invalid play input used to hang the play (the
+#: generated ``run`` was typed with the input model, so decoding the workflow
+#: arguments failed the workflow *task*, retried forever). A correct failure takes
+#: well under a second; a hang now fails the test fast with the task's failure.
 INVALID_INPUT_TIMEOUT_S = 10.0
 
 
@@ -97,7 +83,6 @@ async def test_missing_csv_file(client, provider, worker, task_queue, tmp_path) 
     assert_nothing_dispatched(provider)
 
 
-@INVALID_INPUT_HANGS
 async def test_missing_csv_path_field(client, provider, worker, task_queue) -> None:
     async with worker():
         cause = await fails_with(
@@ -113,7 +98,6 @@ async def test_missing_csv_path_field(client, provider, worker, task_queue) -> N
     assert_nothing_dispatched(provider)
 
 
-@INVALID_INPUT_HANGS
 async def test_wrong_type_and_bad_enum_in_play_input(client, provider, worker, task_queue) -> None:
     async with worker():
         cause = await fails_with(
