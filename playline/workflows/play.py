@@ -44,9 +44,7 @@ class PlayWorkflow:
     async def _execute(self, raw_input: Any, options: RunOptions | None) -> PlayRunResult:
         options = options or RunOptions()
         try:
-            play_input = self.input_model.model_validate(
-                raw_input if raw_input is not None else {}
-            )
+            play_input = self.input_model.model_validate(raw_input if raw_input is not None else {})
         except ValidationError as err:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in err.errors()
