@@ -210,7 +210,11 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     settings = Settings(home=Path(args.home)) if args.home else Settings()
     console.print(f"playline worker on {_address(args)}, task queue {args.task_queue}")
     await run_worker(
-        address=_address(args), task_queue=args.task_queue, plays=args.plays, settings=settings
+        address=_address(args),
+        task_queue=args.task_queue,
+        plays=args.plays,
+        settings=settings,
+        metrics_port=args.metrics_port,
     )
     return 0
 
@@ -252,6 +256,10 @@ async def _local_stack(
             os.environ.pop("PLAYLINE_PROVIDER_URL", None)
         if dev is not None:
             dev.stop()
+            console.print(
+                f"stopped the embedded Temporal server; its history is kept in "
+                f"{dev.home / 'temporal.db'}: run `playline dev` to browse it in the UI"
+            )
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
@@ -372,6 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(worker)
     worker.add_argument("--plays", nargs="*", default=[], help="modules declaring plays")
     worker.add_argument("--home", help="state directory (default $PLAYLINE_HOME or .playline)")
+    worker.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics"
+    )
 
     run = sub.add_parser("run", help="start a play and wait for it")
     common(run)

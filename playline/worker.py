@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from playline.activities.services import Settings
@@ -40,6 +41,7 @@ async def connect(
     *,
     namespace: str = "default",
     settings: Settings | None = None,
+    runtime: Runtime | None = None,
 ) -> Client:
     """A client carrying the playline plugin (pydantic converter, plays, activities).
 
@@ -50,6 +52,7 @@ async def connect(
         address or temporal_address(),
         namespace=namespace,
         plugins=[PlaylinePlugin(settings=settings)],
+        runtime=runtime,
     )
 
 
@@ -75,10 +78,18 @@ async def run_worker(
     plays: Sequence[str] = (),
     settings: Settings | None = None,
     ready: asyncio.Event | None = None,
+    metrics_port: int | None = None,
 ) -> None:
-    """Run a worker until cancelled."""
+    """Run a worker until cancelled; ``metrics_port`` serves Prometheus metrics."""
     import_plays(plays)
-    client = await connect(address, namespace=namespace, settings=settings)
+    runtime = None
+    if metrics_port:
+        runtime = Runtime(
+            telemetry=TelemetryConfig(
+                metrics=PrometheusConfig(bind_address=f"127.0.0.1:{metrics_port}")
+            )
+        )
+    client = await connect(address, namespace=namespace, settings=settings, runtime=runtime)
     worker = build_worker(client, task_queue=task_queue)
     logger.info("playline worker polling %s on %s", task_queue, address or temporal_address())
     async with worker:

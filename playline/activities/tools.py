@@ -31,6 +31,7 @@ from typing import Any, Literal
 from playline.activities.catalog import Catalog, ToolSpec
 from playline.activities.fixtures import FixtureBook
 from playline.activities.governor import Governor
+from playline.activities.metrics import ProviderMetrics
 from playline.activities.provider_http import ProviderClient
 from playline.activities.receipts import (
     ClaimOutcome,
@@ -48,9 +49,19 @@ from playline.errors import (
     ProviderError,
     ProviderRateLimited,
     ProviderRejected,
+    ProviderTimeout,
 )
 
 logger = logging.getLogger("playline.tools")
+
+
+def _outcome(err: ProviderError) -> str:
+    if isinstance(err, ProviderRateLimited):
+        return "rate_limited"
+    if isinstance(err, ProviderTimeout):
+        return "timeout"
+    return "transient"
+
 
 IntegrationMode = Literal["live", "fixture"]
 
@@ -146,6 +157,7 @@ class ToolRunner:
         self.retry = retry or RetryPolicy()
         self.max_wait_s = max_wait_s if max_wait_s is not None else 4 * lease_ttl_s
         self.stats = CallStats()
+        self.metrics = ProviderMetrics()
         self.latch = PersistenceLatch()
         self.lease_lost: LeaseLost | None = None
         self._in_flight: dict[str, asyncio.Future[Any]] = {}
@@ -285,6 +297,7 @@ class ToolRunner:
             assert self.fixtures is not None, "fixture mode needs a fixture book"
             data = self.fixtures.resolve(tool.id, payload)
             self.stats.made += 1
+            self.metrics.call(tool.provider, tool.id, "fixture")
             return data
 
         idem = idempotency_key(key, force=force, lease_id=self.lease_id)
@@ -301,21 +314,29 @@ class ToolRunner:
                     failure: ProviderError = err
                 except ProviderRejected:
                     permit.record_failure()
+                    self._observe(tool, "rejected", started)
                     raise
                 except ProviderError as err:
                     permit.record_failure()
                     failure = err
                 else:
                     permit.record_success(time.monotonic() - started)
+                    self._observe(tool, "ok", started)
                     self.stats.made += 1
                     self.stats.credits += tool.credits
                     return data
+            self._observe(tool, _outcome(failure), started)
             if attempt >= self.retry.max_attempts:
                 raise failure
             self.stats.retries += 1
             if not isinstance(failure, ProviderRateLimited):
                 # 429s wait on the governor's pause; other transient errors back off here.
                 await asyncio.sleep(max(self.retry.delay(attempt), failure.retry_after_s or 0.0))
+
+    def _observe(self, tool: ToolSpec, outcome: str, started: float) -> None:
+        self.metrics.call(tool.provider, tool.id, outcome, time.monotonic() - started)
+        state = self.governor.snapshot().get(tool.provider, {})
+        self.metrics.rate(tool.provider, state.get("rate_rps"))
 
     async def _claim(self, request: ClaimRequest) -> ClaimOutcome:
         """Queue a claim; claims queued in one loop tick go to the store together."""
