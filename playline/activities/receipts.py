@@ -17,17 +17,17 @@ The interface is backend-neutral; ``SqliteReceiptStore`` is the embedded default
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
+
+from playline.activities.sqlite_db import SqliteDatabase, write_transaction
 
 
 def canonical_json(value: Any) -> str:
@@ -151,23 +151,9 @@ class SqliteReceiptStore:
     """
 
     def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = SqliteDatabase(path, _SCHEMA)
+        self.path = self._db.path
         self._clock = clock
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
-        )
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        def locked() -> Any:
-            with self._lock:
-                return fn(self._conn)
-
-        return await asyncio.to_thread(locked)
 
     async def claim(
         self, requests: Sequence[ClaimRequest], *, owner: str, lease_id: str, ttl_s: float
@@ -177,8 +163,7 @@ class SqliteReceiptStore:
 
         def tx(conn: sqlite3.Connection) -> list[ClaimOutcome]:
             outcomes: list[ClaimOutcome] = []
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(conn):
                 for req in requests:
                     row = conn.execute(
                         "SELECT status, result, owner, lease_id, lease_expires_at, completed_at "
@@ -201,22 +186,16 @@ class SqliteReceiptStore:
                             req.key, ClaimStatus.CLAIMED, lease_expires_at=expires
                         )
                     outcomes.append(outcome)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             return outcomes
 
-        result: list[ClaimOutcome] = await self._run(tx)
-        return result
+        return await self._db.run(tx)
 
     async def renew(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
         expires = self._clock() + ttl_s
 
         def tx(conn: sqlite3.Connection) -> list[bool]:
             owned: list[bool] = []
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(conn):
                 for key in keys:
                     cur = conn.execute(
                         "UPDATE receipts SET lease_expires_at = ? "
@@ -224,14 +203,9 @@ class SqliteReceiptStore:
                         (expires, key, lease_id),
                     )
                     owned.append(cur.rowcount == 1)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             return owned
 
-        result: list[bool] = await self._run(tx)
-        return result
+        return await self._db.run(tx)
 
     async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
         now = self._clock()
@@ -246,8 +220,7 @@ class SqliteReceiptStore:
             )
             return cur.rowcount == 1
 
-        done: bool = await self._run(tx)
-        return done
+        return await self._db.run(tx)
 
     async def fail(self, key: str, *, lease_id: str, error: str) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
@@ -259,8 +232,7 @@ class SqliteReceiptStore:
             )
             return cur.rowcount == 1
 
-        done: bool = await self._run(tx)
-        return done
+        return await self._db.run(tx)
 
     async def release(self, keys: Sequence[str], *, lease_id: str) -> None:
         def tx(conn: sqlite3.Connection) -> None:
@@ -270,7 +242,7 @@ class SqliteReceiptStore:
                 [(key, lease_id) for key in keys],
             )
 
-        await self._run(tx)
+        await self._db.run(tx)
 
     async def get(self, keys: Sequence[str]) -> dict[str, Receipt]:
         def tx(conn: sqlite3.Connection) -> dict[str, Receipt]:
@@ -299,12 +271,10 @@ class SqliteReceiptStore:
                     )
             return found
 
-        result: dict[str, Receipt] = await self._run(tx)
-        return result
+        return await self._db.run(tx)
 
     async def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
 
 def _decide_claim(

@@ -15,16 +15,15 @@ The interface is backend-neutral; ``SqliteSheetStore`` is the embedded default.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from playline.activities.sqlite_db import SqliteDatabase, write_transaction
 from playline.errors import InvalidPlayInput
 
 RunMode = Literal["upsert", "net_new"]
@@ -131,23 +130,9 @@ class SqliteSheetStore:
     """Sheet rows in one SQLite file (WAL), shared by every activity of a worker."""
 
     def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = SqliteDatabase(path, _SCHEMA)
+        self.path = self._db.path
         self._clock = clock
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
-        )
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        def locked() -> Any:
-            with self._lock:
-                return fn(self._conn)
-
-        return await asyncio.to_thread(locked)
 
     async def put_source(
         self, dataset_id: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
@@ -160,8 +145,7 @@ class SqliteSheetStore:
             ).fetchone()
             if existing is not None:
                 return int(existing[0])
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(conn):
                 count = 0
                 batch: list[tuple[str, int, str]] = []
                 for pos, values in enumerate(rows):
@@ -177,14 +161,9 @@ class SqliteSheetStore:
                     "INSERT INTO sources VALUES (?, ?, ?, ?)",
                     (dataset_id, json.dumps(list(columns)), count, now),
                 )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             return count
 
-        count: int = await self._run(tx)
-        return count
+        return await self._db.run(tx)
 
     async def source(self, dataset_id: str) -> tuple[list[str], int] | None:
         def tx(conn: sqlite3.Connection) -> tuple[list[str], int] | None:
@@ -193,8 +172,7 @@ class SqliteSheetStore:
             ).fetchone()
             return None if row is None else (json.loads(row[0]), int(row[1]))
 
-        found: tuple[list[str], int] | None = await self._run(tx)
-        return found
+        return await self._db.run(tx)
 
     async def prepare_run(
         self,
@@ -224,8 +202,7 @@ class SqliteSheetStore:
                     f"row key field(s) {missing} are not columns of {source_id!r} "
                     f"(columns: {source_columns})"
                 )
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(conn):
                 seen: set[str] = set()
                 duplicates = seen_before = admitted = 0
                 manifest: list[tuple[str, int, str, str]] = []
@@ -278,20 +255,14 @@ class SqliteSheetStore:
                         now,
                     ),
                 )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             info = _read_run_info(conn, run_ref)
             assert info is not None
             return info
 
-        info: RunInfo = await self._run(tx)
-        return info
+        return await self._db.run(tx)
 
     async def run_info(self, run_ref: str) -> RunInfo | None:
-        info: RunInfo | None = await self._run(lambda conn: _read_run_info(conn, run_ref))
-        return info
+        return await self._db.run(lambda conn: _read_run_info(conn, run_ref))
 
     async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]:
         def tx(conn: sqlite3.Connection) -> list[RunRow]:
@@ -307,8 +278,7 @@ class SqliteSheetStore:
                 for seq, key, data, status, err in rows
             ]
 
-        rows: list[RunRow] = await self._run(tx)
-        return rows
+        return await self._db.run(tx)
 
     async def write_results(self, run_ref: str, results: Sequence[RowResult]) -> None:
         if not results:
@@ -319,8 +289,7 @@ class SqliteSheetStore:
             info = _read_run_info(conn, run_ref)
             if info is None:
                 raise InvalidPlayInput(f"run {run_ref!r} has no manifest")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(conn):
                 for res in results:
                     if res.cells:
                         current = conn.execute(
@@ -337,12 +306,8 @@ class SqliteSheetStore:
                         "UPDATE run_rows SET status = ?, error = ? WHERE run_ref = ? AND seq = ?",
                         (res.status, res.error, run_ref, res.seq),
                     )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
 
-        await self._run(tx)
+        await self._db.run(tx)
 
     async def run_counts(self, run_ref: str) -> dict[str, int]:
         def tx(conn: sqlite3.Connection) -> dict[str, int]:
@@ -354,8 +319,7 @@ class SqliteSheetStore:
                 counts[status] = int(n)
             return counts
 
-        counts: dict[str, int] = await self._run(tx)
-        return counts
+        return await self._db.run(tx)
 
     async def read_source_rows(
         self, dataset_id: str, offset: int, limit: int
@@ -368,12 +332,10 @@ class SqliteSheetStore:
             ).fetchall()
             return [json.loads(r[0]) for r in rows]
 
-        rows: list[dict[str, Any]] = await self._run(tx)
-        return rows
+        return await self._db.run(tx)
 
     async def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
 
 def _read_run_info(conn: sqlite3.Connection, run_ref: str) -> RunInfo | None:
