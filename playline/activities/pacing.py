@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import math
 import random
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -60,6 +61,21 @@ class AimdConfig:
         jitter_fraction: the pause is stretched by a uniform random fraction in
             ``[0, jitter_fraction)`` so that workers paused by the same burst
             do not all resume on the same millisecond.
+        probe_fraction: after a cut, the rate grows with full steps only up to
+            ``probe_fraction x`` the *limit estimate* (the rate of successes
+            in the last ``window_s`` before the cut, at most the rate in force
+            then); from there to ``estimate / probe_fraction`` it probes
+            gently, and beyond (the limit has moved) full steps resume. Without this
+            the rate overshoots an unknown limit by a full step every few
+            seconds, and every overshoot costs a ``Retry-After`` pause.
+        probe_step_fraction: one gentle step is ``max(min_increase_rps,
+            probe_step_fraction x limit estimate)``.
+        busy_fraction: a window only earns an increase if the successes of
+            its last ``window_s`` seconds reach ``busy_fraction x rate x
+            window_s``: a key that is not using its rate (the dispatch, not the
+            limiter, holds it back) learns nothing about the provider's limit,
+            and raising its rate anyway would let it burst far over the limit
+            as soon as the dispatch catches up.
     """
 
     decrease_factor: float = 0.5
@@ -69,6 +85,9 @@ class AimdConfig:
     default_pause_s: float = 1.0
     max_pause_s: float = 30.0
     jitter_fraction: float = 0.1
+    probe_fraction: float = 0.9
+    probe_step_fraction: float = 0.01
+    busy_fraction: float = 0.9
 
     def __post_init__(self) -> None:
         if not 0 < self.decrease_factor < 1:
@@ -79,6 +98,10 @@ class AimdConfig:
             raise ValueError("window_s must be > 0; pauses must be >= 0")
         if self.jitter_fraction < 0:
             raise ValueError("jitter_fraction must be >= 0")
+        if not 0 <= self.busy_fraction <= 1:
+            raise ValueError("busy_fraction must be in [0, 1]")
+        if not 0 < self.probe_fraction <= 1 or self.probe_step_fraction < 0:
+            raise ValueError("probe_fraction must be in (0, 1] and probe_step_fraction >= 0")
 
 
 class RateLimitOutcome(enum.Enum):
@@ -103,7 +126,8 @@ class AimdController:
       epoch (i.e. after the previous cut took effect). Every other 429 of the
       burst is *absorbed*: counted, never cut on again.
     * :meth:`on_success` grows the rate by one additive step per window of
-      successes (see :class:`AimdConfig`), up to the ceiling.
+      successes (see :class:`AimdConfig`), up to the ceiling; near the rate
+      that drew the last cut (``limit_estimate``) the steps are small.
     * The rate in force always stays in ``[min(min_rps, ceiling), ceiling]``.
 
     Args:
@@ -124,8 +148,11 @@ class AimdController:
     cuts: int = field(default=0, init=False)
     pauses: int = field(default=0, init=False)
     increases: int = field(default=0, init=False)
+    #: the rate of successes just before the last cut (``None``: never cut, or reset)
+    limit_estimate: float | None = field(default=None, init=False)
     _last_change_at: float = field(default=-math.inf, init=False)
     _window_successes: int = field(default=0, init=False)
+    _recent: deque[float] = field(default_factory=deque, init=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_rate(self.ceiling_rps, "ceiling_rps")
@@ -164,6 +191,9 @@ class AimdController:
             if self.paused_until > now:
                 self.paused_until = max(self.paused_until, now + pause_s)
             return RateLimitOutcome.ABSORBED
+        achieved = sum(1 for t in self._recent if t >= now - self.config.window_s)
+        achieved_rps = achieved / self.config.window_s
+        self.limit_estimate = min(self.rate, max(achieved_rps, self.floor_rps))
         self.rate = max(self.floor_rps, self.rate * self.config.decrease_factor)
         self.epoch += 1
         self.cuts += 1
@@ -171,6 +201,7 @@ class AimdController:
         self.paused_until = max(self.paused_until, now + pause_s)
         self._last_change_at = now
         self._window_successes = 0
+        self._recent.clear()
         return RateLimitOutcome.CUT
 
     def on_success(self, now: float, dispatch_epoch: int) -> bool:
@@ -181,14 +212,33 @@ class AimdController:
         if dispatch_epoch != self.epoch or self.rate >= self.ceiling_rps:
             return False
         self._window_successes += 1
-        needed = max(1, math.ceil(self.rate * self.config.window_s))
-        if self._window_successes < needed or now - self._last_change_at < self.config.window_s:
+        window = self.config.window_s
+        recent = self._recent
+        recent.append(now)
+        while recent and recent[0] < now - window:
+            recent.popleft()
+        needed = max(1, math.ceil(self.rate * window))
+        if self._window_successes < needed or now - self._last_change_at < window:
             return False
-        self.rate = min(self.ceiling_rps, self.rate + self.step_rps)
+        if len(recent) < self.config.busy_fraction * self.rate * window:
+            return False  # not using the rate in force: no evidence for more
+        self.rate = min(self.ceiling_rps, self._next_rate())
         self.increases += 1
         self._last_change_at = now
         self._window_successes = 0
         return True
+
+    def _next_rate(self) -> float:
+        """One additive step: full far below the limit estimate, gentle near it."""
+        full = self.rate + self.step_rps
+        estimate = self.limit_estimate
+        knee = self.config.probe_fraction * estimate if estimate is not None else 0.0
+        if estimate is None or self.rate >= estimate / self.config.probe_fraction:
+            return full
+        if self.rate < knee:
+            return min(full, knee)
+        gentle = max(self.config.min_increase_rps, self.config.probe_step_fraction * estimate)
+        return min(full, self.rate + gentle)
 
     def set_ceiling(self, ceiling_rps: float, now: float) -> None:
         """Apply a new configured rate: the ceiling *and* the rate in force become it.
@@ -201,6 +251,7 @@ class AimdController:
         _check_rate(ceiling_rps, "ceiling_rps")
         self.ceiling_rps = ceiling_rps
         self.rate = ceiling_rps
+        self.limit_estimate = None
         self._rate_changed(now)
 
     def set_min_rps(self, min_rps: float) -> None:
@@ -232,6 +283,7 @@ class AimdController:
         self.epoch += 1
         self._last_change_at = now
         self._window_successes = 0
+        self._recent.clear()
 
     def _pause_for(self, retry_after_s: float | None) -> float:
         cfg = self.config
