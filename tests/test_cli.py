@@ -102,3 +102,37 @@ async def test_help_everywhere(home) -> None:
         result = await playline(*args, home=home)
         assert result.returncode == 0, (args, result.stderr)
         assert "usage:" in result.stdout.lower(), args
+
+
+async def test_temporal_cli_starts_a_play_by_its_workflow_type(
+    client, provider, worker, temporal_address, task_queue, tmp_path
+) -> None:
+    """Each play is its own workflow type: the stock ``temporal`` CLI can start it by name."""
+    from playline.devserver import temporal_binary
+    from playline.workflows.models import PlayRunResult
+
+    csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(3)])
+    async with worker():
+        proc = await asyncio.create_subprocess_exec(
+            temporal_binary(),
+            "workflow",
+            "start",
+            "--address",
+            temporal_address,
+            "--task-queue",
+            task_queue,
+            "--type",
+            "t_tool_column",
+            "--workflow-id",
+            "started-by-temporal-cli",
+            "--input",
+            f'{{"csv_path": "{csv_path}"}}',
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        handle = client.get_workflow_handle("started-by-temporal-cli", result_type=PlayRunResult)
+        result = await asyncio.wait_for(handle.result(), 60)
+    assert result.play == "t_tool_column" and result.stats.rows_ok == 3
+    assert (await handle.describe()).workflow_type == "t_tool_column"
