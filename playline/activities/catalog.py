@@ -19,6 +19,7 @@ input = { first_name = "str", last_name = "str", domain = "str" }
 getters = { email = "email", confidence = "confidence" }
 credits = 1.0
 version = "1"
+batch = { path = "/v1/email/find/bulk", max_items = 25 }   # optional bulk endpoint
 ```
 """
 
@@ -83,6 +84,22 @@ class ProviderSpec(BaseModel):
         return self.base_url.rstrip("/")
 
 
+class BatchSpec(BaseModel):
+    """A bulk endpoint: member inputs go in ``items_field``, results come back in order.
+
+    Claimed calls wait up to ``linger_ms`` for company, then go out in requests of
+    at most ``max_items`` (see ``playline.activities.batching``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    max_items: int = Field(default=25, ge=1, le=1000)
+    linger_ms: float = Field(default=20.0, ge=0, le=5000)
+    items_field: str = "items"
+    results_field: str = "results"
+
+
 class ToolSpec(BaseModel):
     """One tool: a provider endpoint with a typed input and named value getters."""
 
@@ -96,6 +113,7 @@ class ToolSpec(BaseModel):
     getters: dict[str, str] = Field(default_factory=dict)
     credits: float = Field(default=1.0, ge=0)
     version: str = "1"
+    batch: BatchSpec | None = None
 
     @model_validator(mode="after")
     def _check_input_types(self) -> ToolSpec:

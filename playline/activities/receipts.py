@@ -75,6 +75,7 @@ class ClaimOutcome:
     result: Any = None
     lease_expires_at: float | None = None
     owner: str | None = None
+    batch_key: str | None = None  # CLAIMED member of an unfinished batch: resume it
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,15 @@ class Receipt:
     completed_at: float | None
     attempts: int
     credits: float
+
+
+@dataclass(frozen=True, slots=True)
+class BatchClaim:
+    """What claiming an aggregate receipt found: the stored request and its members."""
+
+    status: ClaimStatus
+    member_keys: list[str]
+    request: dict[str, Any]
 
 
 class ReceiptStore(Protocol):
@@ -121,6 +131,44 @@ class ReceiptStore(Protocol):
         """Current receipts for these keys (missing keys are absent)."""
         ...
 
+    async def open_batch(
+        self,
+        agg_key: str,
+        *,
+        tool_id: str,
+        member_keys: Sequence[str],
+        request: dict[str, Any],
+        owner: str,
+        lease_id: str,
+        ttl_s: float,
+    ) -> bool:
+        """Record a batch's exact request and point its members (held by this lease) at
+        it, before it is sent; False if a member is no longer held."""
+        ...
+
+    async def claim_batch(
+        self, agg_key: str, *, owner: str, lease_id: str, ttl_s: float
+    ) -> BatchClaim:
+        """Take over an unfinished batch: the aggregate and all its unfinished members."""
+        ...
+
+    async def complete_batch(
+        self,
+        agg_key: str,
+        *,
+        lease_id: str,
+        results: dict[str, Any],
+        credits_per_member: float,
+    ) -> bool:
+        """Complete the aggregate and every member in one transaction (fenced)."""
+        ...
+
+    async def fail_batch(
+        self, agg_key: str, *, lease_id: str, error: str, release_members: bool
+    ) -> None:
+        """Record a batch failure; ``release_members`` frees them for a new batch."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -137,9 +185,14 @@ CREATE TABLE IF NOT EXISTS receipts (
     created_at REAL NOT NULL,
     completed_at REAL,
     attempts INTEGER NOT NULL DEFAULT 0,
-    credits REAL NOT NULL DEFAULT 0
+    credits REAL NOT NULL DEFAULT 0,
+    batch_key TEXT,
+    request TEXT
 );
 """
+
+#: Columns added after the first release, for files created before them.
+_ADDED_COLUMNS = {"batch_key": "TEXT", "request": "TEXT"}
 
 
 class SqliteReceiptStore:
@@ -151,7 +204,7 @@ class SqliteReceiptStore:
     """
 
     def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
-        self._db = SqliteDatabase(path, _SCHEMA)
+        self._db = SqliteDatabase(path, _SCHEMA, added_columns={"receipts": _ADDED_COLUMNS})
         self.path = self._db.path
         self._clock = clock
 
@@ -166,8 +219,8 @@ class SqliteReceiptStore:
             with write_transaction(conn):
                 for req in requests:
                     row = conn.execute(
-                        "SELECT status, result, owner, lease_id, lease_expires_at, completed_at "
-                        "FROM receipts WHERE key = ?",
+                        "SELECT status, result, owner, lease_id, lease_expires_at, completed_at, "
+                        "batch_key FROM receipts WHERE key = ?",
                         (req.key,),
                     ).fetchone()
                     outcome = _decide_claim(req, row, now=now, lease_id=lease_id)
@@ -183,7 +236,10 @@ class SqliteReceiptStore:
                             (req.key, req.tool_id, owner, lease_id, expires, now),
                         )
                         outcome = ClaimOutcome(
-                            req.key, ClaimStatus.CLAIMED, lease_expires_at=expires
+                            req.key,
+                            ClaimStatus.CLAIMED,
+                            lease_expires_at=expires,
+                            batch_key=row[6] if row is not None else None,
                         )
                     outcomes.append(outcome)
             return outcomes
@@ -244,6 +300,145 @@ class SqliteReceiptStore:
 
         await self._db.run(tx)
 
+    async def open_batch(
+        self,
+        agg_key: str,
+        *,
+        tool_id: str,
+        member_keys: Sequence[str],
+        request: dict[str, Any],
+        owner: str,
+        lease_id: str,
+        ttl_s: float,
+    ) -> bool:
+        now = self._clock()
+        document = canonical_json({"members": list(member_keys), "request": request})
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            with write_transaction(conn):
+                held = 0
+                for key in member_keys:
+                    held += conn.execute(
+                        "UPDATE receipts SET batch_key = ? "
+                        "WHERE key = ? AND lease_id = ? AND status = 'running'",
+                        (agg_key, key, lease_id),
+                    ).rowcount
+                if held != len(member_keys):
+                    raise _Rollback
+                conn.execute(
+                    "INSERT INTO receipts (key, tool_id, status, owner, lease_id, "
+                    "lease_expires_at, created_at, attempts, request) "
+                    "VALUES (?, ?, 'running', ?, ?, ?, ?, 1, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET status='running', owner=excluded.owner, "
+                    "lease_id=excluded.lease_id, lease_expires_at=excluded.lease_expires_at, "
+                    "request=excluded.request, attempts=receipts.attempts + 1",
+                    (agg_key, f"{tool_id}#batch", owner, lease_id, now + ttl_s, now, document),
+                )
+            return True
+
+        try:
+            return await self._db.run(tx)
+        except _Rollback:
+            return False
+
+    async def claim_batch(
+        self, agg_key: str, *, owner: str, lease_id: str, ttl_s: float
+    ) -> BatchClaim:
+        now = self._clock()
+
+        def tx(conn: sqlite3.Connection) -> BatchClaim:
+            with write_transaction(conn):
+                row = conn.execute(
+                    "SELECT status, lease_id, lease_expires_at, request FROM receipts "
+                    "WHERE key = ?",
+                    (agg_key,),
+                ).fetchone()
+                if row is None or row[3] is None:
+                    raise LookupError(f"batch {agg_key} has no stored request")
+                document = json.loads(row[3])
+                members: list[str] = document["members"]
+                if row[0] == "completed":
+                    return BatchClaim(ClaimStatus.HIT, members, document["request"])
+                if row[1] != lease_id and (row[2] or 0) > now:
+                    return BatchClaim(ClaimStatus.HELD, members, document["request"])
+                conn.execute(
+                    "UPDATE receipts SET status='running', owner=?, lease_id=?, "
+                    "lease_expires_at=?, attempts=attempts + 1 WHERE key = ?",
+                    (owner, lease_id, now + ttl_s, agg_key),
+                )
+                for key in members:
+                    conn.execute(
+                        "UPDATE receipts SET status='running', owner=?, lease_id=?, "
+                        "lease_expires_at=? WHERE key = ? AND batch_key = ? "
+                        "AND status != 'completed'",
+                        (owner, lease_id, now + ttl_s, key, agg_key),
+                    )
+                return BatchClaim(ClaimStatus.CLAIMED, members, document["request"])
+
+        return await self._db.run(tx)
+
+    async def complete_batch(
+        self,
+        agg_key: str,
+        *,
+        lease_id: str,
+        results: dict[str, Any],
+        credits_per_member: float,
+    ) -> bool:
+        now = self._clock()
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            with write_transaction(conn):
+                fenced = conn.execute(
+                    "UPDATE receipts SET status='completed', completed_at=?, lease_id=NULL, "
+                    "lease_expires_at=NULL, error=NULL, result=?, credits=credits + ? "
+                    "WHERE key=? AND lease_id=? AND status='running'",
+                    (
+                        now,
+                        canonical_json({"members": len(results)}),
+                        credits_per_member * len(results),
+                        agg_key,
+                        lease_id,
+                    ),
+                ).rowcount
+                if fenced != 1:
+                    raise _Rollback
+                for key, result in results.items():
+                    conn.execute(
+                        "UPDATE receipts SET status='completed', result=?, error=NULL, "
+                        "completed_at=?, lease_id=NULL, lease_expires_at=NULL, "
+                        "credits=credits + ? WHERE key=? AND batch_key=?",
+                        (canonical_json(result), now, credits_per_member, key, agg_key),
+                    )
+            return True
+
+        try:
+            return await self._db.run(tx)
+        except _Rollback:
+            return False
+
+    async def fail_batch(
+        self, agg_key: str, *, lease_id: str, error: str, release_members: bool
+    ) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            with write_transaction(conn):
+                owned = conn.execute(
+                    "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
+                    "lease_expires_at=NULL WHERE key=? AND lease_id=? AND status='running'",
+                    (error[:2000], agg_key, lease_id),
+                ).rowcount
+                if owned != 1:
+                    return
+                conn.execute(
+                    "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
+                    "lease_expires_at=NULL"
+                    + (", batch_key=NULL" if release_members else "")
+                    + " WHERE batch_key=? AND status != 'completed'",
+                    (error[:2000], agg_key),
+                )
+
+        await self._db.run(tx)
+
     async def get(self, keys: Sequence[str]) -> dict[str, Receipt]:
         def tx(conn: sqlite3.Connection) -> dict[str, Receipt]:
             found: dict[str, Receipt] = {}
@@ -277,6 +472,10 @@ class SqliteReceiptStore:
         self._db.close()
 
 
+class _Rollback(Exception):
+    """Raised inside a transaction to undo it and report ``False``."""
+
+
 def _decide_claim(
     req: ClaimRequest, row: tuple[Any, ...] | None, *, now: float, lease_id: str
 ) -> ClaimOutcome | None:
@@ -288,7 +487,7 @@ def _decide_claim(
     """
     if row is None:
         return None
-    status, result, owner, held_lease, lease_expires_at, completed_at = row
+    status, result, owner, held_lease, lease_expires_at, completed_at = row[:6]
     if status == "running" and held_lease != lease_id and (lease_expires_at or 0) > now:
         return ClaimOutcome(
             req.key, ClaimStatus.HELD, lease_expires_at=lease_expires_at, owner=owner

@@ -22,7 +22,13 @@ T = TypeVar("T")
 class SqliteDatabase:
     """A connection to one SQLite file, used from one thread at a time."""
 
-    def __init__(self, path: str | Path, schema: str) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        schema: str,
+        *,
+        added_columns: dict[str, dict[str, str]] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -32,6 +38,11 @@ class SqliteDatabase:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(schema)
+        for table, columns in (added_columns or {}).items():
+            present = {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}
+            for name, kind in columns.items():
+                if name not in present:
+                    self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` on a worker thread, one call at a time."""

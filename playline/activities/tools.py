@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from playline.activities.batching import BatchDispatcher
 from playline.activities.catalog import Catalog, ToolSpec
 from playline.activities.fixtures import FixtureBook
 from playline.activities.governor import Governor
@@ -164,6 +165,15 @@ class ToolRunner:
         self._unsettled: set[str] = set()
         self._claim_queue: list[tuple[ClaimRequest, asyncio.Future[ClaimOutcome]]] = []
         self._claim_flush_scheduled = False
+        self.batches = BatchDispatcher(
+            receipts=receipts,
+            owner=owner,
+            lease_id=lease_id,
+            lease_ttl_s=lease_ttl_s,
+            send=self._send_bulk,
+            persist=self._persist,
+            unsettled=self._unsettled,
+        )
 
     # -- public -------------------------------------------------------------
 
@@ -241,6 +251,8 @@ class ToolRunner:
             self.stats.cached += 1
             return outcome.result, True
 
+        if tool.batch is not None and self.mode == "live":
+            return await self._lead_batched(tool, payload, key, outcome.batch_key), False
         self._unsettled.add(key)
         try:
             try:
@@ -259,6 +271,28 @@ class ToolRunner:
             return data, False
         finally:
             self._unsettled.discard(key)
+
+    async def _lead_batched(
+        self, tool: ToolSpec, payload: dict[str, Any], key: str, batch_key: str | None
+    ) -> Any:
+        """A claimed call of a bulk tool: joins a new batch, or finishes its old one."""
+        self._unsettled.add(key)
+        try:
+            if batch_key is not None:
+                return await self.batches.resume(tool, batch_key, key)
+            return await self.batches.submit(tool, key, payload)
+        except (ProviderError, FixtureMissing):
+            self.stats.failed += 1
+            raise
+        finally:
+            self._unsettled.discard(key)
+
+    async def _send_bulk(self, tool: ToolSpec, request: dict[str, Any], idem: str) -> Any:
+        assert tool.batch is not None
+        members = len(request.get(tool.batch.items_field, []))
+        return await self._send(
+            tool, request, idem, path=tool.batch.path, credits=tool.credits * members
+        )
 
     def _credits(self, tool: ToolSpec) -> float:
         return 0.0 if self.mode == "fixture" else tool.credits
@@ -301,6 +335,18 @@ class ToolRunner:
             return data
 
         idem = idempotency_key(key, force=force, lease_id=self.lease_id)
+        return await self._send(tool, payload, idem, credits=tool.credits)
+
+    async def _send(
+        self,
+        tool: ToolSpec,
+        payload: dict[str, Any],
+        idem: str,
+        *,
+        credits: float,
+        path: str | None = None,
+    ) -> Any:
+        """One provider request through the governor, retrying transient failures."""
         attempt = 0
         while True:
             attempt += 1
@@ -308,7 +354,7 @@ class ToolRunner:
                 self._check_before_dispatch()
                 started = time.monotonic()
                 try:
-                    data = await self.provider.send(tool, payload, idempotency_key=idem)
+                    data = await self.provider.send(tool, payload, idempotency_key=idem, path=path)
                 except ProviderRateLimited as err:
                     permit.record_rate_limited(err.retry_after_s)
                     failure: ProviderError = err
@@ -323,7 +369,7 @@ class ToolRunner:
                     permit.record_success(time.monotonic() - started)
                     self._observe(tool, "ok", started)
                     self.stats.made += 1
-                    self.stats.credits += tool.credits
+                    self.stats.credits += credits
                     return data
             self._observe(tool, _outcome(failure), started)
             if attempt >= self.retry.max_attempts:
