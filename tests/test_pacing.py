@@ -289,3 +289,50 @@ def test_ewma_prior_then_observations() -> None:
     assert e.value == 0.5
     e.observe(float("nan"))
     assert e.samples == 2
+
+
+# ---------------------------------------------------- probing near the learnt limit
+
+
+def test_a_cut_records_the_achieved_rate_as_the_limit_estimate() -> None:
+    clock = FakeClock()
+    c = controller(1000)
+    for _ in range(200):  # the provider let 200 calls through in the last second
+        c.on_success(clock(), c.epoch)
+    assert c.on_rate_limited(clock(), c.epoch, retry_after_s=None) is RateLimitOutcome.CUT
+    assert c.limit_estimate == pytest.approx(200)
+    assert c.rate == 500  # the multiplicative cut itself is unchanged
+
+
+def test_growth_is_full_below_the_knee_gentle_near_the_estimate_full_beyond() -> None:
+    clock = FakeClock()
+    c = controller(1000)  # full step: 5 % of the ceiling = 50 rps
+    c.limit_estimate = 200.0
+    c.rate = 100.0
+    assert succeed_window(c, clock) and c.rate == pytest.approx(150)  # full step
+    assert succeed_window(c, clock) and c.rate == pytest.approx(180)  # stops at the knee
+    assert succeed_window(c, clock) and c.rate == pytest.approx(182)  # 1 % of the estimate
+    c.rate = 225.0  # past estimate / 0.9: the limit has moved, probe fast again
+    assert succeed_window(c, clock) and c.rate == pytest.approx(275)
+
+
+def test_an_idle_rate_earns_no_increase() -> None:
+    """A key held back by its dispatch, not its limiter, learns nothing about the limit."""
+    clock = FakeClock()
+    c = controller(100)
+    c.rate = 20.0
+    needed = math.ceil(c.rate * c.config.window_s)
+    clock.advance(c.config.window_s)
+    for _ in range(needed // 2):
+        c.on_success(clock(), c.epoch)
+    clock.advance(2 * c.config.window_s)  # half the window's successes are now old
+    grew = any(c.on_success(clock(), c.epoch) for _ in range(needed - needed // 2))
+    assert not grew and c.rate == 20.0
+    assert succeed_window(c, clock)  # a busy window does earn it
+
+
+def test_set_ceiling_forgets_the_limit_estimate() -> None:
+    c = controller(1000)
+    c.limit_estimate = 200.0
+    c.set_ceiling(300, FakeClock()())
+    assert c.limit_estimate is None

@@ -209,14 +209,18 @@ class AimdController:
 
         Only calls dispatched at the current epoch count towards a window.
         """
-        if dispatch_epoch != self.epoch or self.rate >= self.ceiling_rps:
+        if dispatch_epoch != self.epoch:
             return False
-        self._window_successes += 1
         window = self.config.window_s
         recent = self._recent
         recent.append(now)
         while recent and recent[0] < now - window:
             recent.popleft()
+        # Recorded even at the ceiling: the first 429 usually comes there, and its
+        # limit estimate is read from these.
+        if self.rate >= self.ceiling_rps:
+            return False
+        self._window_successes += 1
         needed = max(1, math.ceil(self.rate * window))
         if self._window_successes < needed or now - self._last_change_at < window:
             return False

@@ -38,6 +38,8 @@ class Settings:
     home: Path = field(default_factory=lambda: Path(os.environ.get("PLAYLINE_HOME", ".playline")))
     catalog_path: str | None = field(default_factory=lambda: os.environ.get("PLAYLINE_CATALOG"))
     http_max_connections: int = 256
+    #: httpcore scans every pooled connection per request; keep the idle pool small.
+    http_max_keepalive: int = 32
     #: PostgreSQL for fleet-wide pacing; unset keeps pacing per worker process.
     pg_dsn: str | None = field(default_factory=lambda: os.environ.get("PLAYLINE_PG_DSN"))
     fleet_table_prefix: str = field(
@@ -86,7 +88,7 @@ class Services:
         http = httpx.AsyncClient(
             limits=httpx.Limits(
                 max_connections=settings.http_max_connections,
-                max_keepalive_connections=settings.http_max_connections,
+                max_keepalive_connections=settings.http_max_keepalive,
             ),
             timeout=httpx.Timeout(15.0, connect=5.0),
         )
