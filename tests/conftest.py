@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -127,6 +128,32 @@ def worker(temporal_address: str, task_queue: str, home: Path) -> WorkerFactory:
             yield running
 
     return start
+
+
+def start_worker_process(
+    address: str, task_queue: str, home: Path, log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A ``playline worker`` process (plays from tests.plays) logging to ``log``."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "playline",
+            "worker",
+            "--address",
+            address,
+            "--task-queue",
+            task_queue,
+            "--home",
+            str(home),
+            "--plays",
+            "tests.plays",
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
 
 
 def new_id(prefix: str = "play") -> str:

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from playline.activities.datasets import export_run
 from playline.activities.services import Services, ServicesHolder, Settings
 from playline.workflows.models import PlayRunResult, RunOptions
-from tests.conftest import LEADS_CSV, REPO, new_id
+from tests.conftest import LEADS_CSV, new_id, start_worker_process
 
 
 def first_rows(n: int, path: Path) -> Path:
@@ -26,29 +23,6 @@ def first_rows(n: int, path: Path) -> Path:
     with path.open("w", newline="") as out:
         csv.writer(out).writerows(rows[: n + 1])
     return path
-
-
-def start_worker_process(
-    address: str, task_queue: str, home: Path, log: Path
-) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "playline",
-            "worker",
-            "--address",
-            address,
-            "--task-queue",
-            task_queue,
-            "--home",
-            str(home),
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
 
 
 async def wait_for(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]

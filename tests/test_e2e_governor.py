@@ -31,7 +31,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
 from playline.provider_server.fake_data import find_email
 from playline.workflows.models import PlayRunResult, RunOptions
-from tests.conftest import REPO, new_id
+from tests.conftest import REPO, new_id, start_worker_process
 from tests.plays import lead, run, write_csv
 
 DSN = os.environ.get("PLAYLINE_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -210,31 +210,6 @@ async def test_429_with_retry_after_pauses_the_key_then_recovers(
 
 
 # -- 3. two worker processes sharing PostgreSQL stay within one budget ---------
-
-
-def start_worker_process(
-    address: str, task_queue: str, home: Path, log: Path, env: dict[str, str]
-) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "playline",
-            "worker",
-            "--address",
-            address,
-            "--task-queue",
-            task_queue,
-            "--home",
-            str(home),
-            "--plays",
-            "tests.plays",
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), **env},
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
 
 
 async def wait_for_poller(client: Any, task_queue: str, timeout_s: float = 30.0) -> None:
