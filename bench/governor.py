@@ -57,6 +57,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest  # noqa: 
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
+from playline.provider_server.ledger import max_in_window  # noqa: E402
 from playline.provider_server.process import ProviderServerProcess  # noqa: E402
 from playline.workflows.models import PlayRunResult, RunOptions  # noqa: E402
 
@@ -115,16 +116,6 @@ class Result:
 
 
 # ---------------------------------------------------------------- measurements
-
-
-def max_in_window(times: list[float], window: float = 1.0) -> int:
-    times = sorted(times)
-    best = j = 0
-    for i, start in enumerate(times):
-        while j < len(times) and times[j] < start + window:
-            j += 1
-        best = max(best, j - i)
-    return best
 
 
 def convergence(ok_times: list[float], t0: float, target_rps: float) -> float | None:

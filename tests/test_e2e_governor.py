@@ -30,6 +30,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
 from playline.provider_server.fake_data import find_email
+from playline.provider_server.ledger import max_in_window
 from playline.workflows.models import PlayRunResult, RunOptions
 from tests.conftest import REPO, new_id, start_worker_process
 from tests.plays import lead, run, write_csv
@@ -83,17 +84,6 @@ def leads_csv(tmp_path: Path, n: int, *, offset: int = 0) -> Path:
 
 def acme_calls(provider: Any, since: float = 0.0) -> list[dict[str, Any]]:
     return [c for c in provider.calls(since) if c["provider"] == "acme"]
-
-
-def max_in_window(times: list[float], window: float = 1.0) -> int:
-    """The most events in any half-open window ``[s, s + window)``."""
-    times = sorted(times)
-    best = j = 0
-    for i, start in enumerate(times):
-        while j < len(times) and times[j] < start + window:
-            j += 1
-        best = max(best, j - i)
-    return best
 
 
 def assert_all_ok(result: PlayRunResult, rows: int) -> None:

@@ -20,6 +20,7 @@ from playline.activities.catalog import PacingPolicy
 from playline.activities.fleet_pacing import FleetPacer, FleetPacingUnavailable
 from playline.activities.governor import Governor
 from playline.limits_cli import add_limits_parser, run_limits
+from playline.provider_server.ledger import max_in_window
 
 pytestmark = pytest.mark.postgres
 
@@ -53,17 +54,6 @@ async def pacers(prefix: str) -> AsyncIterator[list[FleetPacer]]:
     yield made
     for pacer in made:
         await pacer.aclose()
-
-
-def max_in_window(times: list[float], window: float) -> int:
-    times = sorted(times)
-    best = 0
-    j = 0
-    for i, start in enumerate(times):
-        while j < len(times) and times[j] < start + window:
-            j += 1
-        best = max(best, j - i)
-    return best
 
 
 async def eventually(check: Callable[[], bool], *, within: float) -> float:

@@ -174,3 +174,18 @@ class Ledger:
             "started_at": self.started_at,
             "now_monotonic": time.monotonic(),
         }
+
+
+def max_in_window(times: list[float], window: float = 1.0) -> int:
+    """The most events in any half-open window ``[s, s + window)``.
+
+    How tests and benchmarks read a rate limit off the call records: a limit of
+    ``rps`` with ``burst`` is kept when this stays within ``rps * window + burst``.
+    """
+    times = sorted(times)
+    best = j = 0
+    for i, start in enumerate(times):
+        while j < len(times) and times[j] < start + window:
+            j += 1
+        best = max(best, j - i)
+    return best
