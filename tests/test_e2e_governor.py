@@ -162,19 +162,7 @@ async def test_429_with_retry_after_pauses_the_key_then_recovers(
     catalog = write_catalog(tmp_path, rps=20, burst=2)
     csv_path = leads_csv(tmp_path, rows)
     async with worker(catalog_path=str(catalog)):
-        play = asyncio.ensure_future(
-            run(
-                client,
-                "t_tool_column",
-                {"csv_path": str(csv_path)},
-                task_queue=task_queue,
-                options=WIDE,
-            )
-        )
-        deadline = time.monotonic() + 20
-        while provider.ledger()["charged"] < 15:
-            assert time.monotonic() < deadline and not play.done(), "the run did not start"
-            await asyncio.sleep(0.05)
+        play = await start_wide_run(client, provider, csv_path, task_queue, charged=15)
         await asyncio.to_thread(provider.configure, fail_next={"429": 1})
         result = await play
 
@@ -200,6 +188,26 @@ async def test_429_with_retry_after_pauses_the_key_then_recovers(
 
 
 # -- 3. two worker processes sharing PostgreSQL stay within one budget ---------
+
+
+async def start_wide_run(
+    client: Any, provider: Any, csv_path: Path, task_queue: str, *, charged: int
+) -> asyncio.Future[Any]:
+    """Start ``t_tool_column`` with the wide dispatch; return once ``charged`` calls are paid."""
+    play = asyncio.ensure_future(
+        run(
+            client,
+            "t_tool_column",
+            {"csv_path": str(csv_path)},
+            task_queue=task_queue,
+            options=WIDE,
+        )
+    )
+    deadline = time.monotonic() + 20
+    while provider.ledger()["charged"] < charged:
+        assert time.monotonic() < deadline and not play.done(), "the run did not start"
+        await asyncio.sleep(0.05)
+    return play
 
 
 async def wait_for_poller(client: Any, task_queue: str, timeout_s: float = 30.0) -> None:
@@ -290,19 +298,7 @@ async def test_live_limit_change_takes_effect_without_restart(
     catalog = write_catalog(tmp_path, rps=20, burst=burst)
     csv_path = leads_csv(tmp_path, rows)
     async with worker(catalog_path=str(catalog), pg_dsn=DSN, fleet_table_prefix=fleet_prefix):
-        play = asyncio.ensure_future(
-            run(
-                client,
-                "t_tool_column",
-                {"csv_path": str(csv_path)},
-                task_queue=task_queue,
-                options=WIDE,
-            )
-        )
-        deadline = time.monotonic() + 20
-        while provider.ledger()["charged"] < 30:
-            assert time.monotonic() < deadline and not play.done(), "the run did not start"
-            await asyncio.sleep(0.05)
+        play = await start_wide_run(client, provider, csv_path, task_queue, charged=30)
         command = [
             sys.executable,
             "-m",
