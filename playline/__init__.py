@@ -2,22 +2,24 @@
 
 Authoring (inside a plays module)::
 
-    from playline import PlayContext, play, resolver
+    from playline import PlayContext, RowContext, play, resolver
 
 Running: add ``PlaylinePlugin()`` to ``Client.connect(..., plugins=[...])`` and start a
 worker, or use the ``playline`` command.
 """
 
-from playline.activities.resolvers import RowContext, resolver
-from playline.workflows import (
-    DatasetHandle,
-    DatasetRef,
-    PlayContext,
-    PlayRunResult,
-    PlayState,
-    RunOptions,
-    play,
-)
+from importlib.metadata import PackageNotFoundError, version
+
+from playline.calls.runner import ToolResult
+from playline.contract import DatasetRef, PlayRunResult, PlayState, RunOptions
+from playline.plugin import PlaylinePlugin
+from playline.resolvers import RowContext, resolver
+from playline.workflows import DatasetHandle, PlayContext, play
+
+try:
+    __version__ = version("playline")
+except PackageNotFoundError:  # pragma: no cover - imported from a source tree, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "DatasetHandle",
@@ -25,8 +27,11 @@ __all__ = [
     "PlayContext",
     "PlayRunResult",
     "PlayState",
+    "PlaylinePlugin",
     "RowContext",
     "RunOptions",
+    "ToolResult",
+    "__version__",
     "play",
     "resolver",
 ]

@@ -1,12 +1,24 @@
 """Typed errors, raised where a problem is detected and rendered once at the edge.
 
-Every message says what was wrong and what to do about it. Errors that cross the
-activity boundary are converted to ``temporalio.exceptions.ApplicationError`` with
-the class name as its ``type`` so the workflow (and the CLI) can tell them apart
-and so retry policies can name the non-retryable ones.
+Every message says what was wrong and what to do about it. Each class declares,
+once, how the runtime treats it:
+
+* ``retryable`` - whether Temporal should retry the activity that raised it. At
+  the activity boundary (:mod:`playline.interceptors`) every ``PlaylineError``
+  becomes an ``ApplicationError`` whose ``type`` is the class name and whose
+  ``non_retryable`` is ``not retryable``; workflows' retry policies name
+  :func:`non_retryable_types`.
+* ``chunk_fatal`` - whether it is about the play or the worker rather than one
+  row, so it stops the whole chunk instead of being recorded on the row.
+
+This module imports nothing but the standard library, so every layer may raise
+these errors.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 class PlaylineError(Exception):
@@ -14,6 +26,8 @@ class PlaylineError(Exception):
 
     #: Whether Temporal should retry the activity that raised this.
     retryable: bool = False
+    #: Whether it stops the chunk (about the play or the worker, not one row).
+    chunk_fatal: bool = False
 
 
 class InvalidPlayInput(PlaylineError):
@@ -27,6 +41,8 @@ class CatalogError(PlaylineError):
 class UnknownTool(PlaylineError):
     """A resolver asked for a tool id the catalog does not declare."""
 
+    chunk_fatal = True
+
 
 class InvalidToolInput(PlaylineError):
     """A tool call's input does not match the tool's input model."""
@@ -35,9 +51,13 @@ class InvalidToolInput(PlaylineError):
 class UnknownResolver(PlaylineError):
     """A column names a resolver that is not registered in this worker."""
 
+    chunk_fatal = True
+
 
 class MissingApiKey(PlaylineError):
     """The environment variable holding a provider's API key is not set."""
+
+    chunk_fatal = True
 
 
 class FixtureMissing(PlaylineError):
@@ -52,6 +72,7 @@ class LeaseLost(PlaylineError):
     """
 
     retryable = True
+    chunk_fatal = True
 
 
 class PersistenceCircuitOpen(PlaylineError):
@@ -62,6 +83,7 @@ class PersistenceCircuitOpen(PlaylineError):
     """
 
     retryable = True
+    chunk_fatal = True
 
     def __init__(self, cause: str, prevented_calls: int) -> None:
         super().__init__(
@@ -114,3 +136,36 @@ class ProviderRejected(ProviderError):
 
 class RowFailed(PlaylineError):
     """A row's resolver failed and the dataset runs with ``on_row_error="fail"``."""
+
+
+def non_retryable_types() -> list[str]:
+    """The type names of every error retrying cannot fix, for Temporal retry policies.
+
+    Derived from the classes' ``retryable`` flags (``PlaylineError`` itself
+    included: an unclassified playline error is a bug retrying will not fix).
+    """
+    names: list[str] = []
+    pending: list[type[PlaylineError]] = [PlaylineError]
+    while pending:
+        cls = pending.pop(0)
+        if not cls.retryable and cls.__name__ not in names:
+            names.append(cls.__name__)
+        pending.extend(cls.__subclasses__())
+    return names
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The innermost cause of a Temporal error chain (what the user needs to read).
+
+    Temporal's failure errors chain through ``.cause``; plain exceptions have none.
+    """
+    cause: Any = err
+    while getattr(cause, "cause", None) is not None:
+        cause = cause.cause
+    result: BaseException = cause
+    return result
+
+
+def format_validation_errors(errors: Iterable[Mapping[str, Any]], *, top: str = "input") -> str:
+    """One line naming every problem of a pydantic ``ValidationError.errors()``."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or top}: {e['msg']}" for e in errors)

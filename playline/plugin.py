@@ -19,10 +19,16 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from playline.activities.chunk import ChunkActivities
-from playline.activities.datasets import DatasetActivities
-from playline.activities.services import Services, ServicesHolder, Settings
+from playline.activities import (
+    ChunkActivities,
+    DatasetActivities,
+    ScalarActivities,
+    WidthActivities,
+)
+from playline.config import Settings
 from playline.errors import PlaylineError
+from playline.interceptors import ErrorTranslation
+from playline.services import Services, ServicesHolder
 from playline.workflows.dataset_run import DatasetRunWorkflow
 from playline.workflows.play import registered_plays
 
@@ -35,7 +41,8 @@ class PlaylinePlugin(SimplePlugin):
     Args:
         plays: play workflow classes to register; defaults to every play imported
             so far (import your plays module before building the worker).
-        settings: where state lives; defaults to the environment (``PLAYLINE_HOME``...).
+        settings: where state lives and whom to call; defaults to
+            ``Settings.from_env()`` when a worker starts.
         services: already-open services to use instead (the caller closes them).
     """
 
@@ -49,6 +56,8 @@ class PlaylinePlugin(SimplePlugin):
         self.holder = ServicesHolder(services)
         chunk = ChunkActivities(self.holder)
         datasets = DatasetActivities(self.holder)
+        scalar = ScalarActivities(self.holder)
+        width = WidthActivities(self.holder)
         activities: list[Callable[..., Any]] = [
             chunk.run_chunk,
             datasets.load_csv,
@@ -57,9 +66,9 @@ class PlaylinePlugin(SimplePlugin):
             datasets.finalize_run,
             datasets.peek,
             datasets.export,
-            datasets.call_tool,
-            datasets.run_step,
-            datasets.suggest_width,
+            scalar.call_tool,
+            scalar.run_step,
+            width.suggest_width,
         ]
 
         def workflows(existing: Sequence[type] | None) -> list[type]:
@@ -98,6 +107,7 @@ class PlaylinePlugin(SimplePlugin):
             workflows=workflows,
             workflow_runner=workflow_runner,
             workflow_failure_exception_types=[PlaylineError],
+            interceptors=[ErrorTranslation()],
             run_context=run_context,
         )
 

@@ -10,24 +10,19 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import os
 from collections.abc import Sequence
 
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
-from playline.activities.services import Settings
+from playline.config import Settings
 from playline.plugin import PlaylinePlugin
 
 DEFAULT_TASK_QUEUE = "playline"
 DEFAULT_PLAYS = ("playline.demo.enrich_leads",)
 
 logger = logging.getLogger("playline.worker")
-
-
-def temporal_address() -> str:
-    return os.environ.get("TEMPORAL_ADDRESS", "localhost:7233")
 
 
 def import_plays(modules: Sequence[str]) -> None:
@@ -46,10 +41,12 @@ async def connect(
     """A client carrying the playline plugin (pydantic converter, plays, activities).
 
     Workers built from it register playline and open their services from
-    ``settings``; a client used only to start plays never opens them.
+    ``settings``; a client used only to start plays never opens them. The
+    address defaults to ``settings.temporal_address`` (``$TEMPORAL_ADDRESS``).
     """
+    settings = settings or Settings.from_env()
     return await Client.connect(
-        address or temporal_address(),
+        address or settings.temporal_address,
         namespace=namespace,
         plugins=[PlaylinePlugin(settings=settings)],
         runtime=runtime,
@@ -81,6 +78,8 @@ async def run_worker(
     metrics_port: int | None = None,
 ) -> None:
     """Run a worker until cancelled; ``metrics_port`` serves Prometheus metrics."""
+    settings = settings or Settings.from_env()
+    address = address or settings.temporal_address
     import_plays(plays)
     runtime = None
     if metrics_port:
@@ -91,7 +90,7 @@ async def run_worker(
         )
     client = await connect(address, namespace=namespace, settings=settings, runtime=runtime)
     worker = build_worker(client, task_queue=task_queue)
-    logger.info("playline worker polling %s on %s", task_queue, address or temporal_address())
+    logger.info("playline worker polling %s on %s", task_queue, address)
     async with worker:
         if ready is not None:
             ready.set()

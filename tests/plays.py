@@ -205,7 +205,7 @@ async def run(
     import uuid
     from datetime import timedelta
 
-    from playline.workflows.models import PlayRunResult, RunOptions
+    from playline.contract import PlayRunResult, RunOptions
 
     return await asyncio.wait_for(
         client.execute_workflow(
@@ -222,12 +222,13 @@ async def run(
 
 async def export_rows(home: Path, run_ref: str, path: Path) -> bytes:
     """Export a run's rows the way ``playline run --out`` does; returns the file's bytes."""
-    from playline.activities.datasets import export_run
-    from playline.activities.services import Services, ServicesHolder, Settings
+    from playline.config import Settings
+    from playline.services import Services
+    from playline.stores.export import export_run
 
-    services = await Services.open(Settings(home=home))
+    services = await Services.open(Settings.from_env(home=home))
     try:
-        await export_run(ServicesHolder(services), run_ref, str(path))
+        await export_run(services.sheet, run_ref, str(path))
     finally:
         await services.close()
     return path.read_bytes()

@@ -1,1 +1,20 @@
-"""Everything with side effects: tool execution, receipts, the governor, the sheet, file I/O."""
+"""Every ``@activity.defn`` of playline, and nothing else.
+
+* :mod:`~playline.activities.chunk` - ``playline.run_chunk``: resolvers over a range of rows;
+* :mod:`~playline.activities.datasets` - loads, run preparation, finalize, peek, export;
+* :mod:`~playline.activities.scalar` - ``ctx.tool`` and ``ctx.step``;
+* :mod:`~playline.activities.width` - the governor's dispatch width (a local activity).
+
+Each class takes the worker's ``ServicesHolder``; ``PlaylinePlugin`` registers
+their methods. Workflows call them by reference to these methods
+(``workflow.execute_activity_method(DatasetActivities.load_csv, ...)``).
+"""
+
+from __future__ import annotations
+
+from playline.activities.chunk import ChunkActivities
+from playline.activities.datasets import DatasetActivities
+from playline.activities.scalar import ScalarActivities
+from playline.activities.width import WidthActivities
+
+__all__ = ["ChunkActivities", "DatasetActivities", "ScalarActivities", "WidthActivities"]

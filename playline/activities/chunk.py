@@ -31,35 +31,26 @@ from typing import Any
 
 from temporalio import activity
 
-from playline.activities import resolvers
-from playline.activities.boundary import translate_errors
-from playline.activities.services import Services, ServicesHolder
-from playline.activities.sheet import RowResult, RunRow
-from playline.activities.tools import ToolResult, ToolRunner
-from playline.errors import (
-    InvalidPlayInput,
-    LeaseLost,
-    MissingApiKey,
-    PersistenceCircuitOpen,
-    PlaylineError,
-    RowFailed,
-    UnknownResolver,
-    UnknownTool,
-)
-from playline.workflows.models import ChunkInput, ChunkStats, ColumnSpec, RunOptions
+from playline import resolvers
+from playline.calls.attempt import Attempt
+from playline.calls.dispatch import Dispatcher
+from playline.calls.fixtures import FixtureDispatcher
+from playline.calls.live import LiveDispatcher
+from playline.calls.runner import ToolResult, ToolRunner
+from playline.contract import ChunkInput, ChunkStats, ColumnSpec, RunOptions
+from playline.errors import InvalidPlayInput, PlaylineError, RowFailed
+from playline.services import Services, ServicesHolder
+from playline.stores.sheet import RowResult, RunRow
+from playline.telemetry import ProviderMetrics
 
 logger = logging.getLogger("playline.chunk")
 
-#: Errors that are about the play or the worker, not about one row: they stop the chunk.
-CHUNK_FATAL: tuple[type[PlaylineError], ...] = (
-    LeaseLost,
-    PersistenceCircuitOpen,
-    MissingApiKey,
-    UnknownTool,
-    UnknownResolver,
-)
-
 FLUSH_EVERY_ROWS = 50
+
+
+def _is_chunk_fatal(err: BaseException) -> bool:
+    """About the play or the worker, not one row: it stops the chunk (see ``errors``)."""
+    return isinstance(err, PlaylineError) and err.chunk_fatal
 
 
 class RowCall:
@@ -90,23 +81,26 @@ class RowCall:
 
 
 def make_runner(services: Services, options: RunOptions, *, lease_ttl_s: float) -> ToolRunner:
-    """A tool runner owned by the current activity attempt."""
+    """A tool runner owned by the current activity attempt, in the run's integration mode."""
     info = activity.info()
-    fixtures = (
-        services.fixture_book(options.fixtures) if options.integration_mode == "fixture" else None
-    )
-    return ToolRunner(
-        catalog=services.catalog,
+    attempt = Attempt(
         receipts=services.receipts,
-        governor=services.governor,
-        provider=services.provider,
         owner=f"{info.workflow_id}/{info.activity_id}#{info.attempt}",
         lease_id=uuid.uuid4().hex,
         lease_ttl_s=lease_ttl_s,
-        mode=options.integration_mode,
-        fixtures=fixtures,
-        enforce_fixture_pacing=options.enforce_fixture_pacing,
+        metrics=ProviderMetrics(),
     )
+    dispatcher: Dispatcher
+    if options.integration_mode == "fixture":
+        dispatcher = FixtureDispatcher(
+            attempt,
+            services.fixture_book(options.fixtures),
+            pacer=services.governor,
+            enforce_pacing=options.enforce_fixture_pacing,
+        )
+    else:
+        dispatcher = LiveDispatcher(attempt, services.governor, services.provider)
+    return ToolRunner(services.catalog, attempt, dispatcher)
 
 
 def stats_from(runner: ToolRunner, into: ChunkStats) -> ChunkStats:
@@ -144,7 +138,6 @@ class ChunkActivities:
         self._holder = holder
 
     @activity.defn(name="playline.run_chunk")
-    @translate_errors
     async def run_chunk(self, input: ChunkInput) -> ChunkStats:
         services = self._holder.services
         ttl = input.options.heartbeat_timeout_s
@@ -179,9 +172,8 @@ class ChunkActivities:
             try:
                 await services.sheet.write_results(input.run_ref, batch)
             except Exception as err:
-                if runner.latch.cause is None:
-                    runner.latch.cause = f"sheet write failed: {type(err).__name__}: {err}"
-                raise PersistenceCircuitOpen(runner.latch.cause, runner.latch.prevented) from err
+                latch = runner.attempt.latch
+                raise latch.trip(f"sheet write failed: {type(err).__name__}: {err}") from err
             flushed += len(batch)
 
         gate = asyncio.Semaphore(max(1, input.row_concurrency))
@@ -199,10 +191,10 @@ class ChunkActivities:
                         ran, value = await _evaluate(spec, MappingProxyType(data), rc)
                         cells[spec.name] = value if ran else data.get(spec.name)
                         data[spec.name] = cells[spec.name]
-                except CHUNK_FATAL as err:
-                    fatal.append(err)
-                    return
                 except Exception as err:
+                    if _is_chunk_fatal(err):
+                        fatal.append(err)
+                        return
                     message = f"{type(err).__name__}: {err}"
                     stats.rows_failed += 1
                     stats.first_error = stats.first_error or f"row {row.row_key!r}: {message}"

@@ -1,1 +1,25 @@
-"""The demo play and its catalog, run by ``playline demo`` against the local provider server."""
+"""The demo play (``enrich_leads``) and its data, shipped inside the package.
+
+``playline demo`` runs it against the local provider server; the files below are
+package data, so an installed playline has them wherever it runs:
+
+* ``catalog.toml`` - the demo catalog (two providers, three tools);
+* ``leads.csv`` - 240 leads (236 unique ``lead_id``s);
+* ``fixtures/enrich_leads.jsonl`` - what the provider server answers for each of
+  the play's calls, for fixture mode (regenerate with
+  ``python -m playline.demo.make_fixtures``).
+"""
+
+from importlib import resources
+from pathlib import Path
+
+_HERE = resources.files(__name__)
+
+#: The demo catalog; also the default when ``PLAYLINE_CATALOG`` is unset.
+CATALOG = Path(str(_HERE.joinpath("catalog.toml")))
+#: The demo leads.
+LEADS_CSV = Path(str(_HERE.joinpath("leads.csv")))
+#: Fixtures answering every call ``enrich_leads`` makes over ``LEADS_CSV``.
+FIXTURES = Path(str(_HERE.joinpath("fixtures", "enrich_leads.jsonl")))
+
+__all__ = ["CATALOG", "FIXTURES", "LEADS_CSV"]

@@ -14,10 +14,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from playline.activities.resolvers import registered_name
-    from playline.workflows.dataset import SHORT_ACTIVITY, DatasetBuilder, DatasetHandle
-    from playline.workflows.dataset_run import NON_RETRYABLE, DatasetRunWorkflow, as_failure
-    from playline.workflows.models import (
+    from playline.activities.datasets import DatasetActivities
+    from playline.activities.scalar import ScalarActivities
+    from playline.contract import (
         ChunkStats,
         DatasetRef,
         DatasetResult,
@@ -28,17 +27,17 @@ with workflow.unsafe.imports_passed_through():
         OnRowError,
         PlayRunResult,
         PlayState,
-        PreparedRun,
         PrepareRunInput,
         RunMode,
         RunOptions,
         StepInput,
         ToolCallInput,
     )
+    from playline.resolvers import registered_name
+    from playline.workflows.dataset import SHORT_ACTIVITY, DatasetBuilder, DatasetHandle
+    from playline.workflows.dataset_run import DatasetRunWorkflow
+    from playline.workflows.failures import SETUP_RETRY, as_failure
 
-from temporalio.common import RetryPolicy
-
-SETUP_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=NON_RETRYABLE)
 LOG_LINES_KEPT = 50
 
 
@@ -67,15 +66,14 @@ class PlayContext:
     ) -> DatasetHandle:
         """Load a CSV file (on the worker) into the sheet store; returns a handle."""
         self.state.phase = f"loading {key}"
-        ref: DatasetRef = await workflow.execute_activity(
-            "playline.load_csv",
+        ref = await workflow.execute_activity_method(
+            DatasetActivities.load_csv,
             LoadCsvInput(key=key, path=path, required_columns=list(required_columns)),
-            result_type=DatasetRef,
             start_to_close_timeout=SHORT_ACTIVITY,
             retry_policy=SETUP_RETRY,
         )
         self.log(f"loaded {ref.count} rows into {ref.id}")
-        return DatasetHandle(self, ref)
+        return DatasetHandle(ref)
 
     def dataset(
         self, key: str, source: DatasetHandle | DatasetRef | Sequence[Mapping[str, Any]]
@@ -96,30 +94,30 @@ class PlayContext:
     async def _source_of(self, builder: DatasetBuilder) -> DatasetRef:
         if builder.source is not None:
             return builder.source
-        ref: DatasetRef = await workflow.execute_activity(
-            "playline.load_rows",
+        return await workflow.execute_activity_method(
+            DatasetActivities.load_rows,
             LoadRowsInput(key=builder.key, rows=list(builder.inline_rows)),
-            result_type=DatasetRef,
             start_to_close_timeout=SHORT_ACTIVITY,
             retry_policy=SETUP_RETRY,
         )
-        return ref
 
-    async def _run_dataset(
+    async def run_dataset(
         self,
         builder: DatasetBuilder,
         key_fields: list[str],
         mode: RunMode,
         on_row_error: OnRowError,
     ) -> DatasetHandle:
+        """Run a described dataset (``DatasetBuilder.run`` calls this): load inline rows,
+        prepare the run, run its chunks as the ``playline.DatasetRun`` child, finalize."""
         info = workflow.info()
         name = self._unique("dataset", builder.key)
         run_ref = f"{info.workflow_id}/{info.run_id}/{name}"
         columns = list(builder.columns)
         self.state.phase = f"preparing {name}"
         source = await self._source_of(builder)
-        prepared: PreparedRun = await workflow.execute_activity(
-            "playline.prepare_run",
+        prepared = await workflow.execute_activity_method(
+            DatasetActivities.prepare_run,
             PrepareRunInput(
                 run_ref=run_ref,
                 source_id=source.id,
@@ -129,7 +127,6 @@ class PlayContext:
                 columns=columns,
                 options=self.options,
             ),
-            result_type=PreparedRun,
             start_to_close_timeout=SHORT_ACTIVITY,
             retry_policy=SETUP_RETRY,
         )
@@ -144,7 +141,7 @@ class PlayContext:
         self.state.current_child_id = child_id
         self.state.phase = f"running {name}"
         try:
-            stats: ChunkStats = await workflow.execute_child_workflow(
+            stats = await workflow.execute_child_workflow(
                 DatasetRunWorkflow.run,
                 DatasetRunInput(
                     prepared=prepared,
@@ -156,12 +153,11 @@ class PlayContext:
             )
         except ChildWorkflowError as err:
             raise as_failure(err) from err
-        result: DatasetResult = await workflow.execute_activity(
-            "playline.finalize_run",
+        result = await workflow.execute_activity_method(
+            DatasetActivities.finalize_run,
             FinalizeInput(
                 run_ref=run_ref, inline_rows_budget_bytes=self.options.inline_rows_budget_bytes
             ),
-            result_type=DatasetResult,
             start_to_close_timeout=SHORT_ACTIVITY,
             retry_policy=SETUP_RETRY,
         )
@@ -176,7 +172,7 @@ class PlayContext:
         self.state.calls_cached += stats.calls_cached
         self.state.credits += stats.credits
         self.state.phase = f"finished {name}"
-        return DatasetHandle(self, result.ref, result)
+        return DatasetHandle(result.ref, result)
 
     # -- scalar work --------------------------------------------------------
 
@@ -190,8 +186,8 @@ class PlayContext:
     ) -> Any:
         """One tool call outside a dataset (through receipts and the governor)."""
         try:
-            data = await workflow.execute_activity(
-                "playline.call_tool",
+            data = await workflow.execute_activity_method(
+                ScalarActivities.call_tool,
                 ToolCallInput(
                     tool_id=tool_id,
                     input=input,
@@ -209,8 +205,8 @@ class PlayContext:
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a registered function once as an activity; replays return its stored result."""
         try:
-            return await workflow.execute_activity(
-                "playline.run_step",
+            return await workflow.execute_activity_method(
+                ScalarActivities.run_step,
                 StepInput(name=name, fn=registered_name(fn), args=list(args)),
                 start_to_close_timeout=SHORT_ACTIVITY,
                 retry_policy=SETUP_RETRY,

@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from playline.activities.resolvers import registered_name
-    from playline.errors import InvalidPlayInput
-    from playline.workflows.models import (
+    from playline.activities.datasets import DatasetActivities
+    from playline.contract import (
         ColumnSpec,
         DatasetRef,
         DatasetResult,
@@ -26,18 +25,28 @@ with workflow.unsafe.imports_passed_through():
         PeekInput,
         RunMode,
     )
-
-if TYPE_CHECKING:
-    from playline.workflows.context import PlayContext
+    from playline.errors import InvalidPlayInput
+    from playline.resolvers import registered_name
 
 SHORT_ACTIVITY = timedelta(minutes=10)
+
+
+class DatasetRunner(Protocol):
+    """Runs a described dataset (``PlayContext`` does): what ``DatasetBuilder.run`` needs."""
+
+    async def run_dataset(
+        self,
+        builder: DatasetBuilder,
+        key_fields: list[str],
+        mode: RunMode,
+        on_row_error: OnRowError,
+    ) -> DatasetHandle: ...
 
 
 @dataclass(frozen=True)
 class DatasetHandle:
     """A dataset (a loaded source or a run's result) as the play sees it."""
 
-    ctx: PlayContext = field(repr=False)
     ref: DatasetRef
     result: DatasetResult | None = None
 
@@ -71,13 +80,9 @@ class DatasetHandle:
             return self.rows[:n]
         if self.result is not None and n <= len(self.result.preview):
             return self.result.preview[:n]
-        rows: list[dict[str, Any]] = await workflow.execute_activity(
-            "playline.peek",
-            self._peek_input(0, n),
-            result_type=list[dict[str, Any]],
-            start_to_close_timeout=SHORT_ACTIVITY,
+        return await workflow.execute_activity_method(
+            DatasetActivities.peek, self._peek_input(0, n), start_to_close_timeout=SHORT_ACTIVITY
         )
-        return rows
 
     async def iterate(self, page_size: int = 50) -> AsyncIterator[dict[str, Any]]:
         """Every row, a page per activity. Each page enters history: keep pages small
@@ -87,10 +92,9 @@ class DatasetHandle:
             if self.rows is not None:
                 page = self.rows[offset : offset + page_size]
             else:
-                page = await workflow.execute_activity(
-                    "playline.peek",
+                page = await workflow.execute_activity_method(
+                    DatasetActivities.peek,
                     self._peek_input(offset, min(page_size, 100)),
-                    result_type=list[dict[str, Any]],
                     start_to_close_timeout=SHORT_ACTIVITY,
                 )
             if not page:
@@ -99,24 +103,22 @@ class DatasetHandle:
                 yield row
             offset += len(page)
 
-    async def export(self, path: str, *, format: str = "csv") -> int:
+    async def export(self, path: str, *, format: Literal["csv", "jsonl"] = "csv") -> int:
         """Write the result's rows to a file on the worker; returns the row count."""
         if self.result is None:
             raise InvalidPlayInput("only a dataset run's result can be exported")
-        count: int = await workflow.execute_activity(
-            "playline.export",
+        return await workflow.execute_activity_method(
+            DatasetActivities.export,
             ExportInput(run_ref=self.result.run_ref, path=path, format=format),
-            result_type=int,
             start_to_close_timeout=SHORT_ACTIVITY,
         )
-        return count
 
 
 @dataclass(frozen=True)
 class DatasetBuilder:
     """Columns to add to a dataset; ``run`` executes them. Immutable: each call returns a copy."""
 
-    ctx: PlayContext = field(repr=False)
+    runner: DatasetRunner = field(repr=False)
     key: str
     source: DatasetRef | None
     columns: tuple[ColumnSpec, ...] = ()
@@ -163,4 +165,4 @@ class DatasetBuilder:
                 f"on_row_error must be 'isolate' or 'fail', not {on_row_error!r}"
             )
         key_fields = [key] if isinstance(key, str) else list(key or [])
-        return await self.ctx._run_dataset(self, key_fields, mode, on_row_error)
+        return await self.runner.run_dataset(self, key_fields, mode, on_row_error)

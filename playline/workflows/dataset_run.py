@@ -14,11 +14,12 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from playline.workflows.models import (
+    from playline.activities.chunk import ChunkActivities
+    from playline.activities.width import WidthActivities
+    from playline.contract import (
         ChunkInput,
         ChunkStats,
         DatasetRunInput,
@@ -26,45 +27,10 @@ with workflow.unsafe.imports_passed_through():
         Width,
         WidthInput,
     )
+    from playline.workflows.failures import CHUNK_RETRY, as_failure
 
 #: Ask the governor for a fresh dispatch width after this many completed chunks.
 WIDTH_REFRESH_CHUNKS = 8
-
-#: Error types that retrying a chunk cannot fix.
-NON_RETRYABLE = [
-    "RowFailed",
-    "UnknownTool",
-    "UnknownResolver",
-    "InvalidToolInput",
-    "InvalidPlayInput",
-    "MissingApiKey",
-    "CatalogError",
-]
-
-CHUNK_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=20,
-    non_retryable_error_types=NON_RETRYABLE,
-)
-
-
-def root_cause(err: BaseException) -> BaseException:
-    """The innermost cause of a Temporal error chain (what the user needs to read)."""
-    while getattr(err, "cause", None) is not None:
-        err = err.cause  # type: ignore[attr-defined]
-    return err
-
-
-def as_failure(err: BaseException) -> ApplicationError:
-    """Re-raise an activity/child failure with the root cause's message and type."""
-    cause = root_cause(err)
-    kind = (
-        cause.type if isinstance(cause, ApplicationError) and cause.type else type(cause).__name__
-    )
-    message = cause.message if isinstance(cause, ApplicationError) else str(cause)
-    return ApplicationError(message, type=kind, non_retryable=True)
 
 
 @workflow.defn(name="playline.DatasetRun")
@@ -137,20 +103,18 @@ class DatasetRunWorkflow:
 
     async def _current_width(self, input: DatasetRunInput) -> Width:
         """The governor's width now, as a local activity so replay sees the same answer."""
-        width: Width = await workflow.execute_local_activity(
-            "playline.suggest_width",
+        return await workflow.execute_local_activity_method(
+            WidthActivities.suggest_width,
             WidthInput(providers=input.prepared.providers, options=input.options),
-            result_type=Width,
             start_to_close_timeout=timedelta(seconds=10),
         )
-        return width
 
     def _start_chunk(
         self, input: DatasetRunInput, start: int, end: int, row_concurrency: int
     ) -> asyncio.Task[ChunkStats]:
         return asyncio.ensure_future(
-            workflow.execute_activity(
-                "playline.run_chunk",
+            workflow.execute_activity_method(
+                ChunkActivities.run_chunk,
                 ChunkInput(
                     run_ref=input.prepared.run_ref,
                     start=start,
@@ -160,7 +124,6 @@ class DatasetRunWorkflow:
                     options=input.options,
                     row_concurrency=row_concurrency,
                 ),
-                result_type=ChunkStats,
                 start_to_close_timeout=timedelta(hours=2),
                 heartbeat_timeout=timedelta(seconds=input.options.heartbeat_timeout_s),
                 retry_policy=CHUNK_RETRY,

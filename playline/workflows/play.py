@@ -21,9 +21,9 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from playline.errors import InvalidPlayInput
+    from playline.contract import PlayRunResult, PlayState, RunOptions
+    from playline.errors import InvalidPlayInput, format_validation_errors
     from playline.workflows.context import PlayContext
-    from playline.workflows.models import PlayRunResult, PlayState, RunOptions
 
 InputT = TypeVar("InputT", bound=BaseModel)
 PlayFn = Callable[[PlayContext, Any], Awaitable[BaseModel | None]]
@@ -46,9 +46,7 @@ class PlayWorkflow:
         try:
             play_input = self.input_model.model_validate(raw_input if raw_input is not None else {})
         except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in err.errors()
-            )
+            problems = format_validation_errors(err.errors())
             raise ApplicationError(
                 f"invalid input for play {self.play_name!r}: {problems}",
                 type="InvalidPlayInput",

@@ -24,17 +24,18 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
-from playline.activities.services import Settings  # noqa: E402
-from playline.devserver import temporal_binary  # noqa: E402
+from playline.cli.devserver import temporal_binary  # noqa: E402
+from playline.config import Settings  # noqa: E402
+from playline.contract import PlayRunResult, RunOptions  # noqa: E402
+from playline.demo import LEADS_CSV  # noqa: E402
 from playline.provider_server.process import ProviderServerProcess  # noqa: E402
 from playline.worker import build_worker, connect, import_plays  # noqa: E402
-from playline.workflows.models import PlayRunResult, RunOptions  # noqa: E402
 
 
 async def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="playline-record-"))
     leads = tmp / "leads12.csv"
-    rows = list(csv.reader((REPO / "examples" / "leads.csv").open()))[:13]
+    rows = list(csv.reader(LEADS_CSV.open()))[:13]
     csv.writer(leads.open("w", newline="")).writerows(rows)
     with ProviderServerProcess(port=0) as provider:
         os.environ["PLAYLINE_PROVIDER_URL"] = provider.base_url
@@ -44,7 +45,7 @@ async def main() -> None:
         try:
             address = env.client.service_client.config.target_host
             import_plays([])
-            worker_client = await connect(address, settings=Settings(home=tmp / "home"))
+            worker_client = await connect(address, settings=Settings.from_env(home=tmp / "home"))
             client = await connect(address)
             async with build_worker(worker_client, task_queue="record"):
                 handle = await client.start_workflow(

@@ -1,0 +1,42 @@
+"""Scalar activities: one tool call outside a dataset (``ctx.tool``) and a step (``ctx.step``)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from temporalio import activity
+
+from playline import resolvers
+from playline.activities.chunk import make_runner
+from playline.contract import StepInput, ToolCallInput
+from playline.services import ServicesHolder
+
+
+class ScalarActivities:
+    """Side effects a play runs once and replays from history."""
+
+    def __init__(self, holder: ServicesHolder) -> None:
+        self._holder = holder
+
+    @activity.defn(name="playline.call_tool")
+    async def call_tool(self, input: ToolCallInput) -> Any:
+        """One tool call through receipts and the governor; returns the tool's data."""
+        services = self._holder.services
+        runner = make_runner(services, input.options, lease_ttl_s=input.options.heartbeat_timeout_s)
+        result = await runner.call(
+            input.tool_id,
+            input.input,
+            force=input.force,
+            stale_after_s=input.stale_after_seconds,
+        )
+        return result.data
+
+    @activity.defn(name="playline.run_step")
+    async def run_step(self, input: StepInput) -> Any:
+        """Run a registered function once; its (JSON) result is recorded in history."""
+        fn = resolvers.lookup(input.fn)
+        value = fn(*input.args)
+        if inspect.isawaitable(value):
+            value = await value
+        return value

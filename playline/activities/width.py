@@ -1,0 +1,44 @@
+"""The dispatch-width local activity: how wide a dataset run dispatches right now.
+
+A local activity, so the governor's answer is recorded in the workflow's history
+and a replay sees the same width.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from playline.contract import RunOptions, Width, WidthInput
+from playline.pacing.pacer import Pacer
+from playline.services import ServicesHolder
+
+#: Chunks a dataset run keeps in flight at most when the options leave it to the governor.
+MAX_CHUNKS_IN_FLIGHT = 16
+#: Rows in flight when no declared tool tells which providers a run calls.
+DEFAULT_ROW_WIDTH = 8
+
+
+def dispatch_width(pacer: Pacer, providers: list[str], options: RunOptions) -> Width:
+    """Little's-law width from the governor, split into chunks and rows per chunk.
+
+    Rows call their columns' tools one after another, so keeping ``sum of the
+    providers' suggested widths`` rows in flight keeps every provider busy
+    without queueing a burst at the governor. One extra chunk overlaps the next
+    chunk's start with the previous chunk's tail.
+    """
+    rows = sum(pacer.suggested_parallelism(p) for p in providers) or DEFAULT_ROW_WIDTH
+    per_chunk = max(1, min(options.row_concurrency or rows, options.chunk_size))
+    chunks = options.max_chunks_in_flight or min(MAX_CHUNKS_IN_FLIGHT, -(-rows // per_chunk) + 1)
+    return Width(chunks_in_flight=max(1, chunks), row_concurrency=per_chunk)
+
+
+class WidthActivities:
+    """The governor's current dispatch width, for ``playline.DatasetRun``."""
+
+    def __init__(self, holder: ServicesHolder) -> None:
+        self._holder = holder
+
+    @activity.defn(name="playline.suggest_width")
+    async def suggest_width(self, input: WidthInput) -> Width:
+        """The governor's current dispatch width (a local activity: its answer is recorded)."""
+        return dispatch_width(self._holder.services.governor, input.providers, input.options)

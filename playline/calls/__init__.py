@@ -1,0 +1,47 @@
+"""One tool call, from a resolver to a recorded receipt. No Temporal in here.
+
+The path of one call, top to bottom, in five files::
+
+    rc.tool("email_finder", {...})                     activities/chunk.py (RowCall)
+      -> ToolRunner.call: validate, dedup, claim       calls/runner.py
+           -> ReceiptStore.claim (bulk, per tick)      stores/receipts.py
+           -> Dispatcher.settle                        calls/dispatch.py (the protocol)
+                LiveDispatcher / PacedSender.send      calls/live.py
+                  -> Governor.permit                   pacing/governor.py
+                  -> ProviderClient.send (httpx)       calls/http.py
+                -> ReceiptStore.complete (fenced)      stores/receipts.py
+
+Fixture mode swaps ``LiveDispatcher`` for ``FixtureDispatcher``
+(:mod:`~playline.calls.fixtures`); a tool with a bulk endpoint is settled by
+``BulkDispatcher`` (:mod:`~playline.calls.bulk`) behind ``LiveDispatcher``. Nothing
+calls back up the chain: dispatchers share only the attempt's public state
+(:mod:`~playline.calls.attempt`: leases, breaker, stats, metrics).
+
+The catalog (:mod:`~playline.calls.catalog`) says what tools exist, where they
+live, what they cost and how fast their provider may be called.
+"""
+
+from playline.calls.attempt import Attempt, CallStats
+from playline.calls.catalog import Catalog, ToolSpec, load_catalog
+from playline.calls.dispatch import ClaimedCall, Dispatcher
+from playline.calls.fixtures import FixtureBook, FixtureDispatcher
+from playline.calls.http import ProviderClient
+from playline.calls.live import LiveDispatcher, RetryPolicy
+from playline.calls.runner import ToolResult, ToolRunner
+
+__all__ = [
+    "Attempt",
+    "CallStats",
+    "Catalog",
+    "ClaimedCall",
+    "Dispatcher",
+    "FixtureBook",
+    "FixtureDispatcher",
+    "LiveDispatcher",
+    "ProviderClient",
+    "RetryPolicy",
+    "ToolResult",
+    "ToolRunner",
+    "ToolSpec",
+    "load_catalog",
+]

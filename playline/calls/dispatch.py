@@ -1,0 +1,59 @@
+"""The one seam between the runner and the ways a call can be answered.
+
+After the runner has claimed a call's receipt, a :class:`Dispatcher` *settles*
+it: obtains the result (over HTTP through the governor, from a fixture, or as a
+member of a bulk request) and records it in the receipt store under the lease.
+The runner calls it one way and is called back by nobody; a new mode is a new
+class, not a new ``if`` in the runner.
+
+Implementations: :class:`~playline.calls.live.LiveDispatcher` (HTTP; routes
+tools with a bulk endpoint through :class:`~playline.calls.bulk.BulkDispatcher`)
+and :class:`~playline.calls.fixtures.FixtureDispatcher`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from playline.calls.catalog import ToolSpec
+
+__all__ = ["ClaimedCall", "Dispatcher"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedCall:
+    """A tool call whose receipt this attempt has just claimed.
+
+    Attributes:
+        tool: the catalog's tool.
+        payload: the validated, normalised input.
+        key: the receipt key (content address) the lease is on.
+        force: the caller asked for a fresh, paid answer.
+        batch_key: set when the receipt belongs to a bulk request an earlier
+            attempt recorded but never finished; that request must be re-sent.
+    """
+
+    tool: ToolSpec
+    payload: dict[str, Any]
+    key: str
+    force: bool = False
+    batch_key: str | None = None
+
+
+class Dispatcher(Protocol):
+    """Answers claimed calls in one integration mode."""
+
+    def auth_scope(self, tool: ToolSpec) -> str:
+        """The account a call is made under, as a digest: part of the receipt key,
+        so answers are never shared across accounts or modes."""
+        ...
+
+    async def settle(self, call: ClaimedCall) -> Any:
+        """Obtain the result, record it (fenced by the lease) and return it.
+
+        Raises a typed ``ProviderError`` / ``FixtureMissing`` for a call that
+        failed (recorded as failed), ``LeaseLost`` when the lease was taken
+        over, ``PersistenceCircuitOpen`` when nothing may be dispatched.
+        """
+        ...

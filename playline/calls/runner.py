@@ -1,0 +1,186 @@
+"""``ToolRunner``: one tool call, from a resolver's ``rc.tool`` to a recorded receipt.
+
+A runner lives for one chunk attempt. For each call it
+
+1. validates the input against the catalog and computes the receipt key (the
+   dispatcher supplies the auth scope, so live and fixture answers never mix);
+2. shares the call with any identical call already in flight in this chunk
+   (one provider request, many rows);
+3. claims the receipt (claims arriving in the same event-loop tick go to the store
+   as one bulk claim); a completed receipt is a hit and costs nothing, a receipt
+   another live owner holds is waited on (bounded) and reused;
+4. hands the claimed call to its :class:`~playline.calls.dispatch.Dispatcher`,
+   which obtains the answer (governor + HTTP, fixture, or bulk request) and
+   records it under the lease.
+
+While a call is claimed and unsettled its key is held in the attempt's
+:class:`~playline.calls.attempt.LeaseKeeper`, which the chunk's heartbeat renews.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from playline.calls.attempt import Attempt, CallStats, until_released
+from playline.calls.catalog import Catalog, ToolSpec
+from playline.calls.dispatch import ClaimedCall, Dispatcher
+from playline.errors import LeaseLost
+from playline.stores.receipts import ClaimOutcome, ClaimRequest, ClaimStatus, receipt_key
+
+__all__ = ["ToolResult", "ToolRunner"]
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool's answer; ``get(name)`` reads a value through the catalog's getters."""
+
+    tool: ToolSpec = field(repr=False)
+    data: Any
+    cached: bool
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self.tool.get(self.data, name)
+        return default if value is None else value
+
+    def __getitem__(self, name: str) -> Any:
+        return self.get(name)
+
+
+class ToolRunner:
+    """Runs the tool calls of one chunk attempt. See the module docstring.
+
+    Args:
+        catalog: the tools that exist.
+        attempt: the attempt's leases, breaker, stats and metrics.
+        dispatcher: how claimed calls are answered in this attempt's mode.
+    """
+
+    def __init__(self, catalog: Catalog, attempt: Attempt, dispatcher: Dispatcher) -> None:
+        self.catalog = catalog
+        self.attempt = attempt
+        self.dispatcher = dispatcher
+        self._in_flight: dict[str, asyncio.Future[tuple[Any, bool]]] = {}
+        self._claims = _ClaimQueue(attempt)
+
+    @property
+    def stats(self) -> CallStats:
+        return self.attempt.stats
+
+    @property
+    def lease_lost(self) -> LeaseLost | None:
+        return self.attempt.leases.lost
+
+    async def renew_leases(self) -> None:
+        """Renew every unsettled claim; record ``LeaseLost`` if one was taken over."""
+        await self.attempt.renew_leases()
+
+    async def call(
+        self,
+        tool_id: str,
+        tool_input: Mapping[str, Any],
+        *,
+        force: bool = False,
+        stale_after_s: float | None = None,
+    ) -> ToolResult:
+        """Call a tool once per distinct input, however many rows ask for it."""
+        tool = self.catalog.tool(tool_id)
+        payload = tool.validate_input(tool_input)
+        key = receipt_key(tool.id, tool.version, payload, self.dispatcher.auth_scope(tool))
+        existing = self._in_flight.get(key)
+        if existing is not None:
+            self.stats.shared += 1
+            data, _ = await asyncio.shield(existing)
+            return ToolResult(tool, data, cached=True)
+        future: asyncio.Future[tuple[Any, bool]] = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = future
+        try:
+            data, cached = await self._lead(tool, payload, key, force, stale_after_s)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as err:
+            future.set_exception(err)
+            future.exception()  # followers may be absent; mark it retrieved
+            raise
+        future.set_result((data, cached))
+        return ToolResult(tool, data, cached=cached)
+
+    async def _lead(
+        self, tool: ToolSpec, payload: dict[str, Any], key: str, force: bool, stale: float | None
+    ) -> tuple[Any, bool]:
+        """Claim the receipt and settle the call; ``(data, answered without paying)``."""
+        request = ClaimRequest(key=key, tool_id=tool.id, force=force, stale_after_s=stale)
+        outcome = await self._claims.claim(request)
+        if outcome.status is ClaimStatus.HELD:
+            outcome, waited = await self._wait_for_holder(request)
+            if waited:
+                self.stats.waited += 1
+                return outcome.result, True
+        if outcome.status is ClaimStatus.HIT:
+            self.stats.cached += 1
+            return outcome.result, True
+        call = ClaimedCall(tool, payload, key, force=force, batch_key=outcome.batch_key)
+        with self.attempt.leases.holding([key]):
+            return await self.dispatcher.settle(call), False
+
+    async def _wait_for_holder(self, request: ClaimRequest) -> tuple[ClaimOutcome, bool]:
+        """Wait out another live owner: its completed result (waited), or our own claim."""
+        key, receipts = request.key, self.attempt.receipts
+
+        async def poll() -> tuple[ClaimOutcome, bool] | None:
+            receipt = (await receipts.get([key])).get(key)
+            if receipt is not None and receipt.status == "completed" and not request.force:
+                return ClaimOutcome(key, ClaimStatus.HIT, result=receipt.result), True
+            again = await self._claims.claim(request)
+            return None if again.status is ClaimStatus.HELD else (again, False)
+
+        assert self.attempt.max_wait_s is not None
+        return await until_released(poll, max_wait_s=self.attempt.max_wait_s, what=f"receipt {key}")
+
+
+class _ClaimQueue:
+    """Claims queued in one event-loop tick go to the store as one bulk claim."""
+
+    def __init__(self, attempt: Attempt) -> None:
+        self._attempt = attempt
+        self._queue: list[tuple[ClaimRequest, asyncio.Future[ClaimOutcome]]] = []
+        self._scheduled = False
+
+    async def claim(self, request: ClaimRequest) -> ClaimOutcome:
+        future: asyncio.Future[ClaimOutcome] = asyncio.get_running_loop().create_future()
+        self._queue.append((request, future))
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._start_flush)
+        return await future
+
+    def _start_flush(self) -> None:
+        self._scheduled = False
+        batch, self._queue = self._queue, []
+        task = asyncio.ensure_future(self._flush(batch))
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def _flush(self, batch: list[tuple[ClaimRequest, asyncio.Future[ClaimOutcome]]]) -> None:
+        attempt = self._attempt
+        try:
+            if attempt.latch.tripped:
+                raise attempt.latch.error()
+            outcomes = await attempt.persist(
+                attempt.receipts.claim(
+                    [r for r, _ in batch],
+                    owner=attempt.owner,
+                    lease_id=attempt.lease_id,
+                    ttl_s=attempt.lease_ttl_s,
+                )
+            )
+        except BaseException as err:
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(err)
+            return
+        for (_, fut), outcome in zip(batch, outcomes, strict=True):
+            if not fut.done():
+                fut.set_result(outcome)

@@ -1,0 +1,164 @@
+"""The ``playline`` command: dev stack, worker, running and inspecting plays, limits.
+
+Errors are rendered here, once: a ``PlaylineError`` or a failed play prints its
+message and exits 1; nothing prints a traceback a user did not ask for.
+
+* :mod:`~playline.cli.stack` - ``demo``, ``dev``, ``worker``;
+* :mod:`~playline.cli.run` - ``run``, ``runs get|export|stop``;
+* :mod:`~playline.cli.limits` - ``limits show|set``;
+* :mod:`~playline.cli.render` - what gets printed;
+* :mod:`~playline.cli.devserver` - the embedded Temporal dev server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from temporalio.client import WorkflowFailureError
+from temporalio.service import RPCError
+
+from playline import __version__
+from playline.cli.render import console
+from playline.config import Settings
+from playline.errors import PlaylineError, root_cause
+
+Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from playline.cli.limits import add_limits_parser
+
+    parser = argparse.ArgumentParser(
+        prog="playline", description="Durable data-enrichment plays on Temporal."
+    )
+    parser.add_argument("--version", action="version", version=f"playline {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--address", help="Temporal frontend (default $TEMPORAL_ADDRESS or localhost:7233)"
+        )
+        p.add_argument("--task-queue", default="playline", help="task queue (default playline)")
+
+    def run_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--out", help="write the result rows to this CSV file")
+        p.add_argument(
+            "--fixtures", nargs="+", help="fixture mode: answer tools from these JSONL files"
+        )
+        p.add_argument(
+            "--enforce-pacing", action="store_true", help="pace fixture calls as if live"
+        )
+        p.add_argument("--chunk-size", type=int, help="rows per chunk activity (default 25)")
+
+    def stack_flags(p: argparse.ArgumentParser, provider_port: int) -> None:
+        p.add_argument(
+            "--provider-port",
+            type=int,
+            default=provider_port,
+            help=f"local provider server port (default {provider_port or 'a free one'})",
+        )
+        p.add_argument(
+            "--ui-port",
+            type=int,
+            default=8233,
+            help="Temporal UI port of the embedded dev server (default 8233)",
+        )
+
+    demo = sub.add_parser("demo", help="run enrich_leads over the demo leads end to end")
+    common(demo)
+    run_flags(demo)
+    stack_flags(demo, 0)
+    demo.add_argument("--csv", help="leads CSV (default: the 240 demo leads shipped with playline)")
+    demo.set_defaults(out="enriched.csv")
+
+    dev = sub.add_parser("dev", help="Temporal dev server + UI, local provider server and a worker")
+    common(dev)
+    stack_flags(dev, 8787)
+    dev.add_argument("--plays", nargs="*", default=[], help="modules declaring plays")
+
+    worker = sub.add_parser("worker", help="run a worker")
+    common(worker)
+    worker.add_argument("--plays", nargs="*", default=[], help="modules declaring plays")
+    worker.add_argument("--home", help="state directory (default $PLAYLINE_HOME or .playline)")
+    worker.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics"
+    )
+
+    run = sub.add_parser("run", help="start a play and wait for it")
+    common(run)
+    run_flags(run)
+    run.add_argument("play", help="play name (its workflow type)")
+    run.add_argument("--csv", help="CSV file, passed as the input's csv_path")
+    run.add_argument("--input", help="play input as a JSON object")
+    run.add_argument("--id", help="workflow id (default PLAY-timestamp-random)")
+    run.add_argument("--watch", action="store_true", help="show a progress bar")
+
+    runs = sub.add_parser("runs", help="inspect, export or stop a run")
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    for name, text in (("get", "status and summary"), ("export", "write rows"), ("stop", "cancel")):
+        p = runs_sub.add_parser(name, help=text)
+        common(p)
+        p.add_argument("id", help="workflow id")
+        if name == "export":
+            p.add_argument("--out", required=True, help="CSV file to write")
+
+    sub.add_parser("provider-server", help="run the local provider server", add_help=False)
+    add_limits_parser(sub)
+    return parser
+
+
+def _commands() -> dict[str, Command]:
+    from playline.cli.run import cmd_run, cmd_runs
+    from playline.cli.stack import cmd_demo, cmd_dev, cmd_worker
+
+    return {
+        "demo": cmd_demo,
+        "dev": cmd_dev,
+        "worker": cmd_worker,
+        "run": cmd_run,
+        "runs": cmd_runs,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "provider-server":
+        from playline.provider_server.__main__ import main as provider_main
+
+        return provider_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = Settings.from_env(
+        temporal_address=getattr(args, "address", None), home=getattr(args, "home", None)
+    )
+    try:
+        if args.command == "limits":
+            from playline.cli.limits import run_limits
+
+            return run_limits(args, settings)
+        return asyncio.run(_commands()[args.command](args, settings))
+    except KeyboardInterrupt:
+        return 130
+    except PlaylineError as err:
+        console.print(f"[red]error:[/] {err}")
+        return 1
+    except WorkflowFailureError as err:
+        cause = root_cause(err)
+        console.print(f"[red]play failed:[/] {getattr(cause, 'message', cause)}")
+        return 1
+    except RPCError as err:
+        console.print(f"[red]Temporal error:[/] {err.message}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

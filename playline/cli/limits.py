@@ -1,0 +1,149 @@
+"""``playline limits show|set``: read and change fleet-wide provider limits at run time.
+
+The limits live in PostgreSQL (see :mod:`playline.pacing.fleet_store`), in the
+tables the workers read: the database is ``$PLAYLINE_PG_DSN`` and the table prefix
+``$PLAYLINE_FLEET_PREFIX``, exactly as the workers take them from ``Settings``;
+every running worker with fleet pacing reads them at least once a second, so
+``playline limits set acme --rps 5 --max-concurrency 4`` slows the whole fleet
+within a second, without a restart or redeploy.
+
+The main CLI wires these in with::
+
+    add_limits_parser(subparsers)      # adds the "limits" command
+    ...
+    return run_limits(args, settings)  # when args.command == "limits"
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any, TextIO
+
+from playline.config import Settings
+
+
+def add_limits_parser(subparsers: Any) -> None:
+    """Add the ``limits`` command (with ``show`` and ``set``) to an argparse subparsers object."""
+    limits = subparsers.add_parser(
+        "limits",
+        help="show or change fleet-wide provider limits (PostgreSQL)",
+        description="Show or change the fleet-wide pacing limits every worker applies "
+        "within a second.",
+    )
+    limits.add_argument(
+        "--dsn",
+        default=None,
+        help="PostgreSQL DSN (default: $PLAYLINE_PG_DSN, the one the workers use)",
+    )
+    limits.add_argument(
+        "--table-prefix",
+        default=None,
+        help="prefix of the pacing tables (default: $PLAYLINE_FLEET_PREFIX or playline_)",
+    )
+    actions = limits.add_subparsers(dest="limits_action", metavar="{show,set}")
+    actions.required = True
+    actions.add_parser("show", help="print each key's configured and adapted limits")
+    set_cmd = actions.add_parser("set", help="set a key's limits (takes effect within 1 s)")
+    set_cmd.add_argument("key", help="pacing key, e.g. a provider name or 'acme:key=ab12cd'")
+    set_cmd.add_argument("--rps", type=float, required=True, help="requests per second, > 0")
+    set_cmd.add_argument(
+        "--max-concurrency", type=int, required=True, help="most calls in flight, >= 1"
+    )
+    set_cmd.add_argument(
+        "--burst", type=int, default=None, help="calls allowed back to back (default: keep)"
+    )
+    limits.set_defaults(func=run_limits)
+
+
+def run_limits(
+    args: argparse.Namespace, settings: Settings | None = None, *, out: TextIO | None = None
+) -> int:
+    """Run ``limits show`` or ``limits set``; return the process exit code.
+
+    0 on success, 2 for invalid arguments, no configured database or an
+    unreachable one (the message on stderr says which).
+    """
+    from playline.pacing.fleet_store import FleetPacingUnavailable
+
+    settings = settings or Settings.from_env()
+    stdout = out or sys.stdout
+    dsn = args.dsn or settings.pg_dsn
+    prefix = args.table_prefix or settings.fleet_table_prefix
+    action = getattr(args, "limits_action", None)
+    if not dsn:
+        print(
+            "playline limits: no fleet database; set PLAYLINE_PG_DSN (as the workers do) "
+            "or pass --dsn",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        if action == "set":
+            _validate_set(args)
+            return asyncio.run(_set(dsn, prefix, args, stdout))
+        if action == "show":
+            return asyncio.run(_show(dsn, prefix, stdout))
+    except (ValueError, FleetPacingUnavailable) as err:
+        print(f"playline limits: {err}", file=sys.stderr)
+        return 2
+    print("playline limits: choose 'show' or 'set'", file=sys.stderr)
+    return 2
+
+
+def _validate_set(args: argparse.Namespace) -> None:
+    if not args.key:
+        raise ValueError("KEY must not be empty")
+    if not (args.rps > 0 and args.rps != float("inf")):
+        raise ValueError(f"--rps must be a number > 0, got {args.rps}")
+    if args.max_concurrency < 1:
+        raise ValueError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
+    if args.burst is not None and args.burst < 1:
+        raise ValueError(f"--burst must be >= 1, got {args.burst}")
+
+
+async def _set(dsn: str, prefix: str, args: argparse.Namespace, out: TextIO) -> int:
+    from playline.pacing.fleet_store import FleetPacer
+
+    async with await FleetPacer.create(dsn, table_prefix=prefix) as fleet:
+        limits = await fleet.set_limits(
+            args.key, rps=args.rps, max_concurrency=args.max_concurrency, burst=args.burst
+        )
+    print(
+        f"{limits.key}: {limits.rps:g} rps, burst {limits.burst}, "
+        f"max concurrency {limits.max_concurrency} (running workers apply it within 1 s)",
+        file=out,
+    )
+    return 0
+
+
+async def _show(dsn: str, prefix: str, out: TextIO) -> int:
+    from playline.pacing.fleet_store import FleetPacer
+
+    async with await FleetPacer.create(dsn, table_prefix=prefix) as fleet:
+        state = await fleet.read_state()
+    if not state:
+        print("no pacing keys yet (none set, none used by a fleet worker)", file=out)
+        return 0
+    header = ("KEY", "RPS", "ADAPTED_RPS", "MAX_CONCURRENCY", "BURST", "PAUSED_S")
+    rows = [header]
+    for key, entry in sorted(state.items()):
+        lim, rate = entry.limits, entry.rate
+        rows.append(
+            (
+                key,
+                f"{lim.rps:g}" if lim else "-",
+                f"{rate.rps:g}" if rate else "-",
+                str(lim.max_concurrency) if lim else "-",
+                str(lim.burst if lim else rate.burst if rate else "-"),
+                f"{rate.paused_for_s:.1f}" if rate and rate.paused_for_s > 0 else "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(),
+            file=out,
+        )
+    return 0

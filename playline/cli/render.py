@@ -1,0 +1,87 @@
+"""What the ``playline`` command prints: UI links, progress bars, run summaries."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
+
+from playline.config import Settings
+from playline.contract import DatasetRunState, PlayRunResult, PlayState
+
+#: Messages and progress go to stderr; results (summaries) go to stdout.
+console = Console(stderr=True, soft_wrap=True)
+
+
+def out() -> Console:
+    """A console on stdout (made per call, so tests capturing stdout see it)."""
+    return Console(soft_wrap=True)
+
+
+def ui_url(settings: Settings, workflow_id: str, run_id: str | None = None) -> str:
+    """The Temporal UI page of a workflow (``PLAYLINE_UI_URL`` overrides the base)."""
+    host = settings.temporal_address.rsplit(":", 1)[0]
+    if host in ("localhost", "0.0.0.0"):
+        host = "127.0.0.1"
+    ui = settings.ui_url or f"http://{host}:8233"
+    suffix = f"/{run_id}" if run_id else ""
+    return f"{ui}/namespaces/default/workflows/{workflow_id}{suffix}/history"
+
+
+async def progress(client: Client, handle: WorkflowHandle[Any, Any], play: str) -> None:
+    """A progress bar fed by the play's and its dataset run's ``state`` queries."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("rows"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as bar:
+        task = bar.add_task(play, total=None)
+        while True:
+            try:
+                state: PlayState = await handle.query("state", result_type=PlayState)
+                done, total = state.rows_done, state.rows_total
+                if state.current_child_id:
+                    child = client.get_workflow_handle(state.current_child_id)
+                    with contextlib.suppress(RPCError):
+                        cs: DatasetRunState = await child.query(
+                            "state", result_type=DatasetRunState
+                        )
+                        done = state.rows_done + cs.rows_done
+                bar.update(task, completed=done, total=total or None, description=state.phase)
+                if state.phase == "completed":
+                    return
+            except RPCError:
+                pass
+            await asyncio.sleep(0.3)
+
+
+def print_summary(
+    result: PlayRunResult, settings: Settings, workflow_id: str, run_id: str | None
+) -> None:
+    s = result.stats
+    console_out = out()
+    console_out.print(
+        f"[bold green]play {result.play} completed[/] ({result.integration_mode} mode)"
+    )
+    console_out.print(f"  Temporal UI: {ui_url(settings, workflow_id, run_id)}")
+    console_out.print(
+        f"  rows: {s.rows_ok} ok, {s.rows_failed} failed, {s.rows_cached} cached "
+        f"(no provider call needed)"
+    )
+    made = "answered from fixtures" if result.integration_mode == "fixture" else "made"
+    console_out.print(
+        f"  provider calls: {s.calls_made} {made}, {s.calls_cached} receipt hits, "
+        f"{s.calls_shared} shared in-run, {s.retries} retries"
+    )
+    console_out.print(f"  credits spent: {s.credits:g}")
+    if s.first_error:
+        console_out.print(f"  first row error: {s.first_error}")

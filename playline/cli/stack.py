@@ -1,0 +1,125 @@
+"""``playline demo``, ``playline dev`` and ``playline worker``: the processes that do the work.
+
+``demo`` and ``dev`` bring up the embedded stack in one process: a Temporal dev
+server (reused when one answers at the configured address), the local provider
+server and a worker. ``worker`` runs a worker against an existing Temporal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from playline.cli.devserver import DevServer, reachable
+from playline.cli.render import console, out
+from playline.cli.run import execute, run_options
+from playline.config import Settings
+from playline.demo import LEADS_CSV
+from playline.errors import PlaylineError
+from playline.provider_server.process import ProviderServerProcess
+from playline.worker import build_worker, connect, import_plays, run_worker
+
+#: Keys the local provider server accepts; used only when the environment has none.
+DEMO_KEYS = {"ACME_API_KEY": "local-demo-acme-key", "FIRMO_API_KEY": "local-demo-firmo-key"}
+
+
+@dataclass
+class LocalStack:
+    """What ``local_stack`` brought up: settings pointing at it, and the fake provider."""
+
+    settings: Settings
+    provider: ProviderServerProcess | None
+
+
+@contextlib.asynccontextmanager
+async def local_stack(args: argparse.Namespace, settings: Settings) -> AsyncIterator[LocalStack]:
+    """Temporal (reused if reachable, else embedded) + provider server + a worker."""
+    dev: DevServer | None = None
+    if not await reachable(settings.temporal_address):
+        port = settings.temporal_address.rpartition(":")[2]
+        dev = DevServer(
+            home=settings.home, host="127.0.0.1", port=int(port or 7233), ui_port=args.ui_port
+        )
+        console.print(f"starting the Temporal dev server on {dev.address} (UI {dev.ui_url})")
+        await dev.start()
+        settings = settings.with_overrides(
+            temporal_address=dev.address, ui_url=settings.ui_url or dev.ui_url
+        )
+    keys = {k: v for k, v in DEMO_KEYS.items() if not settings.environ.get(k)}
+    provider: ProviderServerProcess | None = None
+    if not settings.environ.get("PLAYLINE_PROVIDER_URL"):
+        provider = ProviderServerProcess(port=args.provider_port).start()
+        keys["PLAYLINE_PROVIDER_URL"] = provider.base_url
+        console.print(f"local provider server on {provider.base_url}")
+    settings = settings.with_environ(**keys)
+    try:
+        import_plays(getattr(args, "plays", []) or [])
+        worker_client = await connect(settings=settings)
+        async with build_worker(worker_client, task_queue=args.task_queue):
+            yield LocalStack(settings, provider)
+    finally:
+        if provider is not None:
+            provider.stop()
+        if dev is not None:
+            dev.stop()
+            console.print(
+                f"stopped the embedded Temporal server; its history is kept in "
+                f"{dev.home / 'temporal.db'}: run `playline dev` to browse it in the UI"
+            )
+
+
+async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    csv_path = Path(args.csv) if args.csv else LEADS_CSV
+    if not csv_path.is_file():
+        raise PlaylineError(f"--csv {csv_path}: no such file")
+    async with local_stack(args, settings) as stack:
+        client = await connect(settings=stack.settings)
+        started = time.monotonic()
+        result = await execute(
+            client,
+            stack.settings,
+            play="enrich_leads",
+            input={"csv_path": str(csv_path.resolve())},
+            options=run_options(args),
+            task_queue=args.task_queue,
+            workflow_id=None,
+            watch=True,
+            out_path=args.out,
+        )
+        elapsed = time.monotonic() - started
+        rows = result.stats.rows_ok + result.stats.rows_failed
+        out().print(f"  {rows} rows in {elapsed:.1f}s ({rows / elapsed:.0f} rows/s)")
+        if stack.provider is not None:
+            ledger = stack.provider.ledger()
+            out().print(
+                f"  provider ledger: {ledger['charged']} calls charged, "
+                f"{ledger['double_charged']} charged twice"
+            )
+    return 0
+
+
+async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
+    async with local_stack(args, settings) as stack:
+        ui = stack.settings.ui_url or f"http://127.0.0.1:{args.ui_port}"
+        console.print(
+            f"playline dev is up: Temporal {stack.settings.temporal_address}, UI {ui}, "
+            f"worker on task queue {args.task_queue}. Ctrl-C stops it."
+        )
+        await asyncio.Event().wait()
+    return 0
+
+
+async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    console.print(f"playline worker on {settings.temporal_address}, task queue {args.task_queue}")
+    await run_worker(
+        task_queue=args.task_queue,
+        plays=args.plays,
+        settings=settings,
+        metrics_port=args.metrics_port,
+    )
+    return 0

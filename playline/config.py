@@ -1,0 +1,99 @@
+"""Every setting playline reads from the environment, read once, in one place.
+
+``Settings.from_env()`` is called at the edge (the CLI, ``playline worker``, your
+own worker code) and the resulting object is passed down; no other module reads
+``os.environ``. Provider API keys and base-URL overrides are looked up by the
+variable names the catalog gives, in the same snapshot (``Settings.environ``),
+so a worker sees one consistent environment from start to finish.
+
+| variable | field | default |
+|---|---|---|
+| ``TEMPORAL_ADDRESS`` | ``temporal_address`` | ``localhost:7233`` |
+| ``PLAYLINE_HOME`` | ``home`` | ``.playline`` |
+| ``PLAYLINE_CATALOG`` | ``catalog_path`` | the demo catalog shipped in the package |
+| ``PLAYLINE_PG_DSN`` | ``pg_dsn`` | unset: pacing per worker process |
+| ``PLAYLINE_FLEET_PREFIX`` | ``fleet_table_prefix`` | ``playline_`` |
+| ``PLAYLINE_PACING`` | ``pacing`` | ``governor`` (``off``: the unpaced baseline) |
+| ``PLAYLINE_UI_URL`` | ``ui_url`` | derived from the Temporal address |
+| (catalog-named) | ``environ`` | API keys (``ACME_API_KEY``...) and ``base_url_env`` overrides |
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["Settings"]
+
+DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
+DEFAULT_HOME = ".playline"
+DEFAULT_FLEET_PREFIX = "playline_"
+PACING_MODES = ("governor", "off")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where a worker keeps its state and whom it talks to.
+
+    Build it with :meth:`from_env` at the edge; construct it directly (every
+    field defaulted) in tests and embedded code. ``environ`` is the snapshot
+    catalog-named variables (API keys, base URL overrides) are read from.
+    """
+
+    temporal_address: str = DEFAULT_TEMPORAL_ADDRESS
+    home: Path = Path(DEFAULT_HOME)
+    catalog_path: str | None = None
+    #: PostgreSQL for fleet-wide pacing; unset keeps pacing per worker process.
+    pg_dsn: str | None = None
+    fleet_table_prefix: str = DEFAULT_FLEET_PREFIX
+    #: "governor" (default) or "off": the flat, unpaced baseline for benchmarks.
+    pacing: str = "governor"
+    #: The Temporal UI's base URL for links; None derives it from the address.
+    ui_url: str | None = None
+    http_max_connections: int = 256
+    #: httpcore scans every pooled connection per request; keep the idle pool small.
+    http_max_keepalive: int = 32
+    environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``environ`` (default: the process environment), then ``overrides``.
+
+        Overrides whose value is ``None`` are ignored, so CLI flags can be passed
+        straight through (``--home`` unset keeps ``$PLAYLINE_HOME``).
+        """
+        env = dict(os.environ if environ is None else environ)
+        settings = cls(
+            temporal_address=env.get("TEMPORAL_ADDRESS") or DEFAULT_TEMPORAL_ADDRESS,
+            home=Path(env.get("PLAYLINE_HOME") or DEFAULT_HOME),
+            catalog_path=env.get("PLAYLINE_CATALOG") or None,
+            pg_dsn=env.get("PLAYLINE_PG_DSN") or None,
+            fleet_table_prefix=env.get("PLAYLINE_FLEET_PREFIX") or DEFAULT_FLEET_PREFIX,
+            pacing=env.get("PLAYLINE_PACING") or "governor",
+            ui_url=env.get("PLAYLINE_UI_URL") or None,
+            environ=MappingProxyType(env),
+        )
+        return settings.with_overrides(**overrides)
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """A copy with the non-``None`` overrides applied (``home`` may be a str)."""
+        chosen = {k: v for k, v in overrides.items() if v is not None}
+        if "home" in chosen:
+            chosen["home"] = Path(chosen["home"])
+        return replace(self, **chosen) if chosen else self
+
+    def with_environ(self, **variables: str) -> Settings:
+        """A copy whose ``environ`` also holds ``variables`` (without touching the process)."""
+        return replace(self, environ=MappingProxyType({**self.environ, **variables}))
+
+    @property
+    def receipts_path(self) -> Path:
+        return self.home / "receipts.db"
+
+    @property
+    def sheet_path(self) -> Path:
+        return self.home / "sheet.db"

@@ -1,0 +1,268 @@
+"""``FleetSync``: how one worker's governor follows the fleet's shared pacing state.
+
+A :class:`~playline.pacing.fleet_store.FleetPacer` keeps the fleet's state in
+PostgreSQL; this class is the governor's side of it:
+
+* **tickets** - before a call is dispatched, one GCRA ticket per pacing key,
+  coalesced per key into blocks (one round trip for every caller waiting at that
+  moment), so N workers together stay inside one budget;
+* **refresh** - at least once a second it reads every key's configured limits
+  (``playline limits set``) and shared adapted rate, and applies them to the
+  governor through its public methods (``set_limit``, ``adopt_rate``);
+* **reports** - the governor's own cuts and increases are written back, in the
+  background, so the rest of the fleet follows within a refresh.
+
+The governor calls :meth:`wait_for_tickets`, :meth:`report_cut`,
+:meth:`report_increase` and :meth:`key_created`; this class calls the governor
+only through :class:`FleetFollower`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Sequence
+from typing import Any, Protocol
+
+from playline.pacing.fleet_store import FleetKeyState, FleetPacer, FleetRate
+from playline.pacing.policy import PacingPolicy
+
+__all__ = ["FleetFollower", "FleetSync"]
+
+log = logging.getLogger("playline.governor")
+
+
+class FleetFollower(Protocol):
+    """What fleet synchronisation may do to a governor (its public methods)."""
+
+    def policy(self, key: str) -> PacingPolicy: ...
+
+    def has_key(self, key: str) -> bool: ...
+
+    def set_limit(
+        self,
+        key: str,
+        *,
+        rps: float | None = None,
+        max_concurrency: int | None = None,
+        burst: int | None = None,
+    ) -> None: ...
+
+    def adopt_rate(self, key: str, rps: float) -> bool: ...
+
+
+class FleetSync:
+    """Tickets, refresh and reports between one governor and the fleet store.
+
+    Args:
+        store: the PostgreSQL fleet pacer (not owned: the caller closes it).
+        governor: the governor to keep in step with the fleet.
+        refresh_s: how often limits and the shared rate are read, at most 1 s
+            so that a limit change applies within a second.
+    """
+
+    def __init__(self, store: FleetPacer, governor: FleetFollower, *, refresh_s: float) -> None:
+        if not 0 < refresh_s <= 1.0:
+            raise ValueError("fleet_refresh_s must be in (0, 1]")
+        self._store = store
+        self._governor = governor
+        self._refresh_s = refresh_s
+        self._view: dict[str, FleetKeyState] = {}
+        #: per key, the (rps, burst, max_concurrency) last applied from the limits table
+        self._limits_applied: dict[str, tuple[float, int, int]] = {}
+        #: per key, the (epoch, rps) of the shared adapted rate last seen or written
+        self._seen: dict[str, tuple[int, float]] = {}
+        self._batchers: dict[str, _TicketBatcher] = {}
+        self._refresh_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------------ tickets
+
+    async def wait_for_tickets(self, keys: Sequence[str]) -> None:
+        """Take one fleet ticket per key and sleep until the last of them is due."""
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        for key in keys:
+            batcher = self._batchers.get(key)
+            if batcher is None:
+                batcher = self._batchers[key] = _TicketBatcher(self._store, key, self._governor)
+            due = max(due, loop.time() + await batcher.ticket())
+        delay = due - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    # ------------------------------------------------------------------ refresh
+
+    def ensure_running(self) -> None:
+        """Start the background refresh if it is not running (needs a running loop)."""
+        if self._closed or self._refresh_task is not None:
+            return
+        self._refresh_task = asyncio.get_running_loop().create_task(
+            self._refresh_loop(), name="playline-governor-fleet-refresh"
+        )
+
+    async def refresh_once(self) -> None:
+        """Read the fleet's state and apply it to every key the governor knows."""
+        view = await self._store.read_state()
+        self._view = view
+        for key, key_view in view.items():
+            if self._governor.has_key(key):
+                self._apply(key, key_view)
+
+    def key_created(self, key: str) -> None:
+        """The governor just created ``key``: apply what the fleet already says of it."""
+        view = self._view.get(key)
+        if view is not None:
+            self._apply(key, view)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            try:
+                await self.refresh_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # keep pacing on local limits; retry next tick
+                log.warning("fleet pacing refresh failed (%s); retrying", err)
+            await asyncio.sleep(self._refresh_s)
+
+    def _apply(self, key: str, view: FleetKeyState) -> None:
+        """Apply the fleet's limits, then its shared adapted rate, to one key."""
+        limits = view.limits
+        if limits is not None:
+            wanted = (limits.rps, limits.burst, limits.max_concurrency)
+            if wanted != self._limits_applied.get(key):
+                self._limits_applied[key] = wanted
+                policy = self._governor.policy(key)
+                if wanted != (policy.rps, policy.burst, policy.max_concurrency):
+                    log.info("pacing key %s: applying fleet limits", key)
+                    self._governor.set_limit(
+                        key,
+                        rps=limits.rps,
+                        burst=limits.burst,
+                        max_concurrency=limits.max_concurrency,
+                    )
+        if view.rate is not None:
+            self._adopt(key, view.rate)
+
+    def _adopt(self, key: str, rate: FleetRate) -> None:
+        """Follow the shared rate when it is newer than what this worker saw.
+
+        Cuts bump the row's epoch; increases only raise ``rps`` within an
+        epoch. So a row is newer if its epoch is higher, or equal with a
+        higher rate; anything else is a stale read racing our own write.
+        """
+        seen = self._seen.get(key)
+        if seen is not None and (rate.epoch, rate.rps) <= seen:
+            return
+        self._seen[key] = (rate.epoch, rate.rps)
+        self._governor.adopt_rate(key, rate.rps)
+
+    # ------------------------------------------------------------------ reports
+
+    def report_cut(self, key: str, rate: float, floor: float, pause_s: float) -> None:
+        """This worker cut ``key`` to ``rate``: lower the shared rate and pause the fleet."""
+        store = self._store
+
+        async def report() -> None:
+            shared = await store.report_cut(key, rate, min_rps=floor, pause_s=pause_s)
+            self._adopt(key, shared)
+
+        self._spawn(report(), f"report a rate cut of {key}")
+
+    def report_increase(self, key: str, rate: float, ceiling: float) -> None:
+        """This worker raised ``key`` to ``rate``: raise the shared rate if nobody cut since."""
+        seen = self._seen.get(key)
+        if seen is None:
+            return  # not synchronised with the fleet yet: the next refresh decides
+        store, epoch = self._store, seen[0]
+
+        async def report() -> None:
+            shared = await store.report_increase(key, rate, ceiling_rps=ceiling, epoch=epoch)
+            if shared is not None:
+                self._adopt(key, shared)
+
+        self._spawn(report(), f"report a rate increase of {key}")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], what: str) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(coro)
+        except RuntimeError:  # no loop: nothing in flight to report for
+            coro.close()
+            return
+        self._background.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._background.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("fleet pacing: could not %s: %s", what, t.exception())
+
+        task.add_done_callback(done)
+
+    async def aclose(self) -> None:
+        """Stop the refresh and wait briefly for outstanding reports."""
+        self._closed = True
+        task, self._refresh_task = self._refresh_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        pending = [t for t in self._background if not t.done()]
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=2.0)
+            for t in late:
+                t.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+
+class _TicketBatcher:
+    """Coalesces concurrent fleet-ticket requests of one key into blocks.
+
+    A block is taken with one database round trip and covers exactly the
+    callers waiting at that moment, each of which has already passed every
+    local check and dispatches as soon as its ticket is due. Callers that
+    arrive while a block is being fetched go into the next block. A caller
+    cancelled before its block was fetched is left out of it.
+    """
+
+    def __init__(self, store: FleetPacer, key: str, governor: FleetFollower) -> None:
+        self._store = store
+        self._key = key
+        self._governor = governor
+        self._pending: list[asyncio.Future[float]] = []
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def ticket(self) -> float:
+        """Seconds from now until this caller's ticket is due."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[float] = loop.create_future()
+        self._pending.append(fut)
+        if self._drainer is None:
+            self._drainer = loop.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        try:
+            while self._pending:
+                block = [fut for fut in self._pending if not fut.done()]
+                self._pending = []
+                if not block:
+                    continue
+                policy = self._governor.policy(self._key)
+                try:
+                    delays = await self._store.take_many(
+                        self._key, len(block), rps=policy.rps, burst=policy.burst
+                    )
+                except Exception as err:
+                    for fut in block:
+                        if not fut.done():
+                            fut.set_exception(err)
+                    continue
+                # The delays count from when the database ran the statement; using
+                # them from now (a half round trip later) errs on the slow side.
+                for fut, delay in zip(block, delays, strict=True):
+                    if not fut.done():
+                        fut.set_result(delay)
+        finally:
+            self._drainer = None

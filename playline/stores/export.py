@@ -1,0 +1,96 @@
+"""Rows out of a dataset run: the export file, the preview and the inline result.
+
+A run's rows are read from the sheet store in pages, in manifest order; a row that
+failed carries its error in an ``_error`` column (present only when some row
+failed). The inline result is all-or-nothing within a byte budget, projected
+from the rows seen so far, so a prefix is never returned and never held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from playline.errors import InvalidPlayInput
+from playline.stores.csv_io import write_csv, write_jsonl
+from playline.stores.sheet import RunInfo, SheetStore
+
+__all__ = ["RunSummary", "export_run", "row_out", "summarize_run"]
+
+EXPORT_PAGE_ROWS = 1000
+PREVIEW_ROWS = 5
+#: Bytes a row is assumed to occupy once decoded, per byte of its JSON, plus overhead.
+ROW_MEMORY_MULTIPLIER = 2
+ROW_OVERHEAD_BYTES = 64
+
+
+def row_out(data: dict[str, Any], status: str, error: str | None) -> dict[str, Any]:
+    """A row as exported: its data, plus ``_error`` when it failed."""
+    if status == "error":
+        return {**data, "_error": error}
+    return data
+
+
+async def _info(sheet: SheetStore, run_ref: str) -> RunInfo:
+    info = await sheet.run_info(run_ref)
+    if info is None:
+        raise InvalidPlayInput(f"run {run_ref!r} has no manifest in the sheet store")
+    return info
+
+
+async def export_run(sheet: SheetStore, run_ref: str, path: str, fmt: str = "csv") -> int:
+    """Write a run's rows, in manifest order, to a CSV or JSONL file; the row count."""
+    info = await _info(sheet, run_ref)
+    counts = await sheet.run_counts(run_ref)
+    rows: list[dict[str, Any]] = []
+    for start in range(0, info.admitted, EXPORT_PAGE_ROWS):
+        page = await sheet.read_run_rows(run_ref, start, start + EXPORT_PAGE_ROWS)
+        rows.extend(row_out(r.data, r.status, r.error) for r in page)
+    columns = info.columns + (["_error"] if counts["error"] else [])
+    if fmt == "jsonl":
+        return await asyncio.to_thread(write_jsonl, path, rows)
+    return await asyncio.to_thread(write_csv, path, columns, rows)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a finished run reports to the workflow: counts, a preview, maybe all rows."""
+
+    info: RunInfo
+    rows_ok: int
+    rows_failed: int
+    preview: list[dict[str, Any]]
+    #: every row, only when all of them fit the inline budget
+    rows: list[dict[str, Any]] | None
+
+
+async def summarize_run(sheet: SheetStore, run_ref: str, inline_budget_bytes: int) -> RunSummary:
+    """Counts, the first rows as a preview and (all-or-nothing) the inline rows."""
+    info = await _info(sheet, run_ref)
+    counts = await sheet.run_counts(run_ref)
+    preview: list[dict[str, Any]] = []
+    inline: list[dict[str, Any]] | None = []
+    resident = 0
+    for start in range(0, info.admitted, EXPORT_PAGE_ROWS):
+        page = await sheet.read_run_rows(run_ref, start, start + EXPORT_PAGE_ROWS)
+        for row in page:
+            out = row_out(row.data, row.status, row.error)
+            if len(preview) < PREVIEW_ROWS:
+                preview.append(out)
+            if inline is None:
+                continue
+            resident += len(json.dumps(out)) * ROW_MEMORY_MULTIPLIER + ROW_OVERHEAD_BYTES
+            seen = len(inline) + 1
+            # Project the whole result from the rows seen so far and give up
+            # early: a prefix is never returned, so holding one is waste.
+            if resident / seen * info.admitted > inline_budget_bytes:
+                inline = None
+                if len(preview) >= PREVIEW_ROWS:
+                    break
+            else:
+                inline.append(out)
+        if inline is None and len(preview) >= PREVIEW_ROWS:
+            break
+    return RunSummary(info, counts["ok"], counts["error"], preview, inline)

@@ -1,0 +1,329 @@
+"""``SqliteReceiptStore``: the receipt store in one SQLite file (the embedded default).
+
+See :mod:`playline.stores.receipts` for the states, the claim rule and the contract.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from playline.stores.receipts import (
+    BatchClaim,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimStatus,
+    Receipt,
+    canonical_json,
+    decide_claim,
+)
+from playline.stores.sqlite_db import SqliteDatabase, write_transaction
+
+__all__ = ["SqliteReceiptStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS receipts (
+    key TEXT PRIMARY KEY,
+    tool_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    owner TEXT,
+    lease_id TEXT,
+    lease_expires_at REAL,
+    created_at REAL NOT NULL,
+    completed_at REAL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    credits REAL NOT NULL DEFAULT 0,
+    batch_key TEXT,
+    request TEXT
+);
+"""
+
+#: Columns added after the first release, for files created before them.
+_ADDED_COLUMNS = {"batch_key": "TEXT", "request": "TEXT"}
+
+
+class SqliteReceiptStore:
+    """Receipts in one SQLite file (WAL mode), safe across processes on one machine.
+
+    Calls run on a worker thread so the event loop keeps heartbeating while SQLite
+    waits on a lock; ``BEGIN IMMEDIATE`` makes each claim batch atomic across
+    processes.
+    """
+
+    def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
+        self._db = SqliteDatabase(path, _SCHEMA, added_columns={"receipts": _ADDED_COLUMNS})
+        self.path = self._db.path
+        self._clock = clock
+
+    async def claim(
+        self, requests: Sequence[ClaimRequest], *, owner: str, lease_id: str, ttl_s: float
+    ) -> list[ClaimOutcome]:
+        now = self._clock()
+        expires = now + ttl_s
+
+        def tx(conn: sqlite3.Connection) -> list[ClaimOutcome]:
+            outcomes: list[ClaimOutcome] = []
+            with write_transaction(conn):
+                for req in requests:
+                    row = conn.execute(
+                        "SELECT status, result, owner, lease_id, lease_expires_at, completed_at, "
+                        "batch_key FROM receipts WHERE key = ?",
+                        (req.key,),
+                    ).fetchone()
+                    outcome = decide_claim(req, row, now=now, lease_id=lease_id)
+                    if outcome is None:
+                        conn.execute(
+                            "INSERT INTO receipts (key, tool_id, status, owner, lease_id, "
+                            "lease_expires_at, created_at, attempts) "
+                            "VALUES (?, ?, 'running', ?, ?, ?, ?, 1) "
+                            "ON CONFLICT(key) DO UPDATE SET status='running', "
+                            "owner=excluded.owner, lease_id=excluded.lease_id, "
+                            "lease_expires_at=excluded.lease_expires_at, "
+                            "error=NULL, attempts=receipts.attempts + 1",
+                            (req.key, req.tool_id, owner, lease_id, expires, now),
+                        )
+                        outcome = ClaimOutcome(
+                            req.key,
+                            ClaimStatus.CLAIMED,
+                            lease_expires_at=expires,
+                            batch_key=row[6] if row is not None else None,
+                        )
+                    outcomes.append(outcome)
+            return outcomes
+
+        return await self._db.run(tx)
+
+    async def renew(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
+        expires = self._clock() + ttl_s
+
+        def tx(conn: sqlite3.Connection) -> list[bool]:
+            owned: list[bool] = []
+            with write_transaction(conn):
+                for key in keys:
+                    cur = conn.execute(
+                        "UPDATE receipts SET lease_expires_at = ? "
+                        "WHERE key = ? AND lease_id = ? AND status = 'running'",
+                        (expires, key, lease_id),
+                    )
+                    owned.append(cur.rowcount == 1)
+            return owned
+
+        return await self._db.run(tx)
+
+    async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
+        now = self._clock()
+        payload = canonical_json(result)
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE receipts SET status='completed', result=?, error=NULL, completed_at=?, "
+                "lease_id=NULL, lease_expires_at=NULL, credits=credits + ? "
+                "WHERE key=? AND lease_id=? AND status='running'",
+                (payload, now, credits, key, lease_id),
+            )
+            return cur.rowcount == 1
+
+        return await self._db.run(tx)
+
+    async def fail(self, key: str, *, lease_id: str, error: str) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
+                "lease_expires_at=NULL "
+                "WHERE key=? AND lease_id=? AND status='running'",
+                (error[:2000], key, lease_id),
+            )
+            return cur.rowcount == 1
+
+        return await self._db.run(tx)
+
+    async def release(self, keys: Sequence[str], *, lease_id: str) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "UPDATE receipts SET lease_expires_at = 0 "
+                "WHERE key=? AND lease_id=? AND status='running'",
+                [(key, lease_id) for key in keys],
+            )
+
+        await self._db.run(tx)
+
+    async def open_batch(
+        self,
+        agg_key: str,
+        *,
+        tool_id: str,
+        member_keys: Sequence[str],
+        request: dict[str, Any],
+        owner: str,
+        lease_id: str,
+        ttl_s: float,
+    ) -> bool:
+        now = self._clock()
+        document = canonical_json({"members": list(member_keys), "request": request})
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            with write_transaction(conn):
+                held = 0
+                for key in member_keys:
+                    held += conn.execute(
+                        "UPDATE receipts SET batch_key = ? "
+                        "WHERE key = ? AND lease_id = ? AND status = 'running'",
+                        (agg_key, key, lease_id),
+                    ).rowcount
+                if held != len(member_keys):
+                    raise _Rollback
+                conn.execute(
+                    "INSERT INTO receipts (key, tool_id, status, owner, lease_id, "
+                    "lease_expires_at, created_at, attempts, request) "
+                    "VALUES (?, ?, 'running', ?, ?, ?, ?, 1, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET status='running', owner=excluded.owner, "
+                    "lease_id=excluded.lease_id, lease_expires_at=excluded.lease_expires_at, "
+                    "request=excluded.request, attempts=receipts.attempts + 1",
+                    (agg_key, f"{tool_id}#batch", owner, lease_id, now + ttl_s, now, document),
+                )
+            return True
+
+        try:
+            return await self._db.run(tx)
+        except _Rollback:
+            return False
+
+    async def claim_batch(
+        self, agg_key: str, *, owner: str, lease_id: str, ttl_s: float
+    ) -> BatchClaim:
+        now = self._clock()
+
+        def tx(conn: sqlite3.Connection) -> BatchClaim:
+            with write_transaction(conn):
+                row = conn.execute(
+                    "SELECT status, lease_id, lease_expires_at, request FROM receipts "
+                    "WHERE key = ?",
+                    (agg_key,),
+                ).fetchone()
+                if row is None or row[3] is None:
+                    raise LookupError(f"batch {agg_key} has no stored request")
+                document = json.loads(row[3])
+                members: list[str] = document["members"]
+                if row[0] == "completed":
+                    return BatchClaim(ClaimStatus.HIT, members, document["request"])
+                if row[1] != lease_id and (row[2] or 0) > now:
+                    return BatchClaim(ClaimStatus.HELD, members, document["request"])
+                conn.execute(
+                    "UPDATE receipts SET status='running', owner=?, lease_id=?, "
+                    "lease_expires_at=?, attempts=attempts + 1 WHERE key = ?",
+                    (owner, lease_id, now + ttl_s, agg_key),
+                )
+                for key in members:
+                    conn.execute(
+                        "UPDATE receipts SET status='running', owner=?, lease_id=?, "
+                        "lease_expires_at=? WHERE key = ? AND batch_key = ? "
+                        "AND status != 'completed'",
+                        (owner, lease_id, now + ttl_s, key, agg_key),
+                    )
+                return BatchClaim(ClaimStatus.CLAIMED, members, document["request"])
+
+        return await self._db.run(tx)
+
+    async def complete_batch(
+        self,
+        agg_key: str,
+        *,
+        lease_id: str,
+        results: dict[str, Any],
+        credits_per_member: float,
+    ) -> bool:
+        now = self._clock()
+
+        def tx(conn: sqlite3.Connection) -> bool:
+            with write_transaction(conn):
+                fenced = conn.execute(
+                    "UPDATE receipts SET status='completed', completed_at=?, lease_id=NULL, "
+                    "lease_expires_at=NULL, error=NULL, result=?, credits=credits + ? "
+                    "WHERE key=? AND lease_id=? AND status='running'",
+                    (
+                        now,
+                        canonical_json({"members": len(results)}),
+                        credits_per_member * len(results),
+                        agg_key,
+                        lease_id,
+                    ),
+                ).rowcount
+                if fenced != 1:
+                    raise _Rollback
+                for key, result in results.items():
+                    conn.execute(
+                        "UPDATE receipts SET status='completed', result=?, error=NULL, "
+                        "completed_at=?, lease_id=NULL, lease_expires_at=NULL, "
+                        "credits=credits + ? WHERE key=? AND batch_key=?",
+                        (canonical_json(result), now, credits_per_member, key, agg_key),
+                    )
+            return True
+
+        try:
+            return await self._db.run(tx)
+        except _Rollback:
+            return False
+
+    async def fail_batch(
+        self, agg_key: str, *, lease_id: str, error: str, release_members: bool
+    ) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            with write_transaction(conn):
+                owned = conn.execute(
+                    "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
+                    "lease_expires_at=NULL WHERE key=? AND lease_id=? AND status='running'",
+                    (error[:2000], agg_key, lease_id),
+                ).rowcount
+                if owned != 1:
+                    return
+                conn.execute(
+                    "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
+                    "lease_expires_at=NULL"
+                    + (", batch_key=NULL" if release_members else "")
+                    + " WHERE batch_key=? AND status != 'completed'",
+                    (error[:2000], agg_key),
+                )
+
+        await self._db.run(tx)
+
+    async def get(self, keys: Sequence[str]) -> dict[str, Receipt]:
+        def tx(conn: sqlite3.Connection) -> dict[str, Receipt]:
+            found: dict[str, Receipt] = {}
+            for start in range(0, len(keys), 500):
+                batch = list(keys[start : start + 500])
+                marks = ",".join("?" * len(batch))
+                for row in conn.execute(
+                    "SELECT key, tool_id, status, result, error, owner, lease_id, "
+                    "lease_expires_at, completed_at, attempts, credits "
+                    f"FROM receipts WHERE key IN ({marks})",
+                    batch,
+                ):
+                    found[row[0]] = Receipt(
+                        key=row[0],
+                        tool_id=row[1],
+                        status=row[2],
+                        result=json.loads(row[3]) if row[3] is not None else None,
+                        error=row[4],
+                        owner=row[5],
+                        lease_id=row[6],
+                        lease_expires_at=row[7],
+                        completed_at=row[8],
+                        attempts=row[9],
+                        credits=row[10],
+                    )
+            return found
+
+        return await self._db.run(tx)
+
+    async def close(self) -> None:
+        self._db.close()
+
+
+class _Rollback(Exception):
+    """Raised inside a transaction to undo it and report ``False``."""
