@@ -27,7 +27,7 @@ from playline import demo
 from playline.calls.attempt import Attempt
 from playline.calls.catalog import DEFAULT_CATALOG_PATH, Catalog
 from playline.calls.http import ProviderClient
-from playline.calls.live import LiveDispatcher
+from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.runner import ToolRunner
 from playline.cli.devserver import temporal_binary
 from playline.config import Settings
@@ -169,7 +169,8 @@ def live_runner(
     """A live-mode tool runner outside any activity, as one chunk attempt would have."""
     attempt = Attempt(receipts=receipts, owner=owner, lease_id=lease_id, lease_ttl_s=lease_ttl_s)
     pacer = pacer or Governor(catalog.pacing_policies())
-    return ToolRunner(catalog, attempt, LiveDispatcher(attempt, pacer, provider))
+    sender = PacedSender(attempt, pacer, provider)
+    return ToolRunner(catalog, attempt, LiveDispatcher(attempt, sender))
 
 
 def provider_client(catalog: Catalog, http: httpx.AsyncClient) -> ProviderClient:

@@ -35,7 +35,7 @@ from playline import resolvers
 from playline.calls.attempt import Attempt
 from playline.calls.dispatch import Dispatcher
 from playline.calls.fixtures import FixtureDispatcher
-from playline.calls.live import LiveDispatcher
+from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.runner import ToolResult, ToolRunner
 from playline.contract import ChunkInput, ChunkStats, ColumnSpec, RunOptions
 from playline.errors import InvalidPlayInput, PlaylineError, RowFailed
@@ -99,7 +99,8 @@ def make_runner(services: Services, options: RunOptions, *, lease_ttl_s: float) 
             enforce_pacing=options.enforce_fixture_pacing,
         )
     else:
-        dispatcher = LiveDispatcher(attempt, services.governor, services.provider)
+        sender = PacedSender(attempt, services.governor, services.provider)
+        dispatcher = LiveDispatcher(attempt, sender)
     return ToolRunner(services.catalog, attempt, dispatcher)
 
 

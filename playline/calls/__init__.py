@@ -26,7 +26,7 @@ from playline.calls.catalog import Catalog, ToolSpec, load_catalog
 from playline.calls.dispatch import ClaimedCall, Dispatcher
 from playline.calls.fixtures import FixtureBook, FixtureDispatcher
 from playline.calls.http import ProviderClient
-from playline.calls.live import LiveDispatcher, RetryPolicy
+from playline.calls.live import LiveDispatcher, PacedSender, RetryPolicy
 from playline.calls.runner import ToolResult, ToolRunner
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "FixtureBook",
     "FixtureDispatcher",
     "LiveDispatcher",
+    "PacedSender",
     "ProviderClient",
     "RetryPolicy",
     "ToolResult",

@@ -68,7 +68,7 @@ class PacedSender:
     ) -> None:
         self._attempt = attempt
         self._pacer = pacer
-        self._provider = provider
+        self.provider = provider
         self._retry = retry or RetryPolicy()
 
     async def send(
@@ -89,7 +89,7 @@ class PacedSender:
                 self._attempt.check_before_dispatch()
                 started = time.monotonic()
                 try:
-                    data = await self._provider.send(
+                    data = await self.provider.send(
                         tool, payload, idempotency_key=idempotency_key, path=path
                     )
                 except ProviderRateLimited as err:
@@ -123,22 +123,20 @@ class PacedSender:
 
 
 class LiveDispatcher:
-    """Settles claimed calls over HTTP; bulk-capable tools go through bulk requests."""
+    """Settles claimed calls over HTTP; bulk-capable tools go through bulk requests.
 
-    def __init__(
-        self,
-        attempt: Attempt,
-        pacer: Pacer,
-        provider: ProviderClient,
-        retry: RetryPolicy | None = None,
-    ) -> None:
+    Args:
+        attempt: the chunk attempt's shared state.
+        sender: sends single and bulk requests through the governor.
+    """
+
+    def __init__(self, attempt: Attempt, sender: PacedSender) -> None:
         self._attempt = attempt
-        self._provider = provider
-        self._sender = PacedSender(attempt, pacer, provider, retry)
-        self.bulk = BulkDispatcher(attempt, self._sender)
+        self._sender = sender
+        self.bulk = BulkDispatcher(attempt, sender)
 
     def auth_scope(self, tool: ToolSpec) -> str:
-        return self._provider.auth_scope(tool)
+        return self._sender.provider.auth_scope(tool)
 
     async def settle(self, call: ClaimedCall) -> Any:
         if call.tool.batch is not None:

@@ -1,0 +1,101 @@
+"""Strict CSV in, faithful CSV/JSONL out: the file is checked before anything is stored."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from playline.errors import InvalidPlayInput
+from playline.stores.csv_io import cell_text, read_csv, write_csv, write_jsonl
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_reads_columns_rows_and_a_digest_of_the_bytes(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.csv", '\ufeffid, name\n1,Ann\n\n2,"Bo, Jr"\n')
+    columns, rows, digest = read_csv(path, ["id"])
+    assert columns == ["id", "name"]  # BOM dropped, names stripped
+    assert rows == [["1", "Ann"], ["2", "Bo, Jr"]]  # blank line skipped, quotes kept whole
+    assert digest == read_csv(write(tmp_path / "b.csv", path.read_bytes()))[2]
+    assert digest != read_csv(write(tmp_path / "c.csv", "id,name\n1,Ann\n"))[2]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "is empty"),
+        ("id,name\n", "has a header but no data rows"),
+        ("id,\n1,2\n", "line 1: the header has a blank column name"),
+        ("id,id\n1,2\n", "duplicate column name(s) ['id']"),
+        ("id,name\n1,Ann\n2\n", "line 3: 1 field(s) but the header has 2"),
+        ("id,name\n1,Ann,extra\n", "line 2: 3 field(s)"),
+        ('id,name\n1,"unterminated\n', "malformed CSV"),
+        (b"id,name\n1,\xff\n", "is not UTF-8"),
+    ],
+)
+def test_malformed_files_are_rejected_with_the_line(
+    tmp_path: Path, content: str | bytes, message: str
+) -> None:
+    path = write(tmp_path / "bad.csv", content)
+    with pytest.raises(InvalidPlayInput) as info:
+        read_csv(path)
+    assert message in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_missing_required_columns_are_named(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.csv", "id,name\n1,Ann\n")
+    with pytest.raises(InvalidPlayInput, match=r"missing required column\(s\) \['email'\]"):
+        read_csv(path, ["id", "email"])
+
+
+def test_a_missing_file_or_a_directory_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidPlayInput, match="does not exist"):
+        read_csv(tmp_path / "nope.csv")
+    with pytest.raises(InvalidPlayInput, match="is a directory"):
+        read_csv(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, ""),
+        ("x", "x"),
+        (3, "3"),
+        (2.5, "2.5"),
+        (True, "true"),
+        (False, "false"),
+        ({"b": 1, "a": [1, 2]}, '{"a": [1, 2], "b": 1}'),
+    ],
+)
+def test_cell_text(value: object, text: str) -> None:
+    assert cell_text(value) == text
+
+
+def test_write_csv_round_trips_and_replaces_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "rows.csv"
+    rows = [{"id": "1", "ok": True, "tags": ["a"]}, {"id": "2", "ok": None}]
+    assert write_csv(path, ["id", "ok", "tags"], rows) == 2
+    assert not list(path.parent.glob("*.tmp"))
+    with path.open(newline="") as handle:
+        assert list(csv.DictReader(handle)) == [
+            {"id": "1", "ok": "true", "tags": '["a"]'},
+            {"id": "2", "ok": "", "tags": ""},
+        ]
+
+
+def test_write_jsonl_writes_one_sorted_object_per_line(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    assert write_jsonl(path, [{"b": 1, "a": 2}, {"c": None}]) == 2
+    lines = path.read_text().splitlines()
+    assert lines == ['{"a": 2, "b": 1}', '{"c": null}']
+    assert [json.loads(line) for line in lines] == [{"a": 2, "b": 1}, {"c": None}]
