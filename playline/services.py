@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from playline.calls.catalog import Catalog, load_catalog
+from playline import demo
+from playline.calls.catalog import Catalog
 from playline.calls.fixtures import FixtureBook
 from playline.calls.http import ProviderClient
 from playline.config import PACING_MODES, Settings
@@ -60,7 +61,8 @@ class Services:
     async def open(cls, settings: Settings | None = None) -> Services:
         """Open everything ``settings`` describes (default: ``Settings.from_env()``)."""
         settings = settings or Settings.from_env()
-        catalog = load_catalog(settings.catalog_path)
+        # Without a catalog of its own, a worker serves the demo's (package data).
+        catalog = Catalog.from_toml(settings.catalog_path or demo.CATALOG)
         http = httpx.AsyncClient(
             limits=httpx.Limits(
                 max_connections=settings.http_max_connections,

@@ -25,7 +25,7 @@ from temporalio.worker import Worker
 
 from playline import demo
 from playline.calls.attempt import Attempt
-from playline.calls.catalog import DEFAULT_CATALOG_PATH, Catalog
+from playline.calls.catalog import Catalog
 from playline.calls.http import ProviderClient
 from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.runner import ToolRunner
@@ -183,7 +183,7 @@ BULK = 'batch = { path = "/firmo/v1/company/lookup/bulk", max_items = 5, linger_
 
 def bulk_catalog(tmp_path: Path) -> Path:
     """The demo catalog with a bulk endpoint declared for company_lookup."""
-    text = DEFAULT_CATALOG_PATH.read_text().replace(
+    text = demo.CATALOG.read_text().replace(
         'getters = { name = "name", industry = "industry", employees = "employees" }\n',
         'getters = { name = "name", industry = "industry", employees = "employees" }\n' + BULK,
     )

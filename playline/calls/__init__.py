@@ -22,7 +22,7 @@ live, what they cost and how fast their provider may be called.
 """
 
 from playline.calls.attempt import Attempt, CallStats
-from playline.calls.catalog import Catalog, ToolSpec, load_catalog
+from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.dispatch import ClaimedCall, Dispatcher
 from playline.calls.fixtures import FixtureBook, FixtureDispatcher
 from playline.calls.http import ProviderClient
@@ -44,5 +44,4 @@ __all__ = [
     "ToolResult",
     "ToolRunner",
     "ToolSpec",
-    "load_catalog",
 ]

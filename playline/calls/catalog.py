@@ -33,7 +33,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from playline.demo import CATALOG
 from playline.errors import (
     CatalogError,
     InvalidToolInput,
@@ -214,12 +213,3 @@ class Catalog(BaseModel):
     def pacing_policies(self) -> dict[str, PacingPolicy]:
         """One pacing policy per provider: what the governor is built from."""
         return {name: spec.pacing for name, spec in self.providers.items()}
-
-
-#: The demo's catalog, shipped as package data (``playline/demo/catalog.toml``).
-DEFAULT_CATALOG_PATH = CATALOG
-
-
-def load_catalog(path: str | Path | None = None) -> Catalog:
-    """The catalog at ``path``, or the bundled demo catalog."""
-    return Catalog.from_toml(path or DEFAULT_CATALOG_PATH)

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from playline.calls.catalog import load_catalog
+from playline import demo
+from playline.calls.catalog import Catalog
 from playline.calls.runner import ToolRunner
 from playline.errors import LeaseLost
 from playline.stores.receipts import ClaimRequest, receipt_key
@@ -21,7 +22,7 @@ INPUT = {"domain": "lease-test.example"}
 
 @pytest.fixture
 async def parts(tmp_path: Path, provider):  # type: ignore[no-untyped-def]
-    catalog = load_catalog()
+    catalog = Catalog.from_toml(demo.CATALOG)
     async with httpx.AsyncClient() as http:
         yield catalog, SqliteReceiptStore(tmp_path / "r.db"), provider_client(catalog, http)
 
