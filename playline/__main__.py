@@ -1,7 +1,5 @@
 """``python -m playline`` is the ``playline`` command."""
 
-import sys
+from playline.cli import entrypoint
 
-from playline.cli import main
-
-sys.exit(main())
+entrypoint()

@@ -6,15 +6,23 @@ own worker code) and the resulting object is passed down; no other module reads
 variable names the catalog gives, in the same snapshot (``Settings.environ``),
 so a worker sees one consistent environment from start to finish.
 
+Temporal's own variables are read through the SDK's environment configuration
+(:mod:`temporalio.envconfig`), so profiles in ``temporal.toml`` work as they do for
+the ``temporal`` CLI: ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``,
+``TEMPORAL_TLS*``, ``TEMPORAL_PROFILE``, ``TEMPORAL_CONFIG_FILE``.
+
 | variable | field | default |
 |---|---|---|
-| ``TEMPORAL_ADDRESS`` | ``temporal_address`` | ``localhost:7233`` |
+| ``TEMPORAL_ADDRESS`` (or the profile's) | ``temporal_address`` | ``localhost:7233`` |
+| ``TEMPORAL_NAMESPACE`` (or the profile's) | ``temporal_namespace`` | ``default`` |
+| ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*`` | ``temporal_api_key``, ``temporal_tls`` | none |
 | ``PLAYLINE_HOME`` | ``home`` | ``.playline`` |
 | ``PLAYLINE_CATALOG`` | ``catalog_path`` | the demo catalog shipped in the package |
 | ``PLAYLINE_PG_DSN`` | ``pg_dsn`` | unset: pacing per worker process |
 | ``PLAYLINE_FLEET_PREFIX`` | ``fleet_table_prefix`` | ``playline_`` |
 | ``PLAYLINE_PACING`` | ``pacing`` | ``governor`` (``off``: the unpaced baseline) |
 | ``PLAYLINE_UI_URL`` | ``ui_url`` | derived from the Temporal address |
+| ``PLAYLINE_METRICS_HOST`` | ``metrics_host`` | ``127.0.0.1`` (``0.0.0.0`` in a container) |
 | (catalog-named) | ``environ`` | API keys (``ACME_API_KEY``...) and ``base_url_env`` overrides |
 """
 
@@ -27,9 +35,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from temporalio.envconfig import ClientConfigProfile
+from temporalio.service import TLSConfig
+
+from playline.errors import PlaylineError
+
 __all__ = ["Settings"]
 
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
+DEFAULT_NAMESPACE = "default"
 DEFAULT_HOME = ".playline"
 DEFAULT_FLEET_PREFIX = "playline_"
 PACING_MODES = ("governor", "off")
@@ -45,6 +59,14 @@ class Settings:
     """
 
     temporal_address: str = DEFAULT_TEMPORAL_ADDRESS
+    temporal_namespace: str = DEFAULT_NAMESPACE
+    #: Temporal Cloud / cluster API key (sent as a bearer token; never printed).
+    temporal_api_key: str | None = field(default=None, repr=False)
+    #: TLS to the Temporal frontend: False, True (system roots) or a TLSConfig.
+    temporal_tls: bool | TLSConfig = False
+    temporal_rpc_metadata: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}), repr=False
+    )
     home: Path = Path(DEFAULT_HOME)
     catalog_path: str | None = None
     #: PostgreSQL for fleet-wide pacing; unset keeps pacing per worker process.
@@ -54,6 +76,8 @@ class Settings:
     pacing: str = "governor"
     #: The Temporal UI's base URL for links; None derives it from the address.
     ui_url: str | None = None
+    #: Where ``--metrics-port`` binds: loopback, or 0.0.0.0 in a container.
+    metrics_host: str = "127.0.0.1"
     http_max_connections: int = 256
     #: httpcore scans every pooled connection per request; keep the idle pool small.
     http_max_keepalive: int = 32
@@ -67,14 +91,21 @@ class Settings:
         straight through (``--home`` unset keeps ``$PLAYLINE_HOME``).
         """
         env = dict(os.environ if environ is None else environ)
+        temporal = _temporal_profile(env)
+        tls = temporal.get("tls", False)
         settings = cls(
-            temporal_address=env.get("TEMPORAL_ADDRESS") or DEFAULT_TEMPORAL_ADDRESS,
+            temporal_address=temporal.get("target_host") or DEFAULT_TEMPORAL_ADDRESS,
+            temporal_namespace=temporal.get("namespace") or DEFAULT_NAMESPACE,
+            temporal_api_key=temporal.get("api_key"),
+            temporal_tls=tls if isinstance(tls, bool | TLSConfig) else False,
+            temporal_rpc_metadata=MappingProxyType(dict(temporal.get("rpc_metadata") or {})),
             home=Path(env.get("PLAYLINE_HOME") or DEFAULT_HOME),
             catalog_path=env.get("PLAYLINE_CATALOG") or None,
             pg_dsn=env.get("PLAYLINE_PG_DSN") or None,
             fleet_table_prefix=env.get("PLAYLINE_FLEET_PREFIX") or DEFAULT_FLEET_PREFIX,
             pacing=env.get("PLAYLINE_PACING") or "governor",
             ui_url=env.get("PLAYLINE_UI_URL") or None,
+            metrics_host=env.get("PLAYLINE_METRICS_HOST") or "127.0.0.1",
             environ=MappingProxyType(env),
         )
         return settings.with_overrides(**overrides)
@@ -90,6 +121,19 @@ class Settings:
         """A copy whose ``environ`` also holds ``variables`` (without touching the process)."""
         return replace(self, environ=MappingProxyType({**self.environ, **variables}))
 
+    def client_connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``temporalio.client.Client.connect``."""
+        kwargs: dict[str, Any] = {
+            "target_host": self.temporal_address,
+            "namespace": self.temporal_namespace,
+            "tls": self.temporal_tls,
+        }
+        if self.temporal_api_key:
+            kwargs["api_key"] = self.temporal_api_key
+        if self.temporal_rpc_metadata:
+            kwargs["rpc_metadata"] = dict(self.temporal_rpc_metadata)
+        return kwargs
+
     @property
     def receipts_path(self) -> Path:
         return self.home / "receipts.db"
@@ -97,3 +141,14 @@ class Settings:
     @property
     def sheet_path(self) -> Path:
         return self.home / "sheet.db"
+
+
+def _temporal_profile(env: Mapping[str, str]) -> dict[str, Any]:
+    """The Temporal connection as the SDK's envconfig reads it (profile file + variables)."""
+    try:
+        profile = ClientConfigProfile.load(
+            profile=env.get("TEMPORAL_PROFILE") or None, override_env_vars=env
+        )
+    except Exception as err:  # a malformed temporal.toml or TLS file
+        raise PlaylineError(f"Temporal client configuration is invalid: {err}") from None
+    return dict(profile.to_client_connect_config())

@@ -30,6 +30,10 @@ class PlaylineError(Exception):
     chunk_fatal: bool = False
 
 
+class TemporalUnavailable(PlaylineError):
+    """The Temporal frontend could not be reached (or refused the connection)."""
+
+
 class InvalidPlayInput(PlaylineError):
     """The play's input (or a dataset it loads) is malformed."""
 
@@ -85,14 +89,18 @@ class PersistenceCircuitOpen(PlaylineError):
     retryable = True
     chunk_fatal = True
 
-    def __init__(self, cause: str, prevented_calls: int) -> None:
+    def __init__(self, cause: str, prevented_calls: int, rows_held_back: int = 0) -> None:
+        held = f"{prevented_calls} provider call(s)"
+        if rows_held_back:
+            held += f" and {rows_held_back} row(s) not yet started"
         super().__init__(
-            f"persistence failed earlier in this chunk ({cause}); "
-            f"{prevented_calls} provider call(s) were not dispatched. "
-            "Check the store (disk space, database connectivity) and retry."
+            f"persistence failed earlier in this chunk ({cause}); {held} were held back, "
+            "nothing was dispatched after the failure. Check the store (disk space, "
+            "database connectivity); Temporal retries the chunk."
         )
         self.cause = cause
         self.prevented_calls = prevented_calls
+        self.rows_held_back = rows_held_back
 
 
 class ProviderError(PlaylineError):

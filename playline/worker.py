@@ -17,7 +17,9 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from playline.config import Settings
+from playline.errors import PlaylineError, TemporalUnavailable
 from playline.plugin import PlaylinePlugin
+from playline.services import Services
 
 DEFAULT_TASK_QUEUE = "playline"
 DEFAULT_PLAYS = ("playline.demo.enrich_leads",)
@@ -28,29 +30,61 @@ logger = logging.getLogger("playline.worker")
 def import_plays(modules: Sequence[str]) -> None:
     """Import the modules that declare plays and resolvers (registering them)."""
     for name in (*DEFAULT_PLAYS, *modules):
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise PlaylineError(
+                f"cannot import plays module {name!r}: {err}; pass an importable module "
+                "to --plays (on the worker's PYTHONPATH)"
+            ) from None
 
 
 async def connect(
     address: str | None = None,
     *,
-    namespace: str = "default",
     settings: Settings | None = None,
+    services: Services | None = None,
     runtime: Runtime | None = None,
 ) -> Client:
     """A client carrying the playline plugin (pydantic converter, plays, activities).
 
-    Workers built from it register playline and open their services from
-    ``settings``; a client used only to start plays never opens them. The
-    address defaults to ``settings.temporal_address`` (``$TEMPORAL_ADDRESS``).
+    The connection (address, namespace, TLS, API key) comes from ``settings``
+    (``Settings.from_env()``: the SDK's environment configuration); ``address``
+    overrides its address. Workers built from the client open their services from
+    ``settings`` unless already-open ``services`` are given; a client used only to
+    start plays never opens them. An unreachable server is one clear
+    ``TemporalUnavailable`` error, not a traceback.
     """
     settings = settings or Settings.from_env()
-    return await Client.connect(
-        address or settings.temporal_address,
-        namespace=namespace,
-        plugins=[PlaylinePlugin(settings=settings)],
-        runtime=runtime,
-    )
+    if address:
+        settings = settings.with_overrides(temporal_address=address)
+    kwargs = settings.client_connect_kwargs()
+    try:
+        return await Client.connect(
+            **kwargs,
+            plugins=[PlaylinePlugin(settings=settings, services=services)],
+            runtime=runtime,
+        )
+    except RuntimeError as err:
+        raise TemporalUnavailable(
+            f"cannot reach Temporal at {settings.temporal_address} "
+            f"(namespace {settings.temporal_namespace}): {_connect_reason(err)}. Start one "
+            "with `playline dev`, or point TEMPORAL_ADDRESS (or a TEMPORAL_PROFILE) at yours"
+        ) from None
+
+
+def _connect_reason(err: RuntimeError) -> str:
+    text = str(err)
+    for needle, reason in (
+        ("Connection refused", "connection refused"),
+        ("dns error", "the host name does not resolve"),
+        ("timed out", "the connection timed out"),
+        ("Unauthenticated", "the API key or certificate was refused"),
+        ("PermissionDenied", "permission denied for this namespace"),
+    ):
+        if needle.lower() in text.lower():
+            return reason
+    return text.splitlines()[0][:200]
 
 
 def build_worker(
@@ -69,29 +103,40 @@ def build_worker(
 
 async def run_worker(
     *,
-    address: str | None = None,
-    namespace: str = "default",
     task_queue: str = DEFAULT_TASK_QUEUE,
     plays: Sequence[str] = (),
     settings: Settings | None = None,
     ready: asyncio.Event | None = None,
     metrics_port: int | None = None,
 ) -> None:
-    """Run a worker until cancelled; ``metrics_port`` serves Prometheus metrics."""
+    """Run a worker until cancelled; ``metrics_port`` serves Prometheus metrics.
+
+    Everything that can be wrong with the worker's configuration (plays that do not
+    import, a bad catalog, an unreachable store or Temporal) fails here, before any
+    polling starts, as a ``PlaylineError`` naming the cause: a worker that cannot
+    work never sits silently on a task queue.
+    """
     settings = settings or Settings.from_env()
-    address = address or settings.temporal_address
     import_plays(plays)
     runtime = None
     if metrics_port:
         runtime = Runtime(
             telemetry=TelemetryConfig(
-                metrics=PrometheusConfig(bind_address=f"127.0.0.1:{metrics_port}")
+                metrics=PrometheusConfig(bind_address=f"{settings.metrics_host}:{metrics_port}")
             )
         )
-    client = await connect(address, namespace=namespace, settings=settings, runtime=runtime)
-    worker = build_worker(client, task_queue=task_queue)
-    logger.info("playline worker polling %s on %s", task_queue, address)
-    async with worker:
+    services = await Services.open(settings)
+    try:
+        client = await connect(settings=settings, services=services, runtime=runtime)
+        worker = build_worker(client, task_queue=task_queue)
+        logger.info("playline worker polling %s on %s", task_queue, settings.temporal_address)
+        running = asyncio.ensure_future(worker.run())
         if ready is not None:
             ready.set()
-        await asyncio.Event().wait()
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            await worker.shutdown()
+            raise
+    finally:
+        await services.close()

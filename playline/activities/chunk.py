@@ -164,6 +164,7 @@ class ChunkActivities:
             )
         done: list[RowResult] = []
         flushed = 0
+        latch = runner.attempt.latch
 
         async def flush() -> None:
             nonlocal flushed
@@ -173,7 +174,6 @@ class ChunkActivities:
             try:
                 await services.sheet.write_results(input.run_ref, batch)
             except Exception as err:
-                latch = runner.attempt.latch
                 raise latch.trip(f"sheet write failed: {type(err).__name__}: {err}") from err
             flushed += len(batch)
 
@@ -183,6 +183,8 @@ class ChunkActivities:
         async def run_row(row: RunRow) -> None:
             async with gate:
                 if fatal:
+                    if latch.tripped:
+                        latch.rows_held_back += 1
                     return
                 data: dict[str, Any] = dict(row.data)
                 cells: dict[str, Any] = {}
@@ -243,6 +245,8 @@ class ChunkActivities:
                 task.cancel()
         # Rows that finished are kept even when the chunk fails: they are paid for.
         await flush()
+        if latch.tripped:
+            raise latch.error()  # with everything held back counted, not just the first
         if fatal:
             raise fatal[0]
         return stats_from(runner, stats)

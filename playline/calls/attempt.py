@@ -87,11 +87,13 @@ class NoMetrics:
 class PersistenceLatch:
     """Trips on the first failed receipt or sheet write; then nothing is dispatched.
 
-    ``prevented`` counts every provider call held back after the trip.
+    ``prevented`` counts every provider call held back after the trip (refused at
+    dispatch or at claim); ``rows_held_back`` the rows that never started because of it.
     """
 
     cause: str | None = None
     prevented: int = 0
+    rows_held_back: int = 0
 
     @property
     def tripped(self) -> bool:
@@ -105,7 +107,8 @@ class PersistenceLatch:
         return self.error()
 
     def error(self) -> PersistenceCircuitOpen:
-        return PersistenceCircuitOpen(self.cause or "", self.prevented)
+        """The error to raise now, with the counts so far."""
+        return PersistenceCircuitOpen(self.cause or "", self.prevented, self.rows_held_back)
 
 
 class LeaseKeeper:

@@ -167,6 +167,7 @@ class _ClaimQueue:
         attempt = self._attempt
         try:
             if attempt.latch.tripped:
+                attempt.latch.prevented += len(batch)
                 raise attempt.latch.error()
             outcomes = await attempt.persist(
                 attempt.receipts.claim(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from typing import Any
+from urllib.parse import quote
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,6 +14,7 @@ from temporalio.service import RPCError
 
 from playline.config import Settings
 from playline.contract import DatasetRunState, PlayRunResult, PlayState
+from playline.errors import root_cause
 
 #: Messages and progress go to stderr; results (summaries) go to stdout.
 console = Console(stderr=True, soft_wrap=True)
@@ -23,14 +25,37 @@ def out() -> Console:
     return Console(soft_wrap=True)
 
 
-def ui_url(settings: Settings, workflow_id: str, run_id: str | None = None) -> str:
-    """The Temporal UI page of a workflow (``PLAYLINE_UI_URL`` overrides the base)."""
+#: The Temporal Cloud UI, for addresses of Temporal Cloud namespaces.
+CLOUD_UI = "https://cloud.temporal.io"
+
+
+def ui_base(settings: Settings) -> str:
+    """The Temporal UI's base URL: ``PLAYLINE_UI_URL``, Temporal Cloud's, or the dev UI's."""
+    if settings.ui_url:
+        return settings.ui_url.rstrip("/")
     host = settings.temporal_address.rsplit(":", 1)[0]
-    if host in ("localhost", "0.0.0.0"):
+    if host.endswith((".tmprl.cloud", ".api.temporal.io")):
+        return CLOUD_UI
+    if host in ("localhost", "0.0.0.0", ""):
         host = "127.0.0.1"
-    ui = settings.ui_url or f"http://{host}:8233"
-    suffix = f"/{run_id}" if run_id else ""
-    return f"{ui}/namespaces/default/workflows/{workflow_id}{suffix}/history"
+    return f"http://{host}:8233"
+
+
+def ui_url(settings: Settings, workflow_id: str, run_id: str | None = None) -> str:
+    """The Temporal UI page of a workflow in the configured namespace."""
+    suffix = f"/{quote(run_id, safe='')}" if run_id else ""
+    return (
+        f"{ui_base(settings)}/namespaces/{quote(settings.temporal_namespace, safe='')}"
+        f"/workflows/{quote(workflow_id, safe='')}{suffix}/history"
+    )
+
+
+def print_failure(err: BaseException) -> None:
+    """A failed play's root cause, its type and message, on stdout."""
+    cause = root_cause(err)
+    kind = getattr(cause, "type", None) or type(cause).__name__
+    message = getattr(cause, "message", None) or str(cause)
+    out().print(f"[bold red]failed:[/] {message} [dim]({kind})[/]")
 
 
 async def progress(client: Client, handle: WorkflowHandle[Any, Any], play: str) -> None:

@@ -1,4 +1,11 @@
-"""``playline run`` and ``playline runs get|export|stop``: start, follow and inspect plays."""
+"""``playline run`` and ``playline runs get|export|stop``: start, follow and inspect plays.
+
+Every way a run can go wrong ends in one line: a play no worker knows is
+terminated within seconds with the plays that do exist; a duplicate id names the
+existing run; a Temporal restart while following a play is ridden out for
+``--reconnect-timeout`` seconds, and giving up says the play may still be running
+and how to follow it; a failed play prints its root cause.
+"""
 
 from __future__ import annotations
 
@@ -11,28 +18,55 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
-from temporalio.service import RPCError
+from pydantic import ValidationError
+from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
-from playline.cli.render import console, out, print_summary, progress, ui_url
+from playline.cli.render import console, out, print_failure, print_summary, progress, ui_url
 from playline.config import Settings
 from playline.contract import PlayRunResult, PlayState, RunOptions
-from playline.errors import PlaylineError
+from playline.errors import PlaylineError, format_validation_errors
 from playline.services import Services
 from playline.stores.export import export_run
 from playline.worker import connect
 
+#: The SDK's message when a worker is asked to run a workflow type it lacks.
+NOT_REGISTERED = "is not registered on this worker"
+#: Failed workflow-task attempts of "not registered" before the run is ended: a fleet
+#: whose workers disagree gets a few chances to hand the task to one that knows it.
+NOT_REGISTERED_ATTEMPTS = 3
+#: How long to watch a new run for the above; once a worker has run it, it is known.
+WATCH_START_S = 60.0
+#: Warn once when nothing polls the task queue this long after the start.
+NO_WORKER_WARNING_S = 5.0
+#: Statuses Temporal may answer with while it restarts.
+TRANSIENT = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNKNOWN}
+
 
 def run_options(args: argparse.Namespace) -> RunOptions:
-    """The ``RunOptions`` the run flags describe."""
+    """The ``RunOptions`` the run flags describe; invalid values are one clear line."""
     fields: dict[str, Any] = {}
     if getattr(args, "fixtures", None):
         fields["integration_mode"] = "fixture"
         fields["fixtures"] = [str(Path(f).resolve()) for f in args.fixtures]
         fields["enforce_fixture_pacing"] = bool(args.enforce_pacing)
-    if getattr(args, "chunk_size", None):
+    if getattr(args, "chunk_size", None) is not None:
         fields["chunk_size"] = args.chunk_size
-    return RunOptions(**fields)
+    try:
+        return RunOptions(**fields)
+    except ValidationError as err:
+        problems = format_validation_errors(err.errors())
+        raise PlaylineError(f"invalid run options: {problems.replace('_', '-')}") from None
 
 
 def play_input(args: argparse.Namespace) -> dict[str, Any]:
@@ -62,6 +96,100 @@ async def export_result(result: PlayRunResult, path: str, settings: Settings) ->
         await services.close()
 
 
+async def refuse_unknown_play(
+    client: Client, handle: WorkflowHandle[Any, Any], play: str, task_queue: str
+) -> None:
+    """Return once a worker ran the play's first task; end the run if none knows the play.
+
+    Temporal retries a workflow task that failed because no worker registered its
+    type forever; the user would wait forever. This ends the run after
+    ``NOT_REGISTERED_ATTEMPTS`` such attempts and raises a ``PlaylineError``
+    naming the plays the workers do know. It also warns (once) when no worker
+    polls the task queue at all.
+    """
+    started = time.monotonic()
+    warned = False
+    while time.monotonic() - started < WATCH_START_S:
+        not_registered: str | None = None
+        # The whole (short) history at once: an abandoned history iterator leaves an RPC
+        # behind that can crash the interpreter as it exits.
+        history = await handle.fetch_history()
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                return
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                message = event.workflow_task_failed_event_attributes.failure.message
+                if NOT_REGISTERED in message:
+                    not_registered = message
+        if not_registered is not None:
+            desc = await handle.describe()
+            pending = desc.raw_description.pending_workflow_task
+            if pending.attempt >= NOT_REGISTERED_ATTEMPTS:
+                known = _registered_plays(not_registered)
+                await handle.terminate(reason=f"no worker on task queue {task_queue} has {play}")
+                raise PlaylineError(
+                    f"no worker on task queue {task_queue!r} has play {play!r}; the workers "
+                    f"there have: {', '.join(known) or 'no plays'}. Start a worker that "
+                    "imports the play's module (playline worker --plays MODULE); the run "
+                    f"{handle.id} was terminated"
+                )
+        elif not warned and time.monotonic() - started > NO_WORKER_WARNING_S:
+            if not await _has_pollers(client, task_queue):
+                console.print(
+                    f"[yellow]warning:[/] no worker is polling task queue {task_queue!r} yet; "
+                    "the play starts when one does (playline worker --task-queue "
+                    f"{task_queue})"
+                )
+            warned = True
+        await asyncio.sleep(0.5)
+
+
+def _registered_plays(message: str) -> list[str]:
+    """The workflow types a worker listed, without playline's own."""
+    _, _, listed = message.partition("available workflows:")
+    names = [n.strip() for n in listed.split(",") if n.strip()]
+    return [n for n in names if not n.startswith("playline.")]
+
+
+async def _has_pollers(client: Client, task_queue: str) -> bool:
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return bool(response.pollers)
+
+
+async def wait_for_result(
+    handle: WorkflowHandle[Any, PlayRunResult], settings: Settings, reconnect_s: float
+) -> PlayRunResult:
+    """The play's result, riding out a Temporal restart for up to ``reconnect_s`` seconds."""
+    lost_since: float | None = None
+    while True:
+        try:
+            return await handle.result()
+        except RPCError as err:
+            if err.status not in TRANSIENT:
+                raise
+            now = time.monotonic()
+            lost_since = lost_since or now
+            if now - lost_since > reconnect_s:
+                raise PlaylineError(
+                    f"lost contact with Temporal at {settings.temporal_address} for "
+                    f"{reconnect_s:g}s; the play {handle.id} may still be running: follow it "
+                    f"with `playline runs get {handle.id}` or "
+                    f"{ui_url(settings, handle.id, None)}"
+                ) from None
+            if lost_since == now:
+                console.print(
+                    f"[yellow]lost contact with Temporal ({err.message}); retrying for up to "
+                    f"{reconnect_s:g}s[/]"
+                )
+            await asyncio.sleep(1.0)
+
+
 async def execute(
     client: Client,
     settings: Settings,
@@ -73,21 +201,31 @@ async def execute(
     workflow_id: str | None,
     watch: bool,
     out_path: str | None,
+    reconnect_s: float = 60.0,
 ) -> PlayRunResult:
     """Start a play, follow it (optionally with a progress bar), print its summary."""
     workflow_id = workflow_id or f"{play}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    handle = await client.start_workflow(
-        play,
-        args=[input, options],
-        id=workflow_id,
-        task_queue=task_queue,
-        result_type=PlayRunResult,
-    )
+    try:
+        handle = await client.start_workflow(
+            play,
+            args=[input, options],
+            id=workflow_id,
+            task_queue=task_queue,
+            result_type=PlayRunResult,
+            # An id names one run: `runs get|export ID` must not become ambiguous.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+    except WorkflowAlreadyStartedError:
+        raise PlaylineError(
+            f"a run with id {workflow_id!r} already exists (running or finished); choose "
+            f"another --id, or look at it with `playline runs get {workflow_id}`"
+        ) from None
     console.print(f"started {play} as {workflow_id}")
     console.print(f"  Temporal UI: {ui_url(settings, workflow_id, handle.result_run_id)}")
+    await refuse_unknown_play(client, handle, play, task_queue)
     watcher = asyncio.ensure_future(progress(client, handle, play)) if watch else None
     try:
-        result: PlayRunResult = await handle.result()
+        result = await wait_for_result(handle, settings, reconnect_s)
     finally:
         if watcher is not None:
             await asyncio.sleep(0.4)
@@ -102,17 +240,20 @@ async def execute(
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    options = run_options(args)
+    input = play_input(args)
     client = await connect(settings=settings)
     await execute(
         client,
         settings,
         play=args.play,
-        input=play_input(args),
-        options=run_options(args),
+        input=input,
+        options=options,
         task_queue=args.task_queue,
         workflow_id=args.id,
         watch=args.watch,
         out_path=args.out,
+        reconnect_s=args.reconnect_timeout,
     )
     return 0
 
@@ -120,21 +261,42 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     client = await connect(settings=settings)
     handle = client.get_workflow_handle(args.id, result_type=PlayRunResult)
+    try:
+        desc = await handle.describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise PlaylineError(
+                f"no run with id {args.id!r} in namespace {settings.temporal_namespace}"
+            ) from None
+        raise
     if args.runs_command == "stop":
-        await handle.cancel()
-        out().print(f"cancellation requested for {args.id}")
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            raise PlaylineError(f"run {args.id} is not running ({_status(desc.status)})")
+        if args.terminate:
+            await handle.terminate(reason="playline runs stop --terminate")
+            out().print(f"terminated {args.id}")
+        else:
+            await handle.cancel()
+            out().print(f"cancellation requested for {args.id}")
         return 0
-    desc = await handle.describe()
     if args.runs_command == "get":
-        out().print(f"{args.id}: {desc.workflow_type} {desc.status.name if desc.status else '?'}")
+        out().print(f"{args.id}: {desc.workflow_type} {_status(desc.status)}")
         with contextlib.suppress(RPCError):
             state = await handle.query("state", result_type=PlayState)
             out().print_json(state.model_dump_json())
-        if desc.status and desc.status.name == "COMPLETED":
-            result = await handle.result()
-            print_summary(result, settings, args.id, desc.run_id)
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            print_summary(await handle.result(), settings, args.id, desc.run_id)
+        elif desc.status == WorkflowExecutionStatus.FAILED:
+            try:
+                await handle.result()
+            except WorkflowFailureError as err:
+                print_failure(err)
         return 0
     result = await handle.result()
     count = await export_result(result, args.out, settings)
     out().print(f"wrote {count} rows to {args.out}")
     return 0
+
+
+def _status(status: WorkflowExecutionStatus | None) -> str:
+    return status.name if status else "UNKNOWN"

@@ -11,9 +11,10 @@ import argparse
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from playline.cli.devserver import DevServer, reachable
 from playline.cli.render import console, out
@@ -22,7 +23,10 @@ from playline.config import Settings
 from playline.demo import LEADS_CSV
 from playline.errors import PlaylineError
 from playline.provider_server.process import ProviderServerProcess
+from playline.services import Services
 from playline.worker import build_worker, connect, import_plays, run_worker
+
+T = TypeVar("T")
 
 #: Keys the local provider server accepts; used only when the environment has none.
 DEMO_KEYS = {"ACME_API_KEY": "local-demo-acme-key", "FIRMO_API_KEY": "local-demo-firmo-key"}
@@ -30,39 +34,73 @@ DEMO_KEYS = {"ACME_API_KEY": "local-demo-acme-key", "FIRMO_API_KEY": "local-demo
 
 @dataclass
 class LocalStack:
-    """What ``local_stack`` brought up: settings pointing at it, and the fake provider."""
+    """What ``local_stack`` brought up: settings pointing at it, the fake provider, the worker."""
 
     settings: Settings
     provider: ProviderServerProcess | None
+    worker: asyncio.Task[None]
+
+    async def while_worker_runs(self, work: Awaitable[T]) -> T:
+        """Await ``work``; if the worker dies first, stop waiting and say why."""
+        job = asyncio.ensure_future(work)
+        done, _ = await asyncio.wait({job, self.worker}, return_when=asyncio.FIRST_COMPLETED)
+        if job in done:
+            return job.result()
+        job.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await job
+        raise PlaylineError(f"the worker stopped: {_why(self.worker)}")
+
+
+def _why(task: asyncio.Task[None]) -> str:
+    if task.cancelled():
+        return "it was cancelled"
+    err = task.exception()
+    return "it exited" if err is None else f"{type(err).__name__}: {err}"
 
 
 @contextlib.asynccontextmanager
 async def local_stack(args: argparse.Namespace, settings: Settings) -> AsyncIterator[LocalStack]:
-    """Temporal (reused if reachable, else embedded) + provider server + a worker."""
+    """Temporal (reused if reachable, else embedded) + provider server + a worker.
+
+    The worker's services (catalog, stores, governor) are opened before anything
+    polls, so a bad catalog or an unreachable store fails here in one line.
+    """
     dev: DevServer | None = None
-    if not await reachable(settings.temporal_address):
-        port = settings.temporal_address.rpartition(":")[2]
-        dev = DevServer(
-            home=settings.home, host="127.0.0.1", port=int(port or 7233), ui_port=args.ui_port
-        )
-        console.print(f"starting the Temporal dev server on {dev.address} (UI {dev.ui_url})")
-        await dev.start()
-        settings = settings.with_overrides(
-            temporal_address=dev.address, ui_url=settings.ui_url or dev.ui_url
-        )
-    keys = {k: v for k, v in DEMO_KEYS.items() if not settings.environ.get(k)}
     provider: ProviderServerProcess | None = None
-    if not settings.environ.get("PLAYLINE_PROVIDER_URL"):
-        provider = ProviderServerProcess(port=args.provider_port).start()
-        keys["PLAYLINE_PROVIDER_URL"] = provider.base_url
-        console.print(f"local provider server on {provider.base_url}")
-    settings = settings.with_environ(**keys)
+    services: Services | None = None
     try:
         import_plays(getattr(args, "plays", []) or [])
-        worker_client = await connect(settings=settings)
-        async with build_worker(worker_client, task_queue=args.task_queue):
-            yield LocalStack(settings, provider)
+        if not await reachable(settings.temporal_address):
+            port = settings.temporal_address.rpartition(":")[2]
+            dev = DevServer(
+                home=settings.home, host="127.0.0.1", port=int(port or 7233), ui_port=args.ui_port
+            )
+            console.print(f"starting the Temporal dev server on {dev.address} (UI {dev.ui_url})")
+            await dev.start()
+            settings = settings.with_overrides(
+                temporal_address=dev.address, ui_url=settings.ui_url or dev.ui_url
+            )
+        keys = {k: v for k, v in DEMO_KEYS.items() if not settings.environ.get(k)}
+        if not settings.environ.get("PLAYLINE_PROVIDER_URL"):
+            provider = ProviderServerProcess(port=args.provider_port).start()
+            keys["PLAYLINE_PROVIDER_URL"] = provider.base_url
+            console.print(f"local provider server on {provider.base_url}")
+        settings = settings.with_environ(**keys)
+        services = await Services.open(settings)
+        worker_client = await connect(settings=settings, services=services)
+        worker = build_worker(worker_client, task_queue=args.task_queue)
+        running = asyncio.ensure_future(worker.run())
+        try:
+            yield LocalStack(settings, provider, running)
+        finally:
+            if not running.done():
+                await worker.shutdown()
+            with contextlib.suppress(BaseException):
+                await running
     finally:
+        if services is not None:
+            await services.close()
         if provider is not None:
             provider.stop()
         if dev is not None:
@@ -80,7 +118,7 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     async with local_stack(args, settings) as stack:
         client = await connect(settings=stack.settings)
         started = time.monotonic()
-        result = await execute(
+        work = execute(
             client,
             stack.settings,
             play="enrich_leads",
@@ -91,6 +129,7 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             watch=True,
             out_path=args.out,
         )
+        result = await stack.while_worker_runs(work)
         elapsed = time.monotonic() - started
         rows = result.stats.rows_ok + result.stats.rows_failed
         out().print(f"  {rows} rows in {elapsed:.1f}s ({rows / elapsed:.0f} rows/s)")
@@ -110,7 +149,7 @@ async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
             f"playline dev is up: Temporal {stack.settings.temporal_address}, UI {ui}, "
             f"worker on task queue {args.task_queue}. Ctrl-C stops it."
         )
-        await asyncio.Event().wait()
+        await stack.while_worker_runs(asyncio.Event().wait())
     return 0
 
 

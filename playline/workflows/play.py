@@ -18,12 +18,13 @@ from typing import Any, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from playline.contract import PlayRunResult, PlayState, RunOptions
     from playline.errors import InvalidPlayInput, format_validation_errors
     from playline.workflows.context import PlayContext
+    from playline.workflows.failures import as_failure
 
 InputT = TypeVar("InputT", bound=BaseModel)
 PlayFn = Callable[[PlayContext, Any], Awaitable[BaseModel | None]]
@@ -61,7 +62,13 @@ class PlayWorkflow:
                 "dispatched."
             )
         ctx.state.phase = "running"
-        output = await type(self).play_fn(ctx, play_input)
+        try:
+            output = await type(self).play_fn(ctx, play_input)
+        except (ActivityError, ChildWorkflowError) as err:
+            # The play's failure says what went wrong (the root cause's type and
+            # message), not "Activity task failed".
+            ctx.state.phase = "failed"
+            raise as_failure(err) from err
         ctx.state.phase = "completed"
         return PlayRunResult(
             play=self.play_name,

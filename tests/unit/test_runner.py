@@ -179,6 +179,8 @@ async def test_a_failed_write_trips_the_breaker_and_holds_back_later_calls() -> 
         await runner.call("find", {"q": "b"})
     assert len(dispatcher.settled) == 1  # the second call never reached a dispatcher
     assert runner.attempt.latch.tripped
+    assert runner.attempt.latch.prevented == 1  # held back at its claim, and counted
+    assert "1 provider call(s) were held back" in str(runner.attempt.latch.error())
 
 
 async def test_lease_keeper_blocks_nest_and_a_lost_lease_stops_dispatch() -> None:
