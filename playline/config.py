@@ -23,6 +23,7 @@ the ``temporal`` CLI: ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_A
 | ``PLAYLINE_PACING`` | ``pacing`` | ``governor`` (``off``: the unpaced baseline) |
 | ``PLAYLINE_UI_URL`` | ``ui_url`` | derived from the Temporal address |
 | ``PLAYLINE_METRICS_HOST`` | ``metrics_host`` | ``127.0.0.1`` (``0.0.0.0`` in a container) |
+| ``PLAYLINE_HTTP_TRANSPORT`` | ``http_transport`` | ``aiohttp`` (``httpx``: httpcore's pool) |
 | (catalog-named) | ``environ`` | API keys (``ACME_API_KEY``...) and ``base_url_env`` overrides |
 """
 
@@ -33,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import TLSConfig
@@ -79,8 +80,9 @@ class Settings:
     #: Where ``--metrics-port`` binds: loopback, or 0.0.0.0 in a container.
     metrics_host: str = "127.0.0.1"
     http_max_connections: int = 256
-    #: httpcore scans every pooled connection per request; keep the idle pool small.
     http_max_keepalive: int = 32
+    #: "aiohttp" (httpx's API over aiohttp, the default) or "httpx" (httpcore's pool).
+    http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
 
     @classmethod
@@ -106,6 +108,7 @@ class Settings:
             pacing=env.get("PLAYLINE_PACING") or "governor",
             ui_url=env.get("PLAYLINE_UI_URL") or None,
             metrics_host=env.get("PLAYLINE_METRICS_HOST") or "127.0.0.1",
+            http_transport="httpx" if env.get("PLAYLINE_HTTP_TRANSPORT") == "httpx" else "aiohttp",
             environ=MappingProxyType(env),
         )
         return settings.with_overrides(**overrides)

@@ -17,6 +17,7 @@ from playline import demo
 from playline.calls.catalog import Catalog
 from playline.calls.fixtures import FixtureBook
 from playline.calls.http import ProviderClient
+from playline.calls.transport import make_http_client
 from playline.config import PACING_MODES, Settings
 from playline.errors import CatalogError
 from playline.pacing.governor import Governor
@@ -63,12 +64,10 @@ class Services:
         settings = settings or Settings.from_env()
         # Without a catalog of its own, a worker serves the demo's (package data).
         catalog = Catalog.from_toml(settings.catalog_path or demo.CATALOG)
-        http = httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=settings.http_max_connections,
-                max_keepalive_connections=settings.http_max_keepalive,
-            ),
-            timeout=httpx.Timeout(15.0, connect=5.0),
+        http = make_http_client(
+            max_connections=settings.http_max_connections,
+            max_keepalive=settings.http_max_keepalive,
+            transport=settings.http_transport,
         )
         governor, fleet = await _open_governor(settings, catalog)
         services = cls(

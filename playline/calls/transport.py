@@ -1,0 +1,100 @@
+"""The HTTP client every provider call goes through: httpx's API over aiohttp.
+
+httpx is playline's client API (requests, timeouts, limits, proxies from the
+environment, TLS verification). Its default transport (httpcore) spends most of a
+busy worker's CPU in its connection pool: on every request and release it scans
+every pooled connection. ``httpx_aiohttp.HttpxAiohttpClient`` keeps the httpx API
+and hands the wire to aiohttp's connector instead: measured side by side in
+``bench/http_transports.py`` at 0.13x the client CPU per request of httpx's own
+pool (HTTP/2 through httpx failed outright at 200 concurrent streams).
+``tests/integration/test_http_transport.py`` holds both transports to the same
+behaviour: redirects are not followed, TLS is verified, proxies come from the
+environment, timeouts and cancellation are exact, headers (``Idempotency-Key``)
+arrive as sent, and a connection that fails (refused, certificate rejected, dropped)
+is a connection error, not a timeout: httpx-aiohttp 0.2 maps every aiohttp connection
+error to ``httpx.ConnectTimeout``, which :class:`_Transport` corrects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Literal
+
+import httpx
+from httpx._types import CertTypes
+from httpx_aiohttp import AiohttpTransport
+
+__all__ = ["Transport", "make_http_client"]
+
+Transport = Literal["aiohttp", "httpx"]
+
+_DEFAULT_LIMITS = httpx.Limits()
+
+#: Connect fast or fail; a provider's own read timeout comes from the catalog per call.
+DEFAULT_TIMEOUT = httpx.Timeout(15.0, connect=5.0)
+
+
+def make_http_client(
+    *,
+    max_connections: int = 256,
+    max_keepalive: int = 32,
+    transport: Transport = "aiohttp",
+    timeout: httpx.Timeout = DEFAULT_TIMEOUT,
+) -> httpx.AsyncClient:
+    """The shared provider HTTP client of one worker process.
+
+    Args:
+        max_connections: connections open at once, across providers.
+        max_keepalive: idle connections kept for reuse.
+        transport: ``"aiohttp"`` (default) or ``"httpx"`` (httpcore, for comparison).
+        timeout: the default timeout; calls pass their provider's own.
+    """
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive)
+    if transport == "httpx":
+        return httpx.AsyncClient(limits=limits, timeout=timeout)
+    return _AiohttpClient(limits=limits, timeout=timeout)
+
+
+class _Transport(AiohttpTransport):
+    """``AiohttpTransport`` whose connection failures are not reported as timeouts."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await super().handle_async_request(request)
+        except httpx.ConnectTimeout as err:
+            cause = err.__cause__
+            if cause is None or isinstance(cause, asyncio.TimeoutError | TimeoutError):
+                raise  # a real connect timeout (aiohttp's are TimeoutErrors too)
+            raise httpx.ConnectError(f"{type(cause).__name__}: {cause}", request=request) from cause
+
+
+class _AiohttpClient(httpx.AsyncClient):
+    """httpx's client with :class:`_Transport` underneath, also for proxies from the
+    environment (httpx builds one transport per proxy, through these two hooks)."""
+
+    def _init_transport(
+        self,
+        verify: ssl.SSLContext | str | bool = True,
+        cert: CertTypes | None = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        limits: httpx.Limits = _DEFAULT_LIMITS,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> httpx.AsyncBaseTransport:
+        if transport is not None:
+            return transport
+        return _Transport(verify=verify, cert=cert, trust_env=trust_env, limits=limits)
+
+    def _init_proxy_transport(
+        self,
+        proxy: httpx.Proxy,
+        verify: ssl.SSLContext | str | bool = True,
+        cert: CertTypes | None = None,
+        trust_env: bool = True,
+        http1: bool = True,
+        http2: bool = False,
+        limits: httpx.Limits = _DEFAULT_LIMITS,
+    ) -> httpx.AsyncBaseTransport:
+        return _Transport(verify=verify, cert=cert, trust_env=trust_env, limits=limits, proxy=proxy)
