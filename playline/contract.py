@@ -16,6 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: The most rows one chunk activity may hold (pinned or sized by time).
+MAX_CHUNK_ROWS = 5000
+
 IntegrationMode = Literal["live", "fixture"]
 RunMode = Literal["upsert", "net_new"]
 OnRowError = Literal["isolate", "fail"]
@@ -33,7 +36,9 @@ class RunOptions(BaseModel):
     integration_mode: IntegrationMode = "live"
     fixtures: list[str] = Field(default_factory=list)
     enforce_fixture_pacing: bool = False
-    chunk_size: int = Field(default=25, ge=1, le=5000)
+    #: Rows per chunk activity; None sizes chunks by time (``target_chunk_seconds``).
+    chunk_size: int | None = Field(default=None, ge=1, le=MAX_CHUNK_ROWS)
+    target_chunk_seconds: float = Field(default=5.0, gt=0, le=600)
     max_chunks_in_flight: int = Field(default=0, ge=0)  # 0: ask the governor (up to 16)
     row_concurrency: int = Field(default=0, ge=0)  # 0: ask the governor
     heartbeat_timeout_s: float = Field(default=30.0, ge=1.0)
@@ -128,6 +133,8 @@ class ChunkStats(BaseModel):
     calls_failed: int = 0
     retries: int = 0
     credits: float = 0.0
+    #: wall seconds the chunk activities took (summed): with rows, the chunk sizer's input
+    elapsed_s: float = 0.0
     first_error: str | None = None
 
     def add(self, other: ChunkStats) -> None:
@@ -147,6 +154,8 @@ class DatasetRunInput(BaseModel):
     options: RunOptions
     offset: int = 0  # rows [0, offset) are done
     stats: ChunkStats = Field(default_factory=ChunkStats)
+    #: the time-sized chunk length learnt so far (None: not learnt yet, or pinned)
+    chunk_rows: int | None = None
 
 
 class FinalizeInput(BaseModel):

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -140,6 +141,7 @@ class ChunkActivities:
 
     @activity.defn(name="playline.run_chunk")
     async def run_chunk(self, input: ChunkInput) -> ChunkStats:
+        started = time.monotonic()
         services = self._holder.services
         ttl = input.options.heartbeat_timeout_s
         runner = make_runner(services, input.options, lease_ttl_s=ttl)
@@ -249,6 +251,7 @@ class ChunkActivities:
             raise latch.error()  # with everything held back counted, not just the first
         if fatal:
             raise fatal[0]
+        stats.elapsed_s = time.monotonic() - started
         return stats_from(runner, stats)
 
 

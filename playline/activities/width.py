@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from playline.contract import RunOptions, Width, WidthInput
+from playline.contract import MAX_CHUNK_ROWS, RunOptions, Width, WidthInput
 from playline.pacing.pacer import Pacer
 from playline.services import ServicesHolder
 
@@ -27,7 +27,7 @@ def dispatch_width(pacer: Pacer, providers: list[str], options: RunOptions) -> W
     chunk's start with the previous chunk's tail.
     """
     rows = sum(pacer.suggested_parallelism(p) for p in providers) or DEFAULT_ROW_WIDTH
-    per_chunk = max(1, min(options.row_concurrency or rows, options.chunk_size))
+    per_chunk = max(1, min(options.row_concurrency or rows, options.chunk_size or MAX_CHUNK_ROWS))
     chunks = options.max_chunks_in_flight or min(MAX_CHUNKS_IN_FLIGHT, -(-rows // per_chunk) + 1)
     return Width(chunks_in_flight=max(1, chunks), row_concurrency=per_chunk)
 

@@ -182,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]play failed:[/] {getattr(cause, 'message', cause)}")
         return 1
     except RPCError as err:
+        if args.verbose:
+            raise
         console.print(f"[red]Temporal error:[/] {err.message}")
         return 1
     except Exception as err:  # a bug or an unforeseen failure: still one line, unless -v

@@ -49,8 +49,15 @@ NOT_REGISTERED_ATTEMPTS = 3
 WATCH_START_S = 60.0
 #: Warn once when nothing polls the task queue this long after the start.
 NO_WORKER_WARNING_S = 5.0
-#: Statuses Temporal may answer with while it restarts.
-TRANSIENT = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNKNOWN}
+#: Statuses that no amount of waiting changes; any other RPC error while following a
+#: play is treated as Temporal being away (a restart shows up under several codes).
+PERMANENT = {
+    RPCStatusCode.NOT_FOUND,
+    RPCStatusCode.INVALID_ARGUMENT,
+    RPCStatusCode.PERMISSION_DENIED,
+    RPCStatusCode.UNAUTHENTICATED,
+    RPCStatusCode.UNIMPLEMENTED,
+}
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:
@@ -171,7 +178,7 @@ async def wait_for_result(
         try:
             return await handle.result()
         except RPCError as err:
-            if err.status not in TRANSIENT:
+            if err.status in PERMANENT:
                 raise
             now = time.monotonic()
             lost_since = lost_since or now

@@ -1,8 +1,9 @@
 """The ``playline.DatasetRun`` workflow: one ``dataset(...).run(...)``, chunk by chunk.
 
-It runs the chunk activity over ``[0, admitted)`` in chunks of ``chunk_size`` under a
-sliding window of ``chunks_in_flight``, as in Temporal's batch sliding-window
-sample. History stays bounded however large the dataset: after
+It runs the chunk activity over ``[0, admitted)`` in chunks under a sliding window of
+``chunks_in_flight``, as in Temporal's batch sliding-window sample. Chunks are sized
+by time (``target_chunk_seconds``, see :mod:`~playline.workflows.chunk_sizing`)
+unless ``chunk_size`` pins them. History stays bounded however large the dataset: after
 ``chunks_per_workflow_run`` chunks it lets the window drain and continues as new,
 carrying ``offset`` (every row before it is done) and the summed stats in its input.
 A play starts it as a child workflow with id ``{play id}/dataset/{key}``.
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         Width,
         WidthInput,
     )
+    from playline.workflows.chunk_sizing import FIRST_CHUNK_ROWS, ChunkSizer
     from playline.workflows.failures import CHUNK_RETRY, as_failure
 
 #: Ask the governor for a fresh dispatch width after this many completed chunks.
@@ -49,7 +51,12 @@ class DatasetRunWorkflow:
         self._stats = input.stats.model_copy()
         prepared = input.prepared
         total = prepared.admitted
-        size = input.options.chunk_size
+        pinned = input.options.chunk_size
+        # Histories from before time-sized chunks ran every chunk at the old default.
+        sized_by_time = pinned is None and workflow.patched("time-sized-chunks")
+        sizer = ChunkSizer(input.options.target_chunk_seconds)
+        if input.chunk_rows is not None:
+            sizer.size = input.chunk_rows
         width = Width(
             chunks_in_flight=prepared.suggested_chunks_in_flight,
             row_concurrency=prepared.suggested_row_concurrency,
@@ -71,6 +78,7 @@ class DatasetRunWorkflow:
                     and next_start < total
                     and launched < input.options.chunks_per_workflow_run
                 ):
+                    size = sizer.size if sized_by_time else (pinned or FIRST_CHUNK_ROWS)
                     end = min(next_start + size, total)
                     task = self._start_chunk(input, next_start, end, width.row_concurrency)
                     pending[task] = (next_start, end)
@@ -82,8 +90,10 @@ class DatasetRunWorkflow:
                 done, _ = await workflow.wait(pending.keys(), return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     start, end = pending.pop(task)
-                    self._stats.add(task.result())
+                    chunk = task.result()
+                    self._stats.add(chunk)
                     self._rows_done += end - start
+                    sizer.observe(end - start, chunk.elapsed_s)
         except ActivityError as err:
             for task in pending:
                 task.cancel()
@@ -97,6 +107,7 @@ class DatasetRunWorkflow:
                     options=input.options,
                     offset=next_start,
                     stats=self._stats,
+                    chunk_rows=sizer.size if sized_by_time else None,
                 )
             )
         return self._stats

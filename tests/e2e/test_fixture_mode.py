@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -221,4 +222,57 @@ async def test_fixture_mode_without_fixtures_or_with_a_bad_file_fails_before_dis
     assert f"{bad}:2: a fixture line needs JSON" in malformed.message
     assert absent.type == "InvalidPlayInput"
     assert "nope.jsonl does not exist" in absent.message
+    assert_no_http(provider)
+
+
+def chunk_ranges(events: Any) -> list[tuple[int, int]]:
+    """The ``(start, end)`` of every chunk activity scheduled in a DatasetRun history."""
+    ranges = []
+    for event in events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == "playline.run_chunk":
+                payload = json.loads(attrs.input.payloads[0].data)
+                ranges.append((payload["start"], payload["end"]))
+    return sorted(ranges)
+
+
+async def test_chunks_are_sized_by_time_unless_pinned(
+    client, provider, worker, task_queue, tmp_path
+) -> None:
+    """Fast (fixture) rows get ever larger chunks; ``chunk_size`` pins them; no row is lost."""
+    rows = [lead(n) for n in range(1200)]
+    csv_path = write_csv(tmp_path / "leads.csv", rows)
+    fixtures = write_fixtures(tmp_path / "fixtures.jsonl", rows)
+    sized, pinned = new_id("sized"), new_id("pinned")
+    async with worker():
+        for workflow_id, options in (
+            (sized, RunOptions(integration_mode="fixture", fixtures=[str(fixtures)])),
+            (
+                pinned,
+                RunOptions(integration_mode="fixture", fixtures=[str(fixtures)], chunk_size=50),
+            ),
+        ):
+            result = await run(
+                client,
+                "t_tool_column",
+                {"csv_path": str(csv_path), "dataset": workflow_id},
+                task_queue=task_queue,
+                options=options,
+                workflow_id=workflow_id,
+            )
+            assert result.stats.rows_ok == 1200
+    sized_chunks = chunk_ranges(
+        (await client.get_workflow_handle(f"{sized}/dataset/{sized}").fetch_history()).events
+    )
+    pinned_chunks = chunk_ranges(
+        (await client.get_workflow_handle(f"{pinned}/dataset/{pinned}").fetch_history()).events
+    )
+    for chunks in (sized_chunks, pinned_chunks):  # contiguous, no gap, no overlap
+        assert chunks[0][0] == 0 and chunks[-1][1] == 1200
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(chunks))
+    assert {end - start for start, end in pinned_chunks} == {50}
+    sizes = [end - start for start, end in sized_chunks]
+    assert sizes[0] == 25 and max(sizes) > 100
+    assert len(sized_chunks) < len(pinned_chunks) < 1200 / 25
     assert_no_http(provider)
