@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from playline.config import Settings
+from playline.errors import PlaylineError
 from playline.plugin import PlaylinePlugin
 
 DEFAULT_TASK_QUEUE = "playline"
@@ -26,9 +29,22 @@ logger = logging.getLogger("playline.worker")
 
 
 def import_plays(modules: Sequence[str]) -> None:
-    """Import the modules that declare plays and resolvers (registering them)."""
+    """Import the modules that declare plays and resolvers (registering them).
+
+    The current directory is importable, as with ``python -m``, so
+    ``playline worker --plays mypkg.plays`` works from a project's root.
+    """
+    cwd = str(Path.cwd())
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     for name in (*DEFAULT_PLAYS, *modules):
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise PlaylineError(
+                f"--plays {name}: cannot import it ({err}); run from the directory that "
+                "holds it or install its package"
+            ) from None
 
 
 async def connect(
