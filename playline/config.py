@@ -15,6 +15,7 @@ so a worker sees one consistent environment from start to finish.
 | ``PLAYLINE_FLEET_PREFIX`` | ``fleet_table_prefix`` | ``playline_`` |
 | ``PLAYLINE_PACING`` | ``pacing`` | ``governor`` (``off``: the unpaced baseline) |
 | ``PLAYLINE_UI_URL`` | ``ui_url`` | derived from the Temporal address |
+| ``PLAYLINE_CODEC_KEYS`` | ``codec_keys`` | unset: payloads are not encrypted |
 | (catalog-named) | ``environ`` | API keys (``ACME_API_KEY``...) and ``base_url_env`` overrides |
 """
 
@@ -57,6 +58,9 @@ class Settings:
     http_max_connections: int = 256
     #: httpcore scans every pooled connection per request; keep the idle pool small.
     http_max_keepalive: int = 32
+    #: ``kid1:<base64 32 bytes>,kid2:...``: encrypt payloads (the first key) and
+    #: decrypt them (any key); see :mod:`playline.codec`. Secret: never printed.
+    codec_keys: str | None = field(default=None, repr=False)
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
 
     @classmethod
@@ -75,6 +79,7 @@ class Settings:
             fleet_table_prefix=env.get("PLAYLINE_FLEET_PREFIX") or DEFAULT_FLEET_PREFIX,
             pacing=env.get("PLAYLINE_PACING") or "governor",
             ui_url=env.get("PLAYLINE_UI_URL") or None,
+            codec_keys=env.get("PLAYLINE_CODEC_KEYS") or None,
             environ=MappingProxyType(env),
         )
         return settings.with_overrides(**overrides)

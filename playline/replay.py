@@ -32,6 +32,7 @@ from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from playline.codec import ENCODING
 from playline.config import Settings
 from playline.errors import PlaylineError
 from playline.plugin import PlaylinePlugin
@@ -98,6 +99,11 @@ class ReplayOutcome:
             return (
                 f"the current code no longer fits this history: {first_line} "
                 '(guard the change with workflow.patched("...") or keep the old code path)'
+            )
+        if ENCODING.decode() in first_line:
+            return (
+                f"{first_line} (the history is encrypted: set PLAYLINE_CODEC_KEYS to the keys "
+                "that wrote it)"
             )
         return f"{type(self.failure).__name__}: {first_line}"
 
@@ -175,10 +181,11 @@ _CORE_MESSAGE = re.compile(r'message: "((?:[^"\\]|\\.)*)"')
 
 
 def _first_line(failure: BaseException) -> str:
+    """The failure's message and its causes' (``outer: cause``), without stack traces."""
     text = str(failure).strip()
-    found = _CORE_MESSAGE.search(text)
+    found = [m.replace('\\"', '"') for m in _CORE_MESSAGE.findall(text)]
     if found:
-        return found.group(1).replace('\\"', '"')
+        return ": ".join(found)
     return text.splitlines()[0] if text else type(failure).__name__
 
 

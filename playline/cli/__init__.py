@@ -33,6 +33,7 @@ Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from playline.cli.codec_server import add_codec_server_parser
     from playline.cli.limits import add_limits_parser
     from playline.cli.replay import add_replay_parser
 
@@ -114,10 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("provider-server", help="run the local provider server", add_help=False)
     add_limits_parser(sub)
     add_replay_parser(sub)
+    add_codec_server_parser(sub)
     return parser
 
 
 def _commands() -> dict[str, Command]:
+    from playline.cli.codec_server import cmd_codec_server
     from playline.cli.replay import cmd_replay
     from playline.cli.run import cmd_run, cmd_runs
     from playline.cli.stack import cmd_demo, cmd_dev, cmd_worker
@@ -129,6 +132,7 @@ def _commands() -> dict[str, Command]:
         "run": cmd_run,
         "runs": cmd_runs,
         "replay": cmd_replay,
+        "codec-server": cmd_codec_server,
     }
 
 
