@@ -14,13 +14,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from temporalio.client import Client
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.client import Client, Plugin
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from playline.config import Settings
 from playline.errors import PlaylineError
 from playline.plugin import PlaylinePlugin
+from playline.telemetry import prometheus_config
 
 DEFAULT_TASK_QUEUE = "playline"
 DEFAULT_PLAYS = ("playline.demo.enrich_leads",)
@@ -47,24 +48,40 @@ def import_plays(modules: Sequence[str]) -> None:
             ) from None
 
 
+def tracing_plugin() -> Plugin:
+    """The SDK's ``OpenTelemetryPlugin`` (the ``otel`` extra), or a clear error without it."""
+    try:
+        from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
+    except ImportError:
+        raise PlaylineError("tracing needs OpenTelemetry: pip install 'playline[otel]'") from None
+    return OpenTelemetryPlugin()
+
+
 async def connect(
     address: str | None = None,
     *,
     namespace: str = "default",
     settings: Settings | None = None,
     runtime: Runtime | None = None,
+    tracing: bool = False,
 ) -> Client:
     """A client carrying the playline plugin (pydantic converter, plays, activities).
 
     Workers built from it register playline and open their services from
     ``settings``; a client used only to start plays never opens them. The
-    address defaults to ``settings.temporal_address`` (``$TEMPORAL_ADDRESS``).
+    address defaults to ``settings.temporal_address`` (``$TEMPORAL_ADDRESS``);
+    ``settings.codec_keys`` turn on payload encryption. ``tracing`` adds the
+    SDK's ``OpenTelemetryPlugin`` (the ``otel`` extra): set a tracer provider
+    from ``temporalio.contrib.opentelemetry.create_tracer_provider()`` first.
     """
     settings = settings or Settings.from_env()
+    plugins: list[Plugin] = [PlaylinePlugin(settings=settings)]
+    if tracing:
+        plugins.append(tracing_plugin())
     return await Client.connect(
         address or settings.temporal_address,
         namespace=namespace,
-        plugins=[PlaylinePlugin(settings=settings)],
+        plugins=plugins,
         runtime=runtime,
     )
 
@@ -92,19 +109,25 @@ async def run_worker(
     settings: Settings | None = None,
     ready: asyncio.Event | None = None,
     metrics_port: int | None = None,
+    tracing: bool = False,
 ) -> None:
-    """Run a worker until cancelled; ``metrics_port`` serves Prometheus metrics."""
+    """Run a worker until cancelled.
+
+    ``metrics_port`` serves Prometheus metrics on ``127.0.0.1:PORT/metrics`` (with
+    playline's histogram buckets, see :mod:`playline.telemetry`); ``tracing``
+    adds OpenTelemetry tracing (see :func:`connect`).
+    """
     settings = settings or Settings.from_env()
     address = address or settings.temporal_address
     import_plays(plays)
     runtime = None
     if metrics_port:
         runtime = Runtime(
-            telemetry=TelemetryConfig(
-                metrics=PrometheusConfig(bind_address=f"127.0.0.1:{metrics_port}")
-            )
+            telemetry=TelemetryConfig(metrics=prometheus_config(f"127.0.0.1:{metrics_port}"))
         )
-    client = await connect(address, namespace=namespace, settings=settings, runtime=runtime)
+    client = await connect(
+        address, namespace=namespace, settings=settings, runtime=runtime, tracing=tracing
+    )
     worker = build_worker(client, task_queue=task_queue)
     logger.info("playline worker polling %s on %s", task_queue, address)
     async with worker:
