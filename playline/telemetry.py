@@ -40,7 +40,7 @@ span ``playline.tool_call`` with ``playline.provider``, ``playline.tool``,
 the error's type); never the input, the result, a receipt key or an API key. Add
 ``temporalio.contrib.opentelemetry.OpenTelemetryPlugin`` to the client (see
 :func:`playline.worker.connect`'s ``tracing``) and the spans join the trace of
-whoever started the play; without a tracer provider they cost next to nothing.
+whoever started the play; until a tracer provider is set none is opened.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ class ProviderMetrics:
             self._wait.record(max(0.0, waited_s), {"provider": provider})
 
     def span(self, provider: str, tool: str) -> AbstractContextManager[CallSpan]:
-        if self._tracer is None:
+        if self._tracer is None or not _tracing_configured():
             return contextlib.nullcontext(_NO_SPAN)
         return _tool_call_span(self._tracer, provider, tool)
 
@@ -213,6 +213,13 @@ def _tracer() -> Any:
     except ImportError:
         return None
     return trace.get_tracer(TRACER_NAME)
+
+
+def _tracing_configured() -> bool:
+    """Whether a tracer provider was set (spans from the API's default proxy go nowhere)."""
+    from opentelemetry import trace
+
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 @contextlib.contextmanager
