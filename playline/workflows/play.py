@@ -21,7 +21,7 @@ time the workflow still decodes its input as plain JSON and validates it itself
 """
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -185,18 +185,15 @@ def _input_model_of(fn: Callable[..., Any]) -> type[BaseModel]:
 
 
 def _output_type_of(fn: Callable[..., Any]) -> Any:
-    """The play's output model from its return annotation; ``None``; or ``Any`` if unannotated."""
-    hints = get_type_hints(fn)
-    if "return" not in hints:
-        return Any
-    output = hints["return"]
+    """The play's output model from its return annotation (``Model``, ``Model | None``),
+    ``None`` for ``-> None``, and ``Any`` when that says nothing more precise."""
+    output = get_type_hints(fn).get("return", Any)
     if output is None or output is type(None):
         return None
-    if isinstance(output, type) and issubclass(output, BaseModel):
-        return output
-    raise InvalidPlayInput(
-        f"play {fn.__name__} must return a pydantic model or None, not {output!r}"
-    )
+    models = [a for a in get_args(output) if a is not type(None)] or [output]
+    if len(models) == 1 and isinstance(models[0], type) and issubclass(models[0], BaseModel):
+        return models[0]
+    return Any
 
 
 def registered_plays() -> dict[str, type[PlayWorkflow[Any, Any]]]:
