@@ -5,12 +5,15 @@ Authoring (inside a plays module)::
     from playline import PlayContext, RowContext, play, resolver
 
 Running: add ``PlaylinePlugin()`` to ``Client.connect(..., plugins=[...])`` and start a
-worker, or use the ``playline`` command.
+worker, or use the ``playline`` command. Starting, typed by the play's own models::
+
+    handle = await playline.start_play(client, enrich_leads, EnrichLeadsInput(...))
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from playline.calls.runner import ToolResult
+from playline.client import PlayHandle, execute_play, get_play_handle, start_play
 from playline.contract import DatasetRef, PlayRunResult, PlayState, RunOptions
 from playline.plugin import PlaylinePlugin
 from playline.resolvers import RowContext, resolver
@@ -25,6 +28,7 @@ __all__ = [
     "DatasetHandle",
     "DatasetRef",
     "PlayContext",
+    "PlayHandle",
     "PlayRunResult",
     "PlayState",
     "PlaylinePlugin",
@@ -32,6 +36,9 @@ __all__ = [
     "RunOptions",
     "ToolResult",
     "__version__",
+    "execute_play",
+    "get_play_handle",
     "play",
     "resolver",
+    "start_play",
 ]

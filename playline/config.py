@@ -24,6 +24,7 @@ the ``temporal`` CLI: ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_A
 | ``PLAYLINE_UI_URL`` | ``ui_url`` | derived from the Temporal address |
 | ``PLAYLINE_METRICS_HOST`` | ``metrics_host`` | ``127.0.0.1`` (``0.0.0.0`` in a container) |
 | ``PLAYLINE_HTTP_TRANSPORT`` | ``http_transport`` | ``aiohttp`` (``httpx``: httpcore's pool) |
+| ``PLAYLINE_CODEC_KEYS`` | ``codec_keys`` | unset: payloads are not encrypted |
 | (catalog-named) | ``environ`` | API keys (``ACME_API_KEY``...) and ``base_url_env`` overrides |
 """
 
@@ -83,6 +84,9 @@ class Settings:
     http_max_keepalive: int = 32
     #: "aiohttp" (httpx's API over aiohttp, the default) or "httpx" (httpcore's pool).
     http_transport: Literal["aiohttp", "httpx"] = "aiohttp"
+    #: ``kid1:<base64 32 bytes>,kid2:...``: encrypt payloads (the first key) and
+    #: decrypt them (any key); see :mod:`playline.codec`. Secret: never printed.
+    codec_keys: str | None = field(default=None, repr=False)
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
 
     @classmethod
@@ -109,6 +113,7 @@ class Settings:
             ui_url=env.get("PLAYLINE_UI_URL") or None,
             metrics_host=env.get("PLAYLINE_METRICS_HOST") or "127.0.0.1",
             http_transport="httpx" if env.get("PLAYLINE_HTTP_TRANSPORT") == "httpx" else "aiohttp",
+            codec_keys=env.get("PLAYLINE_CODEC_KEYS") or None,
             environ=MappingProxyType(env),
         )
         return settings.with_overrides(**overrides)

@@ -4,17 +4,18 @@ Workflows call activities by reference to their ``@activity.defn`` methods (see
 :mod:`playline.activities`), so the names are written once and mypy checks each
 caller's input and result types against these models. All of them are small by
 construction: references, ranges and counts. Rows never appear here except the
-five preview rows of a result and, when the whole result fits the inline budget,
-the result rows themselves.
+preview rows of a result (``RunOptions.preview_rows``, five by default, none with
+0) and, when the whole result fits the inline budget, the result rows themselves.
 
 This module imports only pydantic: workflows, activities and stores all use it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Generic, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypeVar
 
 #: The most rows one chunk activity may hold (pinned or sized by time).
 MAX_CHUNK_ROWS = 5000
@@ -22,6 +23,14 @@ MAX_CHUNK_ROWS = 5000
 IntegrationMode = Literal["live", "fixture"]
 RunMode = Literal["upsert", "net_new"]
 OnRowError = Literal["isolate", "fail"]
+
+#: Rows a dataset result previews by default (``RunOptions.preview_rows``).
+DEFAULT_PREVIEW_ROWS = 5
+#: The most preview rows a run may ask for: previews are recorded in history.
+MAX_PREVIEW_ROWS = 100
+
+#: A play's own output model; unparametrized ``PlayRunResult`` keeps it as plain JSON.
+OutputT = TypeVar("OutputT", default=Any)
 
 
 class RunOptions(BaseModel):
@@ -45,6 +54,9 @@ class RunOptions(BaseModel):
     # Rows stay out of history by default; a play may opt in to inline results.
     inline_rows_budget_bytes: int = Field(default=0, ge=0, le=1_000_000)
     chunks_per_workflow_run: int = Field(default=500, ge=1)
+    # Rows of each dataset result shown in history (they may hold personal data):
+    # 0 keeps every row out of history.
+    preview_rows: int = Field(default=DEFAULT_PREVIEW_ROWS, ge=0, le=MAX_PREVIEW_ROWS)
 
 
 class DatasetRef(BaseModel):
@@ -161,6 +173,7 @@ class DatasetRunInput(BaseModel):
 class FinalizeInput(BaseModel):
     run_ref: str
     inline_rows_budget_bytes: int
+    preview_rows: int = DEFAULT_PREVIEW_ROWS
 
 
 class DatasetResult(BaseModel):
@@ -228,11 +241,16 @@ class DatasetRunState(BaseModel):
     stats: ChunkStats
 
 
-class PlayRunResult(BaseModel):
-    """What every play workflow returns: the play's own output plus the run's accounting."""
+class PlayRunResult(BaseModel, Generic[OutputT]):
+    """What every play workflow returns: the play's own output plus the run's accounting.
+
+    ``PlayRunResult[EnrichLeadsOutput]`` decodes ``output`` into the play's output
+    model (``playline.start_play`` asks for exactly that); the bare class keeps it
+    as the JSON object the workflow recorded.
+    """
 
     play: str
-    output: dict[str, Any] | None = None
+    output: OutputT | None = None
     datasets: list[DatasetResult] = Field(default_factory=list)
     stats: ChunkStats = Field(default_factory=ChunkStats)
     integration_mode: IntegrationMode = "live"

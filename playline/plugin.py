@@ -4,7 +4,9 @@ Add it to ``Client.connect(..., plugins=[PlaylinePlugin()])`` and every worker b
 from that client registers the plays and playline's activities, uses the pydantic
 data converter, passes playline's own (deterministic) modules through the sandbox,
 and opens the worker's services (governor, stores, HTTP client) for as long as it
-runs.
+runs. With a payload codec (``codec=``, or ``settings.codec_keys``) the client, its
+workers and replays encrypt and decrypt every payload, and failure messages travel
+encoded too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    PayloadCodec,
+)
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -25,6 +32,7 @@ from playline.activities import (
     ScalarActivities,
     WidthActivities,
 )
+from playline.codec import AesGcmCodec
 from playline.config import Settings
 from playline.errors import PlaylineError
 from playline.interceptors import ErrorTranslation
@@ -42,8 +50,12 @@ class PlaylinePlugin(SimplePlugin):
         plays: play workflow classes to register; defaults to every play imported
             so far (import your plays module before building the worker).
         settings: where state lives and whom to call; defaults to
-            ``Settings.from_env()`` when a worker starts.
+            ``Settings.from_env()`` when a worker starts. Its ``codec_keys``
+            (``PLAYLINE_CODEC_KEYS``) turn on payload encryption.
         services: already-open services to use instead (the caller closes them).
+        codec: a payload codec for every payload of the client, its workers and
+            replays (overrides ``settings.codec_keys``); put the same one on every
+            client and worker of a namespace.
     """
 
     def __init__(
@@ -52,6 +64,7 @@ class PlaylinePlugin(SimplePlugin):
         plays: Sequence[type] | None = None,
         settings: Settings | None = None,
         services: Services | None = None,
+        codec: PayloadCodec | None = None,
     ) -> None:
         self.holder = ServicesHolder(services)
         chunk = ChunkActivities(self.holder)
@@ -100,9 +113,13 @@ class PlaylinePlugin(SimplePlugin):
                 )
             return runner or SandboxedWorkflowRunner()
 
+        if codec is None and settings is not None and settings.codec_keys:
+            codec = AesGcmCodec.from_spec(settings.codec_keys)
+        self.codec = codec
+
         super().__init__(
             "playline.PlaylinePlugin",
-            data_converter=pydantic_data_converter,
+            data_converter=data_converter(codec),
             activities=activities,
             workflows=workflows,
             workflow_runner=workflow_runner,
@@ -116,3 +133,14 @@ class PlaylinePlugin(SimplePlugin):
         """Replaying needs no services: workflows only see recorded results."""
         async with next(replayer, histories) as results:
             yield results
+
+
+def data_converter(codec: PayloadCodec | None) -> DataConverter:
+    """The pydantic converter; with a codec, payloads and failure messages are encoded."""
+    if codec is None:
+        return pydantic_data_converter
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_codec=codec,
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )

@@ -1,53 +1,243 @@
-"""Provider-call metrics through the Temporal SDK's own metric meter.
+"""Metrics through the Temporal SDK's own meter; spans through OpenTelemetry.
 
-This is the Temporal side of :class:`playline.calls.attempt.CallMetrics`: the
-call path records through that protocol and never imports Temporal.
+This is the Temporal side of :class:`playline.calls.attempt.CallMetrics`: the call
+path records through that protocol and never imports Temporal or OpenTelemetry.
 
-Inside an activity the meter is the worker runtime's (so ``playline worker
---metrics-port`` exposes them to Prometheus beside Temporal's own metrics); outside
-one (unit tests, scripts) every method is a no-op.
+**Metrics.** Inside an activity the meter is the worker runtime's, so ``playline
+worker --metrics-port`` (or any ``Runtime`` you give the client) exports them
+beside Temporal's own, with its labels (namespace, task queue, activity and
+workflow type); outside one (unit tests, scripts) every method is a no-op. Each
+name says its unit, and every histogram records in that unit:
 
-* ``playline_provider_calls`` (counter; provider, tool, outcome): ok, rate_limited,
-  transient, rejected, timeout, fixture;
-* ``playline_provider_latency`` (histogram, seconds; provider, tool);
-* ``playline_provider_rate`` (gauge, requests/s; provider): the governor's rate in
-  force after the call, which drops on a 429 and climbs back on success.
+=====================================  =========  ==================================
+name                                   kind       labels; meaning
+=====================================  =========  ==================================
+``playline_provider_calls``            counter    provider, tool, outcome (ok,
+                                                  rate_limited, transient, rejected,
+                                                  timeout): provider requests
+``playline_provider_latency_seconds``  histogram  provider, tool: request latency
+``playline_provider_rate_per_second``  gauge      provider: the governor's rate in
+                                                  force (drops on a 429)
+``playline_governor_wait_seconds``     histogram  provider: time a request waited
+                                                  for the governor's permit
+``playline_provider_credits``          histogram  provider, tool: credits one paid
+                                                  request cost; its ``_sum`` is the
+                                                  credits spent
+``playline_receipt_lookups``           counter    provider, tool, result (hit, miss,
+                                                  waited): how claims were answered
+``playline_rows``                      counter    outcome (ok, cached, failed): rows
+                                                  finished by chunk activities
+=====================================  =========  ==================================
+
+Row outcomes do not overlap: ``ok`` rows paid for at least one provider call,
+``cached`` rows were answered entirely by receipts (or needed no call), ``failed``
+rows recorded an error. Temporal's histograms default to millisecond buckets, so
+exporters must be given :data:`HISTOGRAM_BUCKETS` (:func:`prometheus_config` does).
+
+**Spans.** With the ``otel`` extra installed, every tool call is an OpenTelemetry
+span ``playline.tool_call`` with ``playline.provider``, ``playline.tool``,
+``playline.receipt`` (hit, miss, waited, shared) and ``playline.outcome`` (``ok`` or
+the error's type); never the input, the result, a receipt key or an API key. Add
+``temporalio.contrib.opentelemetry.OpenTelemetryPlugin`` to the client (see
+:func:`playline.worker.connect`'s ``tracing``) and the spans join the trace of
+whoever started the play; until a tracer provider is set none is opened.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import contextlib
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 from temporalio import activity
-from temporalio.common import MetricCounter, MetricGaugeFloat, MetricHistogramTimedelta
+from temporalio.common import MetricCounter, MetricGaugeFloat, MetricHistogramFloat
+from temporalio.runtime import PrometheusConfig
+
+from playline.calls.attempt import CallSpan
+
+__all__ = [
+    "HISTOGRAM_BUCKETS",
+    "SPAN_NAME",
+    "ProviderMetrics",
+    "RowMetrics",
+    "prometheus_config",
+]
+
+SPAN_NAME = "playline.tool_call"
+TRACER_NAME = "playline"
+
+#: Bucket boundaries of playline's histograms, in the unit each name says.
+HISTOGRAM_BUCKETS: Mapping[str, Sequence[float]] = {
+    "playline_provider_latency_seconds": (
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1.0,
+        2.5,
+        5.0,
+        10.0,
+        30.0,
+    ),
+    "playline_governor_wait_seconds": (
+        0.001,
+        0.005,
+        0.01,
+        0.05,
+        0.1,
+        0.5,
+        1.0,
+        5.0,
+        10.0,
+        30.0,
+        60.0,
+    ),
+    "playline_provider_credits": (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0),
+}
+
+
+def prometheus_config(bind_address: str, **options: Any) -> PrometheusConfig:
+    """A ``PrometheusConfig`` with playline's histogram buckets (and ``options``)."""
+    overrides = {**HISTOGRAM_BUCKETS, **dict(options.pop("histogram_bucket_overrides", {}))}
+    return PrometheusConfig(
+        bind_address=bind_address, histogram_bucket_overrides=overrides, **options
+    )
 
 
 class ProviderMetrics:
-    """Metric instruments for the tool calls of one activity attempt (a ``CallMetrics``)."""
+    """The metrics and spans of one activity attempt's tool calls (a ``CallMetrics``)."""
 
     def __init__(self) -> None:
         self._calls: MetricCounter | None = None
-        self._latency: MetricHistogramTimedelta | None = None
+        self._latency: MetricHistogramFloat | None = None
         self._rate: MetricGaugeFloat | None = None
+        self._wait: MetricHistogramFloat | None = None
+        self._credits: MetricHistogramFloat | None = None
+        self._receipts: MetricCounter | None = None
+        self._tracer = _tracer()
         if activity.in_activity():
             meter = activity.metric_meter()
             self._calls = meter.create_counter(
-                "playline_provider_calls", "provider calls by outcome"
+                "playline_provider_calls", "provider requests by outcome", "requests"
             )
-            self._latency = meter.create_histogram_timedelta(
-                "playline_provider_latency", "provider call latency"
+            self._latency = meter.create_histogram_float(
+                "playline_provider_latency_seconds", "provider request latency", "s"
             )
             self._rate = meter.create_gauge_float(
-                "playline_provider_rate", "governor rate in force", "1/s"
+                "playline_provider_rate_per_second", "governor rate in force", "1/s"
+            )
+            self._wait = meter.create_histogram_float(
+                "playline_governor_wait_seconds", "time waited for a governor permit", "s"
+            )
+            self._credits = meter.create_histogram_float(
+                "playline_provider_credits", "credits charged per paid request", "credits"
+            )
+            self._receipts = meter.create_counter(
+                "playline_receipt_lookups", "receipt claims by result", "lookups"
             )
 
     def call(self, provider: str, tool: str, outcome: str, latency_s: float | None = None) -> None:
-        if self._calls is None:
-            return
-        self._calls.add(1, {"provider": provider, "tool": tool, "outcome": outcome})
+        if self._calls is not None:
+            self._calls.add(1, {"provider": provider, "tool": tool, "outcome": outcome})
         if latency_s is not None and self._latency is not None:
-            self._latency.record(timedelta(seconds=latency_s), {"provider": provider, "tool": tool})
+            self._latency.record(latency_s, {"provider": provider, "tool": tool})
 
     def rate(self, provider: str, rps: float | None) -> None:
         if self._rate is not None and rps is not None:
             self._rate.set(rps, {"provider": provider})
+
+    def receipt(self, provider: str, tool: str, status: str) -> None:
+        if self._receipts is not None:
+            self._receipts.add(1, {"provider": provider, "tool": tool, "result": status})
+
+    def credits(self, provider: str, tool: str, credits: float) -> None:
+        if self._credits is not None:
+            self._credits.record(credits, {"provider": provider, "tool": tool})
+
+    def governor_wait(self, provider: str, waited_s: float) -> None:
+        if self._wait is not None:
+            self._wait.record(max(0.0, waited_s), {"provider": provider})
+
+    def span(self, provider: str, tool: str) -> AbstractContextManager[CallSpan]:
+        if self._tracer is None or not _tracing_configured():
+            return contextlib.nullcontext(_NO_SPAN)
+        return _tool_call_span(self._tracer, provider, tool)
+
+
+class RowMetrics:
+    """Rows finished by one chunk attempt, by outcome (``ok``, ``cached``, ``failed``)."""
+
+    def __init__(self) -> None:
+        self._rows: MetricCounter | None = None
+        if activity.in_activity():
+            self._rows = activity.metric_meter().create_counter(
+                "playline_rows", "rows finished by outcome", "rows"
+            )
+
+    def row(self, outcome: str) -> None:
+        if self._rows is not None:
+            self._rows.add(1, {"outcome": outcome})
+
+
+class _NoSpan:
+    def receipt(self, status: str) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
+
+
+class _OtelCallSpan:
+    """A ``CallSpan`` over an OpenTelemetry span."""
+
+    def __init__(self, span: Any) -> None:
+        self._span = span
+
+    def receipt(self, status: str) -> None:
+        self._span.set_attribute("playline.receipt", status)
+
+
+@functools.cache
+def _tracer() -> Any:
+    """playline's OpenTelemetry tracer, or ``None`` without the ``otel`` extra.
+
+    Looked up once: the API's tracer follows whatever provider is set later.
+    """
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    return trace.get_tracer(TRACER_NAME)
+
+
+def _tracing_configured() -> bool:
+    """Whether a tracer provider was set (spans from the API's default proxy go nowhere)."""
+    from opentelemetry import trace
+
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+@contextlib.contextmanager
+def _tool_call_span(tracer: Any, provider: str, tool: str) -> Iterator[CallSpan]:
+    from opentelemetry.trace import Status, StatusCode
+
+    with tracer.start_as_current_span(
+        SPAN_NAME,
+        attributes={"playline.provider": provider, "playline.tool": tool},
+        # Exception messages may quote the input; only the type is recorded.
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield _OtelCallSpan(span)
+        except BaseException as err:
+            outcome = type(err).__name__
+            span.set_attribute("playline.outcome", outcome)
+            span.set_status(Status(StatusCode.ERROR, outcome))
+            raise
+        span.set_attribute("playline.outcome", "ok")

@@ -10,16 +10,19 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from temporalio.client import Client
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.client import Client, Plugin
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from playline.config import Settings
 from playline.errors import PlaylineError, TemporalUnavailable
 from playline.plugin import PlaylinePlugin
 from playline.services import Services
+from playline.telemetry import prometheus_config
 
 DEFAULT_TASK_QUEUE = "playline"
 DEFAULT_PLAYS = ("playline.demo.enrich_leads",)
@@ -28,15 +31,31 @@ logger = logging.getLogger("playline.worker")
 
 
 def import_plays(modules: Sequence[str]) -> None:
-    """Import the modules that declare plays and resolvers (registering them)."""
+    """Import the modules that declare plays and resolvers (registering them).
+
+    The current directory is importable, as with ``python -m``, so
+    ``playline worker --plays mypkg.plays`` works from a project's root.
+    """
+    cwd = str(Path.cwd())
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     for name in (*DEFAULT_PLAYS, *modules):
         try:
             importlib.import_module(name)
         except ImportError as err:
             raise PlaylineError(
-                f"cannot import plays module {name!r}: {err}; pass an importable module "
-                "to --plays (on the worker's PYTHONPATH)"
+                f"cannot import plays module {name!r}: {err}; run from the directory that "
+                "holds it, or install its package"
             ) from None
+
+
+def tracing_plugin() -> Plugin:
+    """The SDK's ``OpenTelemetryPlugin`` (the ``otel`` extra), or a clear error without it."""
+    try:
+        from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
+    except ImportError:
+        raise PlaylineError("tracing needs OpenTelemetry: pip install 'playline[otel]'") from None
+    return OpenTelemetryPlugin()
 
 
 async def connect(
@@ -45,6 +64,7 @@ async def connect(
     settings: Settings | None = None,
     services: Services | None = None,
     runtime: Runtime | None = None,
+    tracing: bool = False,
 ) -> Client:
     """A client carrying the playline plugin (pydantic converter, plays, activities).
 
@@ -53,18 +73,19 @@ async def connect(
     overrides its address. Workers built from the client open their services from
     ``settings`` unless already-open ``services`` are given; a client used only to
     start plays never opens them. An unreachable server is one clear
-    ``TemporalUnavailable`` error, not a traceback.
+    ``TemporalUnavailable`` error, not a traceback. ``settings.codec_keys`` turn
+    on payload encryption; ``tracing`` adds the SDK's ``OpenTelemetryPlugin`` (the
+    ``otel`` extra: set a tracer provider first).
     """
     settings = settings or Settings.from_env()
     if address:
         settings = settings.with_overrides(temporal_address=address)
     kwargs = settings.client_connect_kwargs()
+    plugins: list[Plugin] = [PlaylinePlugin(settings=settings, services=services)]
+    if tracing:
+        plugins.append(tracing_plugin())
     try:
-        return await Client.connect(
-            **kwargs,
-            plugins=[PlaylinePlugin(settings=settings, services=services)],
-            runtime=runtime,
-        )
+        return await Client.connect(**kwargs, plugins=plugins, runtime=runtime)
     except RuntimeError as err:
         raise TemporalUnavailable(
             f"cannot reach Temporal at {settings.temporal_address} "
@@ -108,8 +129,13 @@ async def run_worker(
     settings: Settings | None = None,
     ready: asyncio.Event | None = None,
     metrics_port: int | None = None,
+    tracing: bool = False,
 ) -> None:
-    """Run a worker until cancelled; ``metrics_port`` serves Prometheus metrics.
+    """Run a worker until cancelled.
+
+    ``metrics_port`` serves Prometheus metrics on ``METRICS_HOST:PORT/metrics`` (with
+    playline's histogram buckets, see :mod:`playline.telemetry`); ``tracing`` adds
+    OpenTelemetry tracing (see :func:`connect`).
 
     Everything that can be wrong with the worker's configuration (plays that do not
     import, a bad catalog, an unreachable store or Temporal) fails here, before any
@@ -122,12 +148,14 @@ async def run_worker(
     if metrics_port:
         runtime = Runtime(
             telemetry=TelemetryConfig(
-                metrics=PrometheusConfig(bind_address=f"{settings.metrics_host}:{metrics_port}")
+                metrics=prometheus_config(f"{settings.metrics_host}:{metrics_port}")
             )
         )
     services = await Services.open(settings)
     try:
-        client = await connect(settings=settings, services=services, runtime=runtime)
+        client = await connect(
+            settings=settings, services=services, runtime=runtime, tracing=tracing
+        )
         worker = build_worker(client, task_queue=task_queue)
         logger.info("playline worker polling %s on %s", task_queue, settings.temporal_address)
         running = asyncio.ensure_future(worker.run())

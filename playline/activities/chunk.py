@@ -42,7 +42,7 @@ from playline.contract import ChunkInput, ChunkStats, ColumnSpec, RunOptions
 from playline.errors import InvalidPlayInput, PlaylineError, RowFailed
 from playline.services import Services, ServicesHolder
 from playline.stores.sheet import RowResult, RunRow
-from playline.telemetry import ProviderMetrics
+from playline.telemetry import ProviderMetrics, RowMetrics
 
 logger = logging.getLogger("playline.chunk")
 
@@ -181,6 +181,7 @@ class ChunkActivities:
 
         gate = asyncio.Semaphore(max(1, input.row_concurrency))
         fatal: list[BaseException] = []
+        row_metrics = RowMetrics()
 
         async def run_row(row: RunRow) -> None:
             async with gate:
@@ -202,6 +203,7 @@ class ChunkActivities:
                         return
                     message = f"{type(err).__name__}: {err}"
                     stats.rows_failed += 1
+                    row_metrics.row("failed")
                     stats.first_error = stats.first_error or f"row {row.row_key!r}: {message}"
                     done.append(RowResult(row.seq, row.row_key, cells, "error", message[:1000]))
                     if input.on_row_error == "fail":
@@ -216,6 +218,7 @@ class ChunkActivities:
                 stats.rows_ok += 1
                 if rc.paid_calls == 0:
                     stats.rows_cached += 1
+                row_metrics.row("cached" if rc.paid_calls == 0 else "ok")
                 done.append(RowResult(row.seq, row.row_key, cells, "ok"))
 
         async def heartbeat_loop() -> None:

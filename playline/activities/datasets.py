@@ -108,9 +108,12 @@ class DatasetActivities:
 
     @activity.defn(name="playline.finalize_run")
     async def finalize_run(self, input: FinalizeInput) -> DatasetResult:
-        """Counts, five preview rows and (all-or-nothing) the inline rows."""
+        """Counts, ``preview_rows`` preview rows and (all-or-nothing) the inline rows."""
         summary = await summarize_run(
-            self._holder.services.sheet, input.run_ref, input.inline_rows_budget_bytes
+            self._holder.services.sheet,
+            input.run_ref,
+            input.inline_rows_budget_bytes,
+            input.preview_rows,
         )
         info = summary.info
         return DatasetResult(

@@ -10,8 +10,8 @@ runner and every dispatcher receive it and use only its public methods:
   receipt or sheet write trips it, after which no provider call is dispatched
   and every call held back is counted;
 * :class:`CallStats` - what the calls cost, summed into the play's accounting;
-* :class:`CallMetrics` - where per-call metrics go (the worker's Temporal meter
-  inside an activity, nowhere otherwise).
+* :class:`CallMetrics` - where per-call metrics and spans go (the worker's Temporal
+  meter and OpenTelemetry inside an activity, nowhere otherwise).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -38,6 +39,7 @@ from playline.stores.receipts import ReceiptStore
 __all__ = [
     "Attempt",
     "CallMetrics",
+    "CallSpan",
     "CallStats",
     "LeaseKeeper",
     "NoMetrics",
@@ -63,14 +65,48 @@ class CallStats:
     credits: float = 0.0
 
 
+class CallSpan(Protocol):
+    """The trace span of one tool call; its outcome is recorded when it closes."""
+
+    def receipt(self, status: str) -> None:
+        """How the receipt store answered: ``hit``, ``miss``, ``waited`` or ``shared``."""
+        ...
+
+
 class CallMetrics(Protocol):
-    """Where per-call metrics go; see :mod:`playline.telemetry` for the Temporal one."""
+    """Where per-call metrics and spans go; :mod:`playline.telemetry` has the Temporal one.
 
-    def call(
-        self, provider: str, tool: str, outcome: str, latency_s: float | None = None
-    ) -> None: ...
+    Every method is called on the call path, so none may block or raise.
+    """
 
-    def rate(self, provider: str, rps: float | None) -> None: ...
+    def call(self, provider: str, tool: str, outcome: str, latency_s: float | None = None) -> None:
+        """One provider request ended with ``outcome`` after ``latency_s``."""
+        ...
+
+    def rate(self, provider: str, rps: float | None) -> None:
+        """The governor's rate in force for ``provider`` now."""
+        ...
+
+    def receipt(self, provider: str, tool: str, status: str) -> None:
+        """A claimed call's receipt: ``hit`` (free), ``miss`` (dispatched) or ``waited``."""
+        ...
+
+    def credits(self, provider: str, tool: str, credits: float) -> None:
+        """A paid request charged ``credits``."""
+        ...
+
+    def governor_wait(self, provider: str, waited_s: float) -> None:
+        """A request waited ``waited_s`` for the governor's permit."""
+        ...
+
+    def span(self, provider: str, tool: str) -> AbstractContextManager[CallSpan]:
+        """The span of one tool call (an exception leaving it is its outcome)."""
+        ...
+
+
+class _NoSpan:
+    def receipt(self, status: str) -> None:
+        return None
 
 
 class NoMetrics:
@@ -81,6 +117,18 @@ class NoMetrics:
 
     def rate(self, provider: str, rps: float | None) -> None:
         return None
+
+    def receipt(self, provider: str, tool: str, status: str) -> None:
+        return None
+
+    def credits(self, provider: str, tool: str, credits: float) -> None:
+        return None
+
+    def governor_wait(self, provider: str, waited_s: float) -> None:
+        return None
+
+    def span(self, provider: str, tool: str) -> AbstractContextManager[CallSpan]:
+        return contextlib.nullcontext(_NoSpan())
 
 
 @dataclass

@@ -83,9 +83,12 @@ class PacedSender:
         """One paid request (``credits`` on success); its JSON body or a typed error."""
         attempt = 0
         stats = self._attempt.stats
+        metrics = self._attempt.metrics
         while True:
             attempt += 1
+            asked = time.monotonic()
             async with self._pacer.permit([tool.provider]) as permit:
+                metrics.governor_wait(tool.provider, time.monotonic() - asked)
                 self._attempt.check_before_dispatch()
                 started = time.monotonic()
                 try:
@@ -107,6 +110,7 @@ class PacedSender:
                     self._observe(tool, "ok", started)
                     stats.made += 1
                     stats.credits += credits
+                    metrics.credits(tool.provider, tool.id, credits)
                     return data
             self._observe(tool, _outcome(failure), started)
             if attempt >= self._retry.max_attempts:

@@ -15,6 +15,10 @@ A runner lives for one chunk attempt. For each call it
 
 While a call is claimed and unsettled its key is held in the attempt's
 :class:`~playline.calls.attempt.LeaseKeeper`, which the chunk's heartbeat renews.
+
+Each call is one span (``attempt.metrics.span``: provider, tool, how the receipt
+store answered and the outcome; never the input, the result or a key) and counts
+as a receipt hit, miss or wait in the attempt's metrics.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from playline.calls.attempt import Attempt, CallStats, until_released
+from playline.calls.attempt import Attempt, CallSpan, CallStats, until_released
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.dispatch import ClaimedCall, Dispatcher
 from playline.errors import LeaseLost
@@ -89,27 +93,35 @@ class ToolRunner:
         tool = self.catalog.tool(tool_id)
         payload = tool.validate_input(tool_input)
         key = receipt_key(tool.id, tool.version, payload, self.dispatcher.auth_scope(tool))
-        existing = self._in_flight.get(key)
-        if existing is not None:
-            self.stats.shared += 1
-            data, _ = await asyncio.shield(existing)
-            return ToolResult(tool, data, cached=True)
-        future: asyncio.Future[tuple[Any, bool]] = asyncio.get_running_loop().create_future()
-        self._in_flight[key] = future
-        try:
-            data, cached = await self._lead(tool, payload, key, force, stale_after_s)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except BaseException as err:
-            future.set_exception(err)
-            future.exception()  # followers may be absent; mark it retrieved
-            raise
-        future.set_result((data, cached))
-        return ToolResult(tool, data, cached=cached)
+        with self.attempt.metrics.span(tool.provider, tool.id) as span:
+            existing = self._in_flight.get(key)
+            if existing is not None:
+                self.stats.shared += 1
+                span.receipt("shared")
+                data, _ = await asyncio.shield(existing)
+                return ToolResult(tool, data, cached=True)
+            future: asyncio.Future[tuple[Any, bool]] = asyncio.get_running_loop().create_future()
+            self._in_flight[key] = future
+            try:
+                data, cached = await self._lead(tool, payload, key, force, stale_after_s, span)
+            except asyncio.CancelledError:
+                future.cancel()
+                raise
+            except BaseException as err:
+                future.set_exception(err)
+                future.exception()  # followers may be absent; mark it retrieved
+                raise
+            future.set_result((data, cached))
+            return ToolResult(tool, data, cached=cached)
 
     async def _lead(
-        self, tool: ToolSpec, payload: dict[str, Any], key: str, force: bool, stale: float | None
+        self,
+        tool: ToolSpec,
+        payload: dict[str, Any],
+        key: str,
+        force: bool,
+        stale: float | None,
+        span: CallSpan,
     ) -> tuple[Any, bool]:
         """Claim the receipt and settle the call; ``(data, answered without paying)``."""
         request = ClaimRequest(key=key, tool_id=tool.id, force=force, stale_after_s=stale)
@@ -118,13 +130,20 @@ class ToolRunner:
             outcome, waited = await self._wait_for_holder(request)
             if waited:
                 self.stats.waited += 1
+                self._receipt(tool, "waited", span)
                 return outcome.result, True
         if outcome.status is ClaimStatus.HIT:
             self.stats.cached += 1
+            self._receipt(tool, "hit", span)
             return outcome.result, True
+        self._receipt(tool, "miss", span)
         call = ClaimedCall(tool, payload, key, force=force, batch_key=outcome.batch_key)
         with self.attempt.leases.holding([key]):
             return await self.dispatcher.settle(call), False
+
+    def _receipt(self, tool: ToolSpec, status: str, span: CallSpan) -> None:
+        span.receipt(status)
+        self.attempt.metrics.receipt(tool.provider, tool.id, status)
 
     async def _wait_for_holder(self, request: ClaimRequest) -> tuple[ClaimOutcome, bool]:
         """Wait out another live owner: its completed result (waited), or our own claim."""

@@ -6,6 +6,8 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.stack` - ``demo``, ``dev``, ``worker``;
 * :mod:`~playline.cli.run` - ``run``, ``runs get|export|stop``;
 * :mod:`~playline.cli.limits` - ``limits show|set``;
+* :mod:`~playline.cli.replay` - ``replay`` (recorded histories against the current code);
+* :mod:`~playline.cli.codec_server` - ``codec-server`` (the Temporal UI's payload decoder);
 * :mod:`~playline.cli.render` - what gets printed;
 * :mod:`~playline.cli.devserver` - the embedded Temporal dev server.
 """
@@ -32,7 +34,9 @@ Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from playline.cli.codec_server import add_codec_server_parser
     from playline.cli.limits import add_limits_parser
+    from playline.cli.replay import add_replay_parser
 
     parser = argparse.ArgumentParser(
         prog="playline", description="Durable data-enrichment plays on Temporal."
@@ -134,10 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("provider-server", help="run the local provider server", add_help=False)
     add_limits_parser(sub)
+    add_replay_parser(sub)
+    add_codec_server_parser(sub)
     return parser
 
 
 def _commands() -> dict[str, Command]:
+    from playline.cli.codec_server import cmd_codec_server
+    from playline.cli.replay import cmd_replay
     from playline.cli.run import cmd_run, cmd_runs
     from playline.cli.stack import cmd_demo, cmd_dev, cmd_worker
 
@@ -147,6 +155,8 @@ def _commands() -> dict[str, Command]:
         "worker": cmd_worker,
         "run": cmd_run,
         "runs": cmd_runs,
+        "replay": cmd_replay,
+        "codec-server": cmd_codec_server,
     }
 
 

@@ -104,6 +104,7 @@ class DevServer:
             stderr=log,
             stdin=subprocess.DEVNULL,
         )
+        log.close()  # the child holds its own descriptor
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

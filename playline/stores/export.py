@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from playline.contract import DEFAULT_PREVIEW_ROWS
 from playline.errors import InvalidPlayInput
 from playline.stores.csv_io import write_csv, write_jsonl
 from playline.stores.sheet import RunInfo, SheetStore
@@ -20,7 +21,8 @@ from playline.stores.sheet import RunInfo, SheetStore
 __all__ = ["RunSummary", "export_run", "row_out", "summarize_run"]
 
 EXPORT_PAGE_ROWS = 1000
-PREVIEW_ROWS = 5
+#: Preview rows when the caller does not say (``RunOptions.preview_rows``'s default).
+PREVIEW_ROWS = DEFAULT_PREVIEW_ROWS
 #: Bytes a row is assumed to occupy once decoded, per byte of its JSON, plus overhead.
 ROW_MEMORY_MULTIPLIER = 2
 ROW_OVERHEAD_BYTES = 64
@@ -66,8 +68,14 @@ class RunSummary:
     rows: list[dict[str, Any]] | None
 
 
-async def summarize_run(sheet: SheetStore, run_ref: str, inline_budget_bytes: int) -> RunSummary:
-    """Counts, the first rows as a preview and (all-or-nothing) the inline rows."""
+async def summarize_run(
+    sheet: SheetStore, run_ref: str, inline_budget_bytes: int, preview_rows: int = PREVIEW_ROWS
+) -> RunSummary:
+    """Counts, the first ``preview_rows`` rows as a preview and (all-or-nothing) the inline rows.
+
+    ``preview_rows=0`` previews nothing: the preview is recorded in workflow
+    history, where personal data may not be wanted.
+    """
     info = await _info(sheet, run_ref)
     counts = await sheet.run_counts(run_ref)
     preview: list[dict[str, Any]] = []
@@ -77,7 +85,7 @@ async def summarize_run(sheet: SheetStore, run_ref: str, inline_budget_bytes: in
         page = await sheet.read_run_rows(run_ref, start, start + EXPORT_PAGE_ROWS)
         for row in page:
             out = row_out(row.data, row.status, row.error)
-            if len(preview) < PREVIEW_ROWS:
+            if len(preview) < preview_rows:
                 preview.append(out)
             if inline is None:
                 continue
@@ -87,10 +95,10 @@ async def summarize_run(sheet: SheetStore, run_ref: str, inline_budget_bytes: in
             # early: a prefix is never returned, so holding one is waste.
             if resident / seen * info.admitted > inline_budget_bytes:
                 inline = None
-                if len(preview) >= PREVIEW_ROWS:
+                if len(preview) >= preview_rows:
                     break
             else:
                 inline.append(out)
-        if inline is None and len(preview) >= PREVIEW_ROWS:
+        if inline is None and len(preview) >= preview_rows:
             break
     return RunSummary(info, counts["ok"], counts["error"], preview, inline)

@@ -156,7 +156,9 @@ class PlayContext:
         result = await workflow.execute_activity_method(
             DatasetActivities.finalize_run,
             FinalizeInput(
-                run_ref=run_ref, inline_rows_budget_bytes=self.options.inline_rows_budget_bytes
+                run_ref=run_ref,
+                inline_rows_budget_bytes=self.options.inline_rows_budget_bytes,
+                preview_rows=self.options.preview_rows,
             ),
             start_to_close_timeout=SHORT_ACTIVITY,
             retry_policy=SETUP_RETRY,

@@ -234,7 +234,8 @@ async def test_run_watch_rides_out_a_temporal_restart(
     """Temporal goes away mid-play for longer than the SDK's own RPC retries (about 10 s);
     the play and ``run --watch`` both finish."""
     provider.configure(latency_ms=[100, 150])
-    csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(30)])
+    rows = 400  # paced at the catalog's 100 rps, this takes several seconds
+    csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(rows)])
     address, queue = own_temporal.address, "restart-queue"
     log = tmp_path / "worker.log"
     worker = start_worker_process(address, queue, tmp_path / "home", log)
@@ -261,6 +262,7 @@ async def test_run_watch_rides_out_a_temporal_restart(
         while provider.ledger()["charged"] < 5:
             assert time.monotonic() < deadline, log.read_text()[-2000:]
             await asyncio.sleep(0.1)
+        assert provider.ledger()["charged"] < rows, "the play finished before the outage"
         own_temporal.stop()
         await asyncio.sleep(15)
         await own_temporal.start()
@@ -270,7 +272,7 @@ async def test_run_watch_rides_out_a_temporal_restart(
         worker.wait(timeout=20)
     assert result.returncode == 0, result.stderr[-6000:]
     assert "lost contact with Temporal" in result.stderr
-    assert "rows: 30 ok, 0 failed" in result.stdout
+    assert f"rows: {rows} ok, 0 failed" in result.stdout
     assert provider.ledger()["double_charged"] == 0
 
 

@@ -1,0 +1,123 @@
+"""Start plays from Python by their class, typed end to end.
+
+```python
+from playline import start_play
+from playline.demo.enrich_leads import EnrichLeadsInput, enrich_leads
+
+handle = await start_play(client, enrich_leads, EnrichLeadsInput(csv_path="/abs/leads.csv"))
+result = await handle.result()          # PlayRunResult[EnrichLeadsOutput]
+print(result.output.rows if result.output else 0)
+```
+
+The handle is Temporal's own ``WorkflowHandle``, parametrized with the play's
+workflow class and ``PlayRunResult[Output]``: mypy checks the input model at the
+call and knows ``result.output`` is the play's output model. It is decoded into
+that model, not left a dict, because ``@play`` declares the workflow's result as
+``PlayRunResult[Output]`` and the SDK takes the result type from there (so
+``client.execute_workflow(enrich_leads.run, ...)`` decodes it the same way).
+``client`` is any client carrying ``PlaylinePlugin`` (for example from
+:func:`playline.worker.connect`), whose pydantic converter encodes the input.
+
+The input is validated here, before anything is started, so a bad input fails at
+the caller with the same one-line message the play would give.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, TypeAlias, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from temporalio.client import Client, WorkflowHandle
+
+from playline.contract import PlayRunResult, RunOptions
+from playline.errors import InvalidPlayInput, format_validation_errors
+from playline.workflows.play import PlayWorkflow
+
+__all__ = ["DEFAULT_TASK_QUEUE", "PlayHandle", "execute_play", "get_play_handle", "start_play"]
+
+#: The task queue ``playline worker`` polls by default.
+DEFAULT_TASK_QUEUE = "playline"
+
+InputT = TypeVar("InputT", bound=BaseModel)
+OutputT = TypeVar("OutputT", bound=BaseModel | None)
+
+#: A started play: Temporal's handle, typed with the play and its result.
+PlayHandle: TypeAlias = WorkflowHandle[PlayWorkflow[InputT, OutputT], PlayRunResult[OutputT]]
+
+
+def new_workflow_id(play: type[PlayWorkflow[Any, Any]]) -> str:
+    """``PLAY-YYYYmmdd-HHMMSS-xxxxxx``, the id ``playline run`` gives a run."""
+    return f"{play.play_name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def _validated(play: type[PlayWorkflow[InputT, Any]], input: InputT | dict[str, Any]) -> Any:
+    try:
+        return play.input_model.model_validate(
+            input.model_dump(mode="json") if isinstance(input, BaseModel) else input
+        )
+    except ValidationError as err:
+        problems = format_validation_errors(err.errors())
+        raise InvalidPlayInput(f"invalid input for play {play.play_name!r}: {problems}") from None
+
+
+async def start_play(
+    client: Client,
+    play: type[PlayWorkflow[InputT, OutputT]],
+    input: InputT,
+    *,
+    options: RunOptions | None = None,
+    id: str | None = None,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    **start_options: Any,
+) -> PlayHandle[InputT, OutputT]:
+    """Start ``play`` with ``input``; a handle whose ``result()`` is ``PlayRunResult[Output]``.
+
+    Args:
+        client: a client carrying ``PlaylinePlugin``.
+        play: the play, as ``@play`` returned it (its workflow class).
+        input: the play's input model.
+        options: how the run goes (``RunOptions``; defaults to the defaults).
+        id: the workflow id; default ``PLAY-timestamp-random``.
+        task_queue: the queue the workers poll (default ``playline``).
+        start_options: passed to ``Client.start_workflow`` (``execution_timeout``,
+            ``id_conflict_policy``, ``search_attributes``...).
+    """
+    checked = _validated(play, input)
+    handle: PlayHandle[InputT, OutputT] = await client.start_workflow(
+        play.run,
+        args=[checked, options or RunOptions()],
+        id=id or new_workflow_id(play),
+        task_queue=task_queue,
+        **start_options,
+    )
+    return handle
+
+
+async def execute_play(
+    client: Client,
+    play: type[PlayWorkflow[InputT, OutputT]],
+    input: InputT,
+    *,
+    options: RunOptions | None = None,
+    id: str | None = None,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    **start_options: Any,
+) -> PlayRunResult[OutputT]:
+    """Start ``play`` and wait for its result (see :func:`start_play`)."""
+    handle = await start_play(
+        client, play, input, options=options, id=id, task_queue=task_queue, **start_options
+    )
+    return await handle.result()
+
+
+def get_play_handle(
+    client: Client,
+    play: type[PlayWorkflow[InputT, OutputT]],
+    workflow_id: str,
+    *,
+    run_id: str | None = None,
+) -> PlayHandle[InputT, OutputT]:
+    """The typed handle of a play started earlier (by any client, the CLI or the UI)."""
+    return client.get_workflow_handle_for(play.run, workflow_id, run_id=run_id)
