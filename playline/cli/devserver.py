@@ -73,6 +73,13 @@ class DevServer:
         return f"{self.host}:{self.port}"
 
     @property
+    def pid(self) -> int:
+        """The server process's id (for measuring it); only while it runs."""
+        if self._proc is None:
+            raise RuntimeError("the dev server is not running")
+        return self._proc.pid
+
+    @property
     def ui_url(self) -> str:
         return f"http://{self.host}:{self.ui_port}"
 
