@@ -8,11 +8,12 @@ or a long load runs. Everything the store does goes to that thread:
 * :meth:`SqliteDatabase.write` queues one function and waits for it to be
   *committed*. Writes queued in the same event-loop tick, or while the previous
   group was being committed, go to the thread together and run in one
-  ``BEGIN IMMEDIATE`` ... ``COMMIT`` (group commit): one thread hop, one lock,
-  one commit and one loop wake-up for the whole group, instead of one each per
-  call. Each function runs under its own ``SAVEPOINT``, so one that raises undoes
-  only its own changes and gets its own exception; if the commit fails, every
-  function of the group gets that error and nothing of the group is stored.
+  ``BEGIN IMMEDIATE`` ... ``COMMIT`` (group commit, see
+  :mod:`~playline.stores.coalesce`): one thread hop, one lock, one commit and one
+  loop wake-up for the whole group, instead of one each per call. Each function
+  runs under its own ``SAVEPOINT``, so one that raises undoes only its own
+  changes and gets its own exception; if the commit fails, every function of the
+  group gets that error and nothing of the group is stored.
 
 A caller's ``await write(...)`` returns only once its change is committed, so
 "recorded before it is reported" holds exactly as with one transaction per call.
@@ -28,13 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from playline.stores.coalesce import Coalescer
 from playline.stores.migrations import Migration, migrate_sqlite
 from playline.stores.store_errors import StoreNotFound
 
 __all__ = ["SqliteDatabase"]
 
 T = TypeVar("T")
-_Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
+_Write = Callable[[sqlite3.Connection], Any]
 
 
 class SqliteDatabase:
@@ -64,10 +66,7 @@ class SqliteDatabase:
         except BaseException:
             self._thread.shutdown(wait=False)
             raise
-        self._queue: list[_Op] = []
-        self._scheduled = False  # a group is queued for the next loop iteration
-        self._committing = False  # a group is on the thread
-        self._idle: asyncio.Event | None = None
+        self._writes: Coalescer[_Write, Any] = Coalescer(self._send_group)
 
     def _connect(self, migrations: Sequence[Migration], create: bool) -> sqlite3.Connection:
         if create:
@@ -93,74 +92,36 @@ class SqliteDatabase:
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` in the next group transaction; return once committed."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._queue.append((fn, future))
-        if not self._scheduled and not self._committing:
-            self._scheduled = True
-            loop.call_soon(self._send_group)
-        return await future
+        result: T = await self._writes.submit(fn)
+        return result
 
-    def _send_group(self) -> None:
-        self._scheduled = False
-        group, self._queue = self._queue, []
-        if not group:
-            self._went_idle()
-            return
-        self._committing = True
+    async def _send_group(self, group: list[_Write]) -> list[Any]:
         loop = asyncio.get_running_loop()
-        self._thread.submit(self._commit_group, group, loop)
+        return await loop.run_in_executor(self._thread, self._commit_group, group)
 
-    def _commit_group(self, group: list[_Op], loop: asyncio.AbstractEventLoop) -> None:
-        """On the database thread: the whole group in one transaction."""
+    def _commit_group(self, group: list[_Write]) -> list[Any]:
+        """On the database thread: the whole group in one transaction, one savepoint each."""
         conn = self._conn
-        results: list[tuple[bool, Any]] = []
+        results: list[Any] = []
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for fn, _ in group:
-                    conn.execute("SAVEPOINT op")
-                    try:
-                        value = fn(conn)
-                    except Exception as err:
-                        conn.execute("ROLLBACK TO op")
-                        conn.execute("RELEASE op")
-                        results.append((False, err))
-                    else:
-                        conn.execute("RELEASE op")
-                        results.append((True, value))
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        except BaseException as err:
-            results = [(False, err)] * len(group)
-        loop.call_soon_threadsafe(self._settle, group, results)
-
-    def _settle(self, group: list[_Op], results: list[tuple[bool, Any]]) -> None:
-        """On the loop: wake every waiter of the group, then send the next group."""
-        for (_, future), (ok, value) in zip(group, results, strict=True):
-            if future.done():
-                continue  # the caller was cancelled; its change is committed anyway
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
-        self._committing = False
-        if self._queue:
-            self._send_group()
-        else:
-            self._went_idle()
-
-    def _went_idle(self) -> None:
-        if self._idle is not None:
-            self._idle.set()
+            for fn in group:
+                conn.execute("SAVEPOINT op")
+                try:
+                    results.append(fn(conn))
+                except Exception as err:
+                    conn.execute("ROLLBACK TO op")
+                    results.append(err)
+                conn.execute("RELEASE op")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return results
 
     async def close(self) -> None:
         """Wait for queued writes to commit, then close the connection and the thread."""
-        while self._queue or self._scheduled or self._committing:
-            self._idle = asyncio.Event()
-            await self._idle.wait()
+        await self._writes.drain()
         await asyncio.get_running_loop().run_in_executor(self._thread, self._conn.close)
         self._thread.shutdown(wait=True)
