@@ -41,7 +41,7 @@ __all__ = [
     "write_jsonl",
 ]
 
-_BLOCK = 1 << 20
+_BLOCK = 1 << 18
 _LONE_CR = re.compile(r"(?<=\r)(?!\n)")
 
 

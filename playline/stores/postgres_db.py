@@ -122,12 +122,27 @@ class PostgresDatabase:
         """
         where = redact_url(url)
         try:
+            import psycopg
             from psycopg_pool import AsyncConnectionPool
         except ImportError as err:
             raise StoreUnavailable(
                 "a PostgreSQL store needs psycopg; install playline with the 'postgres' "
                 "extra (pip install 'playline[postgres]')"
             ) from err
+        # One connection first: a wrong URL fails at once with the server's reason,
+        # and the schema is migrated (or checked) before any store uses it.
+        try:
+            conn = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as err:
+            reason = " ".join(str(err).split()) or type(err).__name__
+            raise StoreUnavailable(
+                f"cannot reach the PostgreSQL store at {where}: {reason}; check "
+                "PLAYLINE_STORE_URL and that the server is up"
+            ) from None
+        try:
+            await migrate_postgres(conn, MIGRATIONS, component="stores", where=where, create=create)
+        finally:
+            await conn.close()
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             url,
             min_size=min_size,
@@ -136,24 +151,8 @@ class PostgresDatabase:
             open=False,
             name="playline-stores",
         )
-        try:
-            await pool.open(wait=True, timeout=15.0)
-        except Exception as err:
-            await pool.close()
-            raise StoreUnavailable(
-                f"cannot reach the PostgreSQL store at {where} ({type(err).__name__}); "
-                "check PLAYLINE_STORE_URL and that the server is up"
-            ) from None
-        database = cls(pool, where)
-        try:
-            async with pool.connection() as conn:
-                await migrate_postgres(
-                    conn, MIGRATIONS, component="stores", where=where, create=create
-                )
-        except BaseException:
-            await pool.close()
-            raise
-        return database
+        await pool.open()
+        return cls(pool, where)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
