@@ -110,6 +110,51 @@ _RENEW: LiteralString = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Grant:
+    owner: str
+    lease_id: str
+    expires: float
+    claims: int  # how many claims of the group took it (attempts grow by as many)
+
+
+def _plan_claims(
+    calls: Sequence[_Claim], rows: dict[str, tuple[Any, ...]], now: float
+) -> tuple[list[list[ClaimOutcome]], dict[str, _Grant]]:
+    """Apply the claim rule to a group's calls in order; the outcomes and the leases taken.
+
+    ``rows`` holds each key's locked receipt (``_ROW_COLUMNS``) and is updated as
+    leases are taken, so a later call of the group sees an earlier one's lease.
+    """
+    outcomes: list[list[ClaimOutcome]] = []
+    grants: dict[str, _Grant] = {}
+    for call in calls:
+        expires = now + call.ttl_s
+        mine: list[ClaimOutcome] = []
+        for req in call.requests:
+            row = rows.get(req.key)
+            outcome = decide_claim(req, row, now=now, lease_id=call.lease_id)
+            if outcome is None:
+                _, result, _, _, _, completed_at, batch_key = row or (None,) * 7
+                outcome = ClaimOutcome(
+                    req.key, ClaimStatus.CLAIMED, lease_expires_at=expires, batch_key=batch_key
+                )
+                earlier = grants[req.key].claims if req.key in grants else 0
+                grants[req.key] = _Grant(call.owner, call.lease_id, expires, earlier + 1)
+                rows[req.key] = (
+                    "running",
+                    result,
+                    call.owner,
+                    call.lease_id,
+                    expires,
+                    completed_at,
+                    batch_key,
+                )
+            mine.append(outcome)
+        outcomes.append(mine)
+    return outcomes, grants
+
+
 class PostgresReceiptStore:
     """Receipts in PostgreSQL, shared by every worker of a fleet.
 
@@ -149,40 +194,17 @@ class PostgresReceiptStore:
             found = await cur.fetchall()
             now = float(found[0][-1])
             rows: dict[str, tuple[Any, ...]] = {row[0]: tuple(row[1:-1]) for row in found}
-            outcomes: list[list[ClaimOutcome]] = []
-            grants: dict[str, tuple[str, str, float, int]] = {}
-            for call in calls:
-                expires = now + call.ttl_s
-                mine: list[ClaimOutcome] = []
-                for req in call.requests:
-                    row = rows.get(req.key)
-                    outcome = decide_claim(req, row, now=now, lease_id=call.lease_id)
-                    if outcome is None:
-                        batch_key = row[6] if row is not None else None
-                        outcome = ClaimOutcome(
-                            req.key,
-                            ClaimStatus.CLAIMED,
-                            lease_expires_at=expires,
-                            batch_key=batch_key,
-                        )
-                        claims = grants[req.key][3] + 1 if req.key in grants else 1
-                        grants[req.key] = (call.owner, call.lease_id, expires, claims)
-                        # Later requests in this group see the lease just taken.
-                        old = row or (None,) * 7
-                        rows[req.key] = ("running", old[1], call.owner, call.lease_id, expires,
-                                         old[5], old[6])  # fmt: skip
-                    mine.append(outcome)
-                outcomes.append(mine)
+            outcomes, grants = _plan_claims(calls, rows, now)
             if grants:
                 granted = sorted(grants)
                 await conn.execute(
                     _GRANT,
                     {
                         "keys": granted,
-                        "owners": [grants[k][0] for k in granted],
-                        "leases": [grants[k][1] for k in granted],
-                        "expires": [grants[k][2] for k in granted],
-                        "claims": [grants[k][3] for k in granted],
+                        "owners": [grants[k].owner for k in granted],
+                        "leases": [grants[k].lease_id for k in granted],
+                        "expires": [grants[k].expires for k in granted],
+                        "claims": [grants[k].claims for k in granted],
                     },
                 )
             return outcomes

@@ -196,8 +196,9 @@ async def test_a_failed_batch_releases_its_members_for_a_new_batch(store: Receip
     await store.fail_batch("agg", lease_id="L1", error="HTTP 400", release_members=True)
     receipts = await store.get(["agg", *members])
     assert {r.status for r in receipts.values()} == {"failed"}
-    again = await store.claim([ClaimRequest(k, "t") for k in members], owner="b", lease_id="L2",
-                              ttl_s=5)  # fmt: skip
+    again = await store.claim(
+        [ClaimRequest(k, "t") for k in members], owner="b", lease_id="L2", ttl_s=5
+    )
     assert {o.status for o in again} == {ClaimStatus.CLAIMED}
     assert {o.batch_key for o in again} == {None}  # released: free for a new batch
 

@@ -4,7 +4,6 @@ Real SQLite files and a real PostgreSQL schema."""
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import hashlib
 import http.server
@@ -229,4 +228,3 @@ async def test_upload_prepare_and_export_do_not_hold_the_rows(
     small = await _peak_python_bytes(stores.sheet, tmp_path, 4_000)
     large = await _peak_python_bytes(stores.sheet, tmp_path, 40_000)
     assert large < small * 1.5 + 1_000_000, (small, large)
-    await asyncio.sleep(0)
