@@ -209,7 +209,9 @@ class PostgresReceiptStore:
                 )
             return outcomes
 
-        return await self._db.transaction(tx)
+        # BEGIN, the insert and the locking select go in one round trip, the grant
+        # and COMMIT in another.
+        return await self._db.transaction(tx, pipeline=True)
 
     async def renew(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
         if not keys:
