@@ -6,6 +6,7 @@ test, dropped afterwards), real HTTP to the provider server and to a file server
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import http.server
 import subprocess
@@ -18,12 +19,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from playline import demo
 from playline.config import Settings
+from playline.contract import PlayRunResult, RunOptions
 from playline.stores.backends import open_stores
 from playline.stores.export import export_run
 from playline.stores.sources import store_source, upload_csv
 from tests.conftest import LEADS_CSV, start_worker_process
 from tests.e2e.test_bad_input import assert_nothing_dispatched, fails_with
+from tests.e2e.test_crash_recovery import first_rows, wait_for
 from tests.pg import pg_schema
 from tests.plays import lead, read_csv_rows, run, write_csv
 
@@ -163,9 +167,6 @@ async def test_a_play_loads_its_csv_from_a_url(
 async def test_a_fixture_mode_play_on_the_postgres_store(
     client, provider, worker, task_queue, tmp_path, pg_store
 ) -> None:
-    from playline import demo
-    from playline.contract import RunOptions
-
     options = RunOptions(integration_mode="fixture", fixtures=[str(demo.FIXTURES)], chunk_size=20)
     async with worker(store_url=pg_store):
         result = await run(
@@ -183,3 +184,41 @@ async def test_a_fixture_mode_play_on_the_postgres_store(
         await export_run(stores.sheet, result.datasets[0].run_ref, str(out))
     with out.open(newline="") as handle:
         assert len(list(csv.DictReader(handle))) == 236
+
+
+async def test_sigkill_on_the_postgres_store_loses_no_row_and_pays_nothing_twice(
+    client, provider, temporal_address, task_queue, tmp_path, pg_store
+) -> None:
+    """Kill the worker mid-run; a worker on another home (another machine, as far as
+    the stores go) takes the chunks over from PostgreSQL and finishes the play."""
+    provider.configure(latency_ms=[80, 120])
+    csv_path = first_rows(60, tmp_path / "leads60.csv")
+    options = RunOptions(chunk_size=5, heartbeat_timeout_s=3, max_chunks_in_flight=4)
+    env = {"PLAYLINE_STORE_URL": pg_store}
+    log = tmp_path / "worker.log"
+    first = start_worker_process(temporal_address, task_queue, tmp_path / "a", log, env)
+    handle = await client.start_workflow(
+        "enrich_leads",
+        args=[{"csv_path": str(csv_path)}, options],
+        id=f"pg-crash-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+        result_type=PlayRunResult,
+    )
+    try:
+        await wait_for(lambda: provider.ledger()["charged"] >= 25, 60, "the first paid calls")
+        first.kill()
+        first.wait(timeout=10)
+        assert provider.ledger()["charged"] < 120, "the play finished before the kill"
+        second = start_worker_process(temporal_address, task_queue, tmp_path / "b", log, env)
+        try:
+            result = await asyncio.wait_for(handle.result(), 120)
+        finally:
+            stop([second])
+    finally:
+        if first.poll() is None:
+            first.kill()
+    ledger = provider.ledger()
+    domains = {row["company_domain"] for row in csv.DictReader(csv_path.open())}
+    assert result.stats.rows_ok == 60
+    assert ledger["double_charged"] == 0
+    assert ledger["charged"] == 60 + 60 + len(domains)
