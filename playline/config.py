@@ -17,8 +17,9 @@ the ``temporal`` CLI: ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_A
 | ``TEMPORAL_NAMESPACE`` (or the profile's) | ``temporal_namespace`` | ``default`` |
 | ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*`` | ``temporal_api_key``, ``temporal_tls`` | none |
 | ``PLAYLINE_HOME`` | ``home`` | ``.playline`` |
+| ``PLAYLINE_STORE_URL`` | ``store_url`` | unset: ``sqlite:///`` + ``home`` |
 | ``PLAYLINE_CATALOG`` | ``catalog_path`` | the demo catalog shipped in the package |
-| ``PLAYLINE_PG_DSN`` | ``pg_dsn`` | unset: pacing per worker process |
+| ``PLAYLINE_PG_DSN`` | ``pg_dsn`` | deprecated: fleet pacing only; use ``PLAYLINE_STORE_URL`` |
 | ``PLAYLINE_FLEET_PREFIX`` | ``fleet_table_prefix`` | ``playline_`` |
 | ``PLAYLINE_PACING`` | ``pacing`` | ``governor`` (``off``: the unpaced baseline) |
 | ``PLAYLINE_UI_URL`` | ``ui_url`` | derived from the Temporal address |
@@ -49,6 +50,8 @@ DEFAULT_NAMESPACE = "default"
 DEFAULT_HOME = ".playline"
 DEFAULT_FLEET_PREFIX = "playline_"
 PACING_MODES = ("governor", "off")
+SQLITE_URL_PREFIX = "sqlite:///"
+POSTGRES_URL_PREFIXES = ("postgresql://", "postgres://")
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,13 @@ class Settings:
     )
     home: Path = Path(DEFAULT_HOME)
     catalog_path: str | None = None
-    #: PostgreSQL for fleet-wide pacing; unset keeps pacing per worker process.
+    #: Where the receipt and sheet stores live: ``sqlite:///DIR`` (a directory
+    #: holding ``receipts.db`` and ``sheet.db``; ``sqlite:////abs`` is absolute) or
+    #: ``postgresql://...`` (both stores and fleet pacing in one database). Unset:
+    #: SQLite under ``home``.
+    store_url: str | None = None
+    #: Deprecated alias: PostgreSQL for fleet-wide pacing while the stores stay in
+    #: SQLite. Set ``store_url`` to a PostgreSQL URL instead.
     pg_dsn: str | None = None
     fleet_table_prefix: str = DEFAULT_FLEET_PREFIX
     #: "governor" (default) or "off": the flat, unpaced baseline for benchmarks.
@@ -107,6 +116,7 @@ class Settings:
             temporal_rpc_metadata=MappingProxyType(dict(temporal.get("rpc_metadata") or {})),
             home=Path(env.get("PLAYLINE_HOME") or DEFAULT_HOME),
             catalog_path=env.get("PLAYLINE_CATALOG") or None,
+            store_url=env.get("PLAYLINE_STORE_URL") or None,
             pg_dsn=env.get("PLAYLINE_PG_DSN") or None,
             fleet_table_prefix=env.get("PLAYLINE_FLEET_PREFIX") or DEFAULT_FLEET_PREFIX,
             pacing=env.get("PLAYLINE_PACING") or "governor",
@@ -143,12 +153,58 @@ class Settings:
         return kwargs
 
     @property
+    def store(self) -> str:
+        """The store URL in force: ``store_url``, else SQLite under ``home``."""
+        return self.store_url or f"{SQLITE_URL_PREFIX}{self.home}"
+
+    @property
+    def store_is_postgres(self) -> bool:
+        return self.store.startswith(POSTGRES_URL_PREFIXES)
+
+    @property
+    def sqlite_dir(self) -> Path | None:
+        """The directory of the SQLite store files; ``None`` for another backend."""
+        if not self.store.startswith(SQLITE_URL_PREFIX):
+            return None
+        return Path(self.store[len(SQLITE_URL_PREFIX) :] or ".")
+
+    @property
     def receipts_path(self) -> Path:
-        return self.home / "receipts.db"
+        """The SQLite receipt store's file (under ``home`` when the store is not SQLite)."""
+        return (self.sqlite_dir or self.home) / "receipts.db"
 
     @property
     def sheet_path(self) -> Path:
-        return self.home / "sheet.db"
+        """The SQLite sheet store's file (under ``home`` when the store is not SQLite)."""
+        return (self.sqlite_dir or self.home) / "sheet.db"
+
+    @property
+    def fixture_index_dir(self) -> Path:
+        """Where fixture files are indexed (one SQLite file per set of fixture files)."""
+        return self.home / "fixtures"
+
+    @property
+    def fleet_dsn(self) -> str | None:
+        """The PostgreSQL database fleet pacing uses: the store's when it is PostgreSQL,
+        else the deprecated ``PLAYLINE_PG_DSN``; ``None``: pacing per worker process."""
+        if self.store_is_postgres:
+            return self.store
+        return self.pg_dsn
+
+    def deprecations(self) -> list[str]:
+        """One line per deprecated setting in use, saying what to set instead."""
+        if not self.pg_dsn:
+            return []
+        if self.store_is_postgres:
+            return [
+                "PLAYLINE_PG_DSN is deprecated and ignored: fleet pacing uses the "
+                "PLAYLINE_STORE_URL database; unset PLAYLINE_PG_DSN"
+            ]
+        return [
+            "PLAYLINE_PG_DSN is deprecated: set PLAYLINE_STORE_URL=<the same postgresql:// "
+            "URL> to keep both stores and fleet pacing in that database (PLAYLINE_PG_DSN "
+            "alone still paces the fleet there while the stores stay in SQLite)"
+        ]
 
 
 def _temporal_profile(env: Mapping[str, str]) -> dict[str, Any]:

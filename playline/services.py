@@ -1,14 +1,17 @@
 """The worker's long-lived resources, opened from ``Settings``.
 
 One ``Services`` per worker process: the catalog, the governor, the receipt and
-sheet stores, the shared httpx client. The plugin opens them when the worker starts
+sheet stores (:func:`~playline.stores.backends.open_stores`, migrated at start),
+the shared httpx client and the fixture books. The plugin opens them when the worker starts
 and closes them when it stops (``run_context``); activities reach them through the
 ``ServicesHolder`` they were constructed with, never through globals.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -23,10 +26,9 @@ from playline.errors import CatalogError
 from playline.pacing.governor import Governor
 from playline.pacing.pacer import Pacer
 from playline.pacing.unpaced import UnpacedGovernor
+from playline.stores.backends import Stores, open_stores
 from playline.stores.receipts import ReceiptStore
-from playline.stores.receipts_sqlite import SqliteReceiptStore
 from playline.stores.sheet import SheetStore
-from playline.stores.sheet_sqlite import SqliteSheetStore
 
 if TYPE_CHECKING:
     from playline.pacing.fleet_store import FleetPacer
@@ -47,8 +49,10 @@ class Services:
         sheet: SheetStore,
         http: httpx.AsyncClient,
         fleet: FleetPacer | None = None,
+        stores: Stores | None = None,
     ) -> None:
         self.settings = settings
+        self._stores = stores
         self.fleet = fleet
         self.catalog = catalog
         self.governor = governor
@@ -56,37 +60,62 @@ class Services:
         self.sheet = sheet
         self.http = http
         self.provider = ProviderClient(catalog, http, environ=settings.environ)
-        self._fixture_books: dict[tuple[str, ...], FixtureBook] = {}
+        self._fixture_books: dict[tuple[tuple[str, int, int], ...], FixtureBook] = {}
 
     @classmethod
     async def open(cls, settings: Settings | None = None) -> Services:
         """Open everything ``settings`` describes (default: ``Settings.from_env()``)."""
         settings = settings or Settings.from_env()
+        for warning in settings.deprecations():
+            logger.warning(warning)
         # Without a catalog of its own, a worker serves the demo's (package data).
         catalog = Catalog.from_toml(settings.catalog_path or demo.CATALOG)
+        stores = await open_stores(settings, create=True)
+        try:
+            governor, fleet = await _open_governor(settings, catalog)
+        except BaseException:
+            await stores.close()
+            raise
         http = make_http_client(
             max_connections=settings.http_max_connections,
             max_keepalive=settings.http_max_keepalive,
             transport=settings.http_transport,
         )
-        governor, fleet = await _open_governor(settings, catalog)
         services = cls(
             settings=settings,
             catalog=catalog,
             governor=governor,
             fleet=fleet,
-            receipts=SqliteReceiptStore(settings.receipts_path),
-            sheet=SqliteSheetStore(settings.sheet_path),
+            receipts=stores.receipts,
+            sheet=stores.sheet,
             http=http,
+            stores=stores,
         )
-        logger.info("playline services open: home=%s tools=%d", settings.home, len(catalog.tools))
+        logger.info("playline services open: stores=%s tools=%d", stores.where, len(catalog.tools))
         return services
 
     def fixture_book(self, paths: list[str]) -> FixtureBook:
-        """Fixture files are parsed once per worker, not once per chunk."""
-        key = tuple(sorted(paths))
+        """The fixture book of ``paths``, opened once per worker while the files are unchanged.
+
+        Indexing fixture files blocks; activities call :meth:`open_fixture_book`
+        first (``prepare_run`` does), so chunks find the book open.
+        """
+        key = _fixture_key(paths)
+        book = self._fixture_books.get(key)
+        if book is None:
+            book = FixtureBook.open(paths, index_dir=self.settings.fixture_index_dir)
+            self._fixture_books[key] = book
+        return book
+
+    async def open_fixture_book(self, paths: list[str]) -> FixtureBook:
+        """:meth:`fixture_book`, indexing the files on a thread when they are new."""
+        key = _fixture_key(paths)
         if key not in self._fixture_books:
-            self._fixture_books[key] = FixtureBook.load(key)
+            book = await asyncio.to_thread(
+                FixtureBook.open, paths, index_dir=self.settings.fixture_index_dir
+            )
+            if self._fixture_books.setdefault(key, book) is not book:
+                book.close()  # another activity opened the same files meanwhile
         return self._fixture_books[key]
 
     async def close(self) -> None:
@@ -94,21 +123,44 @@ class Services:
         if self.fleet is not None:
             await self.fleet.aclose()
         await self.http.aclose()
-        await self.receipts.close()
-        await self.sheet.close()
+        for book in self._fixture_books.values():
+            book.close()
+        if self._stores is not None:
+            await self._stores.close()
+        else:
+            await self.receipts.close()
+            await self.sheet.close()
+
+
+def _fixture_key(paths: list[str]) -> tuple[tuple[str, int, int], ...]:
+    """The fixture paths with each one's size and modification time: an edited file is
+    indexed again, an unchanged one is not even digested again."""
+    key = []
+    for name in sorted(paths):
+        path = Path(name)
+        for file in sorted(path.glob("*.jsonl")) if path.is_dir() else [path]:
+            try:
+                stat = file.stat()
+            except OSError:
+                key.append((str(file), -1, -1))  # FixtureBook.open names the missing path
+            else:
+                key.append((str(file), stat.st_size, stat.st_mtime_ns))
+    return tuple(key)
 
 
 async def _open_governor(settings: Settings, catalog: Catalog) -> tuple[Pacer, FleetPacer | None]:
-    """The worker's governor, sharing pacing through PostgreSQL when a DSN is set."""
+    """The worker's governor, sharing pacing through PostgreSQL when the store is there
+    (or the deprecated ``PLAYLINE_PG_DSN`` is set)."""
     if settings.pacing not in PACING_MODES:
         raise CatalogError(f"PLAYLINE_PACING must be 'governor' or 'off', not {settings.pacing!r}")
     if settings.pacing == "off":
         return UnpacedGovernor(catalog.providers), None
-    if not settings.pg_dsn:
+    dsn = settings.fleet_dsn
+    if not dsn:
         return Governor(catalog.pacing_policies()), None
     from playline.pacing.fleet_store import FleetPacer
 
-    fleet = await FleetPacer.create(settings.pg_dsn, table_prefix=settings.fleet_table_prefix)
+    fleet = await FleetPacer.create(dsn, table_prefix=settings.fleet_table_prefix)
     governor = Governor(catalog.pacing_policies(), fleet=fleet)
     await governor.start()
     return governor, fleet

@@ -1,13 +1,13 @@
 """Dataset activities: load, prepare a run, finalize, peek, export.
 
 Everything here either validates (so bad input fails before a provider call is
-dispatched) or moves rows between files and the sheet store. Workflow history only
-ever sees references and counts, plus the bounded preview and inline rows.
+dispatched) or moves rows between files and the sheet store, streaming, so a
+worker's memory does not grow with a dataset. Workflow history only ever sees
+references and counts, plus the bounded preview and inline rows.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from typing import Any
@@ -30,8 +30,16 @@ from playline.contract import (
 )
 from playline.errors import InvalidPlayInput
 from playline.services import ServicesHolder
-from playline.stores.csv_io import cell_text, read_csv
+from playline.stores.csv_io import cell_text
 from playline.stores.export import export_run, row_out, summarize_run
+from playline.stores.sources import (
+    download_csv,
+    find_source,
+    is_url,
+    shown_url,
+    store_source_id,
+    upload_csv,
+)
 
 
 class DatasetActivities:
@@ -42,12 +50,26 @@ class DatasetActivities:
 
     @activity.defn(name="playline.load_csv")
     async def load_csv(self, input: LoadCsvInput) -> DatasetRef:
-        columns, rows, digest = await asyncio.to_thread(
-            read_csv, input.path, input.required_columns
+        """The play's CSV into the sheet store: a ``store:<id>`` already there (checked,
+        nothing read), an ``http(s)://`` URL (downloaded here) or a path on this worker."""
+        services = self._holder.services
+        required = input.required_columns
+        dataset_id = store_source_id(input.path)
+        if dataset_id is not None:
+            return await find_source(services.sheet, dataset_id, required)
+        if is_url(input.path):
+            downloads = services.settings.home / "downloads"
+            async with download_csv(services.http, input.path, directory=downloads) as local:
+                return await upload_csv(
+                    services.sheet,
+                    local,
+                    key=input.key,
+                    required_columns=required,
+                    name=shown_url(input.path),
+                )
+        return await upload_csv(
+            services.sheet, input.path, key=input.key, required_columns=required
         )
-        dataset_id = f"{input.key}@{digest[:16]}"
-        count = await self._holder.services.sheet.put_source(dataset_id, columns, rows)
-        return DatasetRef(id=dataset_id, count=count, columns=columns)
 
     @activity.defn(name="playline.load_rows")
     async def load_rows(self, input: LoadRowsInput) -> DatasetRef:
@@ -82,7 +104,7 @@ class DatasetActivities:
                 raise InvalidPlayInput(
                     "fixture mode needs at least one fixture file (fixtures=[...])"
                 )
-            services.fixture_book(input.options.fixtures)
+            await services.open_fixture_book(input.options.fixtures)
         info = await services.sheet.prepare_run(
             input.run_ref,
             source_id=input.source_id,

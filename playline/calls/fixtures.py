@@ -4,7 +4,9 @@ A fixture file is JSON Lines, one call per line:
 ``{"tool": "email_finder", "input": {...}, "result": {...}}``. Inputs are matched by
 canonical JSON after the tool's input model has normalised them, so key order and
 defaulted fields do not matter. A call without a fixture is an error naming the
-tool and the input's digest, not a silent ``None``.
+tool and the input's digest, not a silent ``None``. A :class:`FixtureBook` keeps the
+fixtures in an index file on disk (under the worker's home), so a million fixtures
+cost a worker no memory.
 
 :class:`FixtureDispatcher` is fixture mode's :class:`~playline.calls.dispatch.Dispatcher`:
 no provider request is dispatched, pacing is bypassed unless the play asks to
@@ -16,7 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+import os
+import sqlite3
+import uuid
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,48 +35,130 @@ from playline.stores.receipts import canonical_json
 #: The auth scope of fixture receipts: never equal to a live account's digest.
 FIXTURE_SCOPE = "fixture"
 
+_INDEX_VERSION = "1"
+_BATCH = 5000
+
+
+def fixture_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The ``*.jsonl`` files ``paths`` name (a directory stands for its files), in order."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        found = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+        if not found or not all(f.is_file() for f in found):
+            raise InvalidPlayInput(f"fixture path {path} does not exist or holds no *.jsonl")
+        files.extend(found)
+    return files
+
+
+def _entry_key(tool_id: str, canonical_input: str) -> bytes:
+    return hashlib.sha256(f"{tool_id}\x00{canonical_input}".encode()).digest()[:16]
+
 
 class FixtureBook:
-    """All fixtures of a run, indexed by (tool id, canonical input)."""
+    """All fixtures of a run, indexed on disk by (tool id, canonical input).
 
-    def __init__(self, entries: dict[tuple[str, str], Any]) -> None:
-        self._entries = entries
+    The index is one SQLite file per set of fixture files, named by the SHA-256 of
+    their contents: built once per worker host (:meth:`open` builds it if it is
+    missing, in a temporary file renamed into place, so concurrent builders never
+    see half an index), then read with point lookups. A worker's memory does not
+    grow with the number of fixtures. Later lines win over earlier ones, as they
+    always did.
+    """
 
-    def __len__(self) -> int:
-        return len(self._entries)
+    def __init__(self, index: Path) -> None:
+        self.path = index
+        # Opened read-only and immutable: an index file is never changed in place.
+        self._conn = sqlite3.connect(
+            f"{index.resolve().as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False
+        )
+        self._count: int | None = None
 
     @classmethod
-    def load(cls, paths: Iterable[str | Path]) -> FixtureBook:
-        entries: dict[tuple[str, str], Any] = {}
-        for path in paths:
-            path = Path(path)
-            files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
-            if not files or not all(f.exists() for f in files):
-                raise InvalidPlayInput(f"fixture path {path} does not exist or holds no *.jsonl")
-            for file in files:
-                for number, line in enumerate(file.read_text().splitlines(), start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        entry = json.loads(line)
-                        key = (str(entry["tool"]), canonical_json(entry["input"]))
-                        entries[key] = entry["result"]
-                    except (ValueError, KeyError, TypeError):
-                        raise InvalidPlayInput(
-                            f"{file}:{number}: a fixture line needs JSON with "
-                            '"tool", "input" and "result"'
-                        ) from None
-        return cls(entries)
+    def open(cls, paths: Iterable[str | Path], *, index_dir: str | Path) -> FixtureBook:
+        """The book of ``paths``' fixtures, indexed under ``index_dir`` (built if needed).
+
+        Blocking (it reads every fixture file once to digest it, and parses them
+        when the index is new): call it on a thread from async code.
+        """
+        files = fixture_files(paths)
+        digest = hashlib.sha256(_INDEX_VERSION.encode())
+        for file in files:
+            digest.update(b"\x00file\x00")
+            with file.open("rb") as handle:
+                while block := handle.read(1 << 20):
+                    digest.update(block)
+        index_dir = Path(index_dir)
+        index = index_dir / f"{digest.hexdigest()[:32]}.sqlite"
+        if not index.is_file():
+            index_dir.mkdir(parents=True, exist_ok=True)
+            _build_index(files, index)
+        return cls(index)
+
+    def __len__(self) -> int:
+        if self._count is None:
+            self._count = int(self._conn.execute("SELECT count(*) FROM fixtures").fetchone()[0])
+        return self._count
 
     def resolve(self, tool_id: str, tool_input: Any) -> Any:
-        try:
-            return self._entries[(tool_id, canonical_json(tool_input))]
-        except KeyError:
-            digest = hashlib.sha256(canonical_json(tool_input).encode()).hexdigest()[:12]
+        canonical = canonical_json(tool_input)
+        found = self._conn.execute(
+            "SELECT result FROM fixtures WHERE key = ?", (_entry_key(tool_id, canonical),)
+        ).fetchone()
+        if found is None:
+            digest = hashlib.sha256(canonical.encode()).hexdigest()[:12]
             raise FixtureMissing(
                 f"fixture mode: no fixture for tool {tool_id!r} with input digest {digest}; "
                 "record one or run live"
-            ) from None
+            )
+        return json.loads(found[0])
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _entries(files: list[Path]) -> Iterator[tuple[bytes, str]]:
+    for file in files:
+        with file.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    entry = json.loads(line)
+                    key = _entry_key(str(entry["tool"]), canonical_json(entry["input"]))
+                    result = json.dumps(entry["result"])
+                except (ValueError, KeyError, TypeError):
+                    raise InvalidPlayInput(
+                        f"{file}:{number}: a fixture line needs JSON with "
+                        '"tool", "input" and "result"'
+                    ) from None
+                yield key, result
+
+
+def _build_index(files: list[Path], index: Path) -> None:
+    """Write the index to a temporary file, then rename it into place."""
+    tmp = index.with_name(f".{index.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=OFF")
+            conn.execute("PRAGMA synchronous=OFF")
+            conn.execute(
+                "CREATE TABLE fixtures (key BLOB PRIMARY KEY, result TEXT NOT NULL) WITHOUT ROWID"
+            )
+            conn.execute("BEGIN")
+            batch: list[tuple[bytes, str]] = []
+            for entry in _entries(files):
+                batch.append(entry)
+                if len(batch) >= _BATCH:
+                    conn.executemany("INSERT OR REPLACE INTO fixtures VALUES (?, ?)", batch)
+                    batch.clear()
+            conn.executemany("INSERT OR REPLACE INTO fixtures VALUES (?, ?)", batch)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        os.replace(tmp, index)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class FixtureDispatcher:

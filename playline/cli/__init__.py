@@ -105,7 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(run)
     run_flags(run)
     run.add_argument("play", help="play name (its workflow type)")
-    run.add_argument("--csv", help="CSV file, passed as the input's csv_path")
+    run.add_argument(
+        "--csv",
+        help="a local CSV: streamed into the workers' store and passed as the input's csv_path",
+    )
     run.add_argument("--input", help="play input as a JSON object")
     run.add_argument("--id", help="workflow id (default PLAY-timestamp-random)")
     run.add_argument("--watch", action="store_true", help="show a progress bar")

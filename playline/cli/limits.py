@@ -1,7 +1,8 @@
 """``playline limits show|set``: read and change fleet-wide provider limits at run time.
 
 The limits live in PostgreSQL (see :mod:`playline.pacing.fleet_store`), in the
-tables the workers read: the database is ``$PLAYLINE_PG_DSN`` and the table prefix
+tables the workers read: the database is the workers' ``$PLAYLINE_STORE_URL`` (or the
+deprecated ``$PLAYLINE_PG_DSN``) and the table prefix
 ``$PLAYLINE_FLEET_PREFIX``, exactly as the workers take them from ``Settings``;
 every running worker with fleet pacing reads them at least once a second, so
 ``playline limits set acme --rps 5 --max-concurrency 4`` slows the whole fleet
@@ -35,7 +36,7 @@ def add_limits_parser(subparsers: Any) -> None:
     limits.add_argument(
         "--dsn",
         default=None,
-        help="PostgreSQL DSN (default: $PLAYLINE_PG_DSN, the one the workers use)",
+        help="PostgreSQL DSN (default: the workers' PLAYLINE_STORE_URL, else PLAYLINE_PG_DSN)",
     )
     limits.add_argument(
         "--table-prefix",
@@ -69,13 +70,13 @@ def run_limits(
 
     settings = settings or Settings.from_env()
     stdout = out or sys.stdout
-    dsn = args.dsn or settings.pg_dsn
+    dsn = args.dsn or settings.fleet_dsn
     prefix = args.table_prefix or settings.fleet_table_prefix
     action = getattr(args, "limits_action", None)
     if not dsn:
         print(
-            "playline limits: no fleet database; set PLAYLINE_PG_DSN (as the workers do) "
-            "or pass --dsn",
+            "playline limits: no fleet database; set PLAYLINE_STORE_URL to the workers' "
+            "postgresql:// store (or pass --dsn)",
             file=sys.stderr,
         )
         return 2

@@ -36,8 +36,9 @@ from playline.cli.render import console, out, print_failure, print_summary, prog
 from playline.config import Settings
 from playline.contract import PlayRunResult, PlayState, RunOptions
 from playline.errors import PlaylineError, format_validation_errors
-from playline.services import Services
+from playline.stores.backends import open_stores
 from playline.stores.export import export_run
+from playline.stores.sources import store_source, upload_csv
 from playline.worker import connect
 
 #: The SDK's message when a worker is asked to run a workflow type it lacks.
@@ -77,30 +78,38 @@ def run_options(args: argparse.Namespace) -> RunOptions:
 
 
 def play_input(args: argparse.Namespace) -> dict[str, Any]:
-    """The play input from ``--input`` (JSON) and ``--csv`` (as ``csv_path``)."""
+    """The play input from ``--input`` (JSON); ``--csv`` is checked here, uploaded later."""
     try:
         data = json.loads(args.input) if args.input else {}
     except json.JSONDecodeError as err:
         raise PlaylineError(f"--input is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise PlaylineError("--input must be a JSON object")
-    if args.csv:
-        path = Path(args.csv)
-        if not path.exists():
-            raise PlaylineError(f"--csv {path}: no such file")
-        data["csv_path"] = str(path.resolve())
+    if args.csv and not Path(args.csv).is_file():
+        raise PlaylineError(f"--csv {args.csv}: no such file")
     return data
 
 
+async def upload_input_csv(path: str, settings: Settings) -> str:
+    """Stream a local CSV into the workers' store; the ``store:`` reference a play reads.
+
+    The workers need not see this machine's disk: they read the rows from the store
+    (SQLite under ``PLAYLINE_HOME`` on one machine, PostgreSQL for a fleet). Uploading
+    is a write the user asked for, so it may create the store (a play can be started
+    before any worker has opened it); reading results back never creates one.
+    """
+    async with await open_stores(settings, create=True) as stores:
+        ref = await upload_csv(stores.sheet, path)
+    console.print(f"uploaded {ref.count} rows of {path} to the store as {ref.id}")
+    return store_source(ref.id)
+
+
 async def export_result(result: PlayRunResult, path: str, settings: Settings) -> int:
-    """Export the play's last dataset run from the sheet store to ``path``."""
+    """Stream the play's last dataset run from the workers' store to a local ``path``."""
     if not result.datasets:
         raise PlaylineError(f"play {result.play} produced no dataset to export")
-    services = await Services.open(settings)
-    try:
-        return await export_run(services.sheet, result.datasets[-1].run_ref, path)
-    finally:
-        await services.close()
+    async with await open_stores(settings, create=False) as stores:
+        return await export_run(stores.sheet, result.datasets[-1].run_ref, path)
 
 
 async def refuse_unknown_play(
@@ -250,6 +259,8 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     options = run_options(args)
     input = play_input(args)
     client = await connect(settings=settings)
+    if args.csv:
+        input["csv_path"] = await upload_input_csv(args.csv, settings)
     await execute(
         client,
         settings,

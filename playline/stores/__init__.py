@@ -1,11 +1,18 @@
 """Where rows and receipts live, outside workflow history. No Temporal in here.
 
+* :mod:`~playline.stores.backends` - ``open_stores(settings, create=...)``: both
+  stores from ``PLAYLINE_STORE_URL`` (SQLite files or one PostgreSQL database);
 * :mod:`~playline.stores.receipts` - the receipt store's contract (content
-  addresses, leases, the claim rule); :mod:`~playline.stores.receipts_sqlite` its
-  SQLite backend;
+  addresses, leases, the claim rule); :mod:`~playline.stores.receipts_sqlite` and
+  :mod:`~playline.stores.receipts_postgres` its backends;
 * :mod:`~playline.stores.sheet` - the sheet store's contract (sources, sheet rows,
-  run manifests); :mod:`~playline.stores.sheet_sqlite` its SQLite backend;
-* :mod:`~playline.stores.sqlite_db` - the SQLite connection both backends share;
-* :mod:`~playline.stores.csv_io` - strict CSV in, CSV/JSONL out;
+  run manifests); :mod:`~playline.stores.sheet_sqlite` and
+  :mod:`~playline.stores.sheet_postgres` its backends;
+* :mod:`~playline.stores.sqlite_db`, :mod:`~playline.stores.postgres_db` - the
+  connection each backend's stores share (a thread per SQLite file, a pool);
+  :mod:`~playline.stores.coalesce` - group commit for concurrent writes;
+  :mod:`~playline.stores.migrations` - versioned schemas, applied at worker start;
+* :mod:`~playline.stores.sources` - CSVs in: uploads, ``store:`` references, URLs;
+* :mod:`~playline.stores.csv_io` - strict, streaming CSV in, CSV/JSONL out;
 * :mod:`~playline.stores.export` - a run's rows out: export files, preview, inline rows.
 """

@@ -2,21 +2,26 @@
 
 A run's rows are read from the sheet store in pages, in manifest order; a row that
 failed carries its error in an ``_error`` column (present only when some row
-failed). The inline result is all-or-nothing within a byte budget, projected
-from the rows seen so far, so a prefix is never returned and never held.
+failed). An export streams: each page is written to the file before the next is
+kept (the next one is read while the current one is written), so exporting a
+million rows holds two pages, in a worker or in a client that opened the
+workers' store (``open_stores(settings, create=False)``). The inline result is
+all-or-nothing within a byte budget, projected from the rows seen so far, so a
+prefix is never returned and never held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from playline.contract import DEFAULT_PREVIEW_ROWS
 from playline.errors import InvalidPlayInput
-from playline.stores.csv_io import write_csv, write_jsonl
-from playline.stores.sheet import RunInfo, SheetStore
+from playline.stores.csv_io import RowFile
+from playline.stores.sheet import RunInfo, RunRow, SheetStore
 
 __all__ = ["RunSummary", "export_run", "row_out", "summarize_run"]
 
@@ -42,18 +47,39 @@ async def _info(sheet: SheetStore, run_ref: str) -> RunInfo:
     return info
 
 
+async def _pages(sheet: SheetStore, run_ref: str, admitted: int) -> AsyncIterator[list[RunRow]]:
+    """The run's rows page by page, the next page read while the caller uses this one."""
+    starts = range(0, admitted, EXPORT_PAGE_ROWS)
+    ahead: asyncio.Task[list[RunRow]] | None = None
+    try:
+        for index, start in enumerate(starts):
+            page = await (ahead or sheet.read_run_rows(run_ref, start, start + EXPORT_PAGE_ROWS))
+            ahead = None
+            if index + 1 < len(starts):
+                nxt = starts[index + 1]
+                ahead = asyncio.ensure_future(
+                    sheet.read_run_rows(run_ref, nxt, nxt + EXPORT_PAGE_ROWS)
+                )
+            yield page
+    finally:
+        if ahead is not None:
+            ahead.cancel()
+
+
 async def export_run(sheet: SheetStore, run_ref: str, path: str, fmt: str = "csv") -> int:
-    """Write a run's rows, in manifest order, to a CSV or JSONL file; the row count."""
+    """Stream a run's rows, in manifest order, to a CSV or JSONL file; the row count.
+
+    The file appears only when complete (see :class:`~playline.stores.csv_io.RowFile`).
+    """
     info = await _info(sheet, run_ref)
     counts = await sheet.run_counts(run_ref)
-    rows: list[dict[str, Any]] = []
-    for start in range(0, info.admitted, EXPORT_PAGE_ROWS):
-        page = await sheet.read_run_rows(run_ref, start, start + EXPORT_PAGE_ROWS)
-        rows.extend(row_out(r.data, r.status, r.error) for r in page)
     columns = info.columns + (["_error"] if counts["error"] else [])
-    if fmt == "jsonl":
-        return await asyncio.to_thread(write_jsonl, path, rows)
-    return await asyncio.to_thread(write_csv, path, columns, rows)
+    out = await asyncio.to_thread(RowFile, path, "jsonl" if fmt == "jsonl" else "csv", columns)
+    with out:
+        async for page in _pages(sheet, run_ref, info.admitted):
+            rows = [row_out(r.data, r.status, r.error) for r in page]
+            await asyncio.to_thread(out.write_rows, rows)
+        return await asyncio.to_thread(out.commit)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,10 @@
 """``SqliteReceiptStore``: the receipt store in one SQLite file (the embedded default).
 
 See :mod:`playline.stores.receipts` for the states, the claim rule and the contract.
+Every write goes through :meth:`SqliteDatabase.write
+<playline.stores.sqlite_db.SqliteDatabase.write>`, so the claims, renewals and
+completions of all the chunks running in a worker are committed together, one
+transaction per group, on the file's own thread.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from playline.stores.migrations import Migration
 from playline.stores.receipts import (
     BatchClaim,
     ClaimOutcome,
@@ -21,43 +26,69 @@ from playline.stores.receipts import (
     canonical_json,
     decide_claim,
 )
-from playline.stores.sqlite_db import SqliteDatabase, write_transaction
+from playline.stores.sqlite_db import SqliteDatabase
 
-__all__ = ["SqliteReceiptStore"]
+__all__ = ["MIGRATIONS", "SqliteReceiptStore"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS receipts (
-    key TEXT PRIMARY KEY,
-    tool_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    result TEXT,
-    error TEXT,
-    owner TEXT,
-    lease_id TEXT,
-    lease_expires_at REAL,
-    created_at REAL NOT NULL,
-    completed_at REAL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    credits REAL NOT NULL DEFAULT 0,
-    batch_key TEXT,
-    request TEXT
-);
-"""
 
-#: Columns added after the first release, for files created before them.
-_ADDED_COLUMNS = {"batch_key": "TEXT", "request": "TEXT"}
+def _add_batch_columns(conn: sqlite3.Connection) -> None:
+    """Files created before bulk endpoints lack the batch columns."""
+    present = {row[1] for row in conn.execute("PRAGMA table_info(receipts)")}
+    for name in ("batch_key", "request"):
+        if name not in present:
+            conn.execute(f"ALTER TABLE receipts ADD COLUMN {name} TEXT")
+
+
+MIGRATIONS = (
+    Migration(
+        1,
+        "receipts (files from before versioned migrations keep theirs)",
+        (
+            """CREATE TABLE IF NOT EXISTS receipts (
+                key TEXT PRIMARY KEY,
+                tool_id TEXT NOT NULL,
+                status TEXT NOT NULL,
+                result TEXT,
+                error TEXT,
+                owner TEXT,
+                lease_id TEXT,
+                lease_expires_at REAL,
+                created_at REAL NOT NULL,
+                completed_at REAL,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                credits REAL NOT NULL DEFAULT 0,
+                batch_key TEXT,
+                request TEXT
+            )""",
+        ),
+        apply=_add_batch_columns,
+    ),
+    Migration(
+        2,
+        "find a batch's members by their batch",
+        ("CREATE INDEX IF NOT EXISTS receipts_batch ON receipts (batch_key)",),
+    ),
+)
 
 
 class SqliteReceiptStore:
     """Receipts in one SQLite file (WAL mode), safe across processes on one machine.
 
-    Calls run on a worker thread so the event loop keeps heartbeating while SQLite
-    waits on a lock; ``BEGIN IMMEDIATE`` makes each claim batch atomic across
-    processes.
+    Args:
+        path: the database file.
+        clock: seconds since the epoch (tests move it by hand).
+        create: create and migrate the file (a worker) or only open an existing
+            store (a client; see :class:`~playline.stores.sqlite_db.SqliteDatabase`).
     """
 
-    def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
-        self._db = SqliteDatabase(path, _SCHEMA, added_columns={"receipts": _ADDED_COLUMNS})
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        create: bool = True,
+    ) -> None:
+        self._db = SqliteDatabase(path, MIGRATIONS, create=create)
         self.path = self._db.path
         self._clock = clock
 
@@ -69,52 +100,50 @@ class SqliteReceiptStore:
 
         def tx(conn: sqlite3.Connection) -> list[ClaimOutcome]:
             outcomes: list[ClaimOutcome] = []
-            with write_transaction(conn):
-                for req in requests:
-                    row = conn.execute(
-                        "SELECT status, result, owner, lease_id, lease_expires_at, completed_at, "
-                        "batch_key FROM receipts WHERE key = ?",
-                        (req.key,),
-                    ).fetchone()
-                    outcome = decide_claim(req, row, now=now, lease_id=lease_id)
-                    if outcome is None:
-                        conn.execute(
-                            "INSERT INTO receipts (key, tool_id, status, owner, lease_id, "
-                            "lease_expires_at, created_at, attempts) "
-                            "VALUES (?, ?, 'running', ?, ?, ?, ?, 1) "
-                            "ON CONFLICT(key) DO UPDATE SET status='running', "
-                            "owner=excluded.owner, lease_id=excluded.lease_id, "
-                            "lease_expires_at=excluded.lease_expires_at, "
-                            "error=NULL, attempts=receipts.attempts + 1",
-                            (req.key, req.tool_id, owner, lease_id, expires, now),
-                        )
-                        outcome = ClaimOutcome(
-                            req.key,
-                            ClaimStatus.CLAIMED,
-                            lease_expires_at=expires,
-                            batch_key=row[6] if row is not None else None,
-                        )
-                    outcomes.append(outcome)
+            for req in requests:
+                row = conn.execute(
+                    "SELECT status, result, owner, lease_id, lease_expires_at, completed_at, "
+                    "batch_key FROM receipts WHERE key = ?",
+                    (req.key,),
+                ).fetchone()
+                outcome = decide_claim(req, row, now=now, lease_id=lease_id)
+                if outcome is None:
+                    conn.execute(
+                        "INSERT INTO receipts (key, tool_id, status, owner, lease_id, "
+                        "lease_expires_at, created_at, attempts) "
+                        "VALUES (?, ?, 'running', ?, ?, ?, ?, 1) "
+                        "ON CONFLICT(key) DO UPDATE SET status='running', "
+                        "owner=excluded.owner, lease_id=excluded.lease_id, "
+                        "lease_expires_at=excluded.lease_expires_at, "
+                        "error=NULL, attempts=receipts.attempts + 1",
+                        (req.key, req.tool_id, owner, lease_id, expires, now),
+                    )
+                    outcome = ClaimOutcome(
+                        req.key,
+                        ClaimStatus.CLAIMED,
+                        lease_expires_at=expires,
+                        batch_key=row[6] if row is not None else None,
+                    )
+                outcomes.append(outcome)
             return outcomes
 
-        return await self._db.run(tx)
+        return await self._db.write(tx)
 
     async def renew(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
         expires = self._clock() + ttl_s
 
         def tx(conn: sqlite3.Connection) -> list[bool]:
-            owned: list[bool] = []
-            with write_transaction(conn):
-                for key in keys:
-                    cur = conn.execute(
-                        "UPDATE receipts SET lease_expires_at = ? "
-                        "WHERE key = ? AND lease_id = ? AND status = 'running'",
-                        (expires, key, lease_id),
-                    )
-                    owned.append(cur.rowcount == 1)
-            return owned
+            return [
+                conn.execute(
+                    "UPDATE receipts SET lease_expires_at = ? "
+                    "WHERE key = ? AND lease_id = ? AND status = 'running'",
+                    (expires, key, lease_id),
+                ).rowcount
+                == 1
+                for key in keys
+            ]
 
-        return await self._db.run(tx)
+        return await self._db.write(tx)
 
     async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
         now = self._clock()
@@ -129,7 +158,7 @@ class SqliteReceiptStore:
             )
             return cur.rowcount == 1
 
-        return await self._db.run(tx)
+        return await self._db.write(tx)
 
     async def fail(self, key: str, *, lease_id: str, error: str) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
@@ -141,7 +170,7 @@ class SqliteReceiptStore:
             )
             return cur.rowcount == 1
 
-        return await self._db.run(tx)
+        return await self._db.write(tx)
 
     async def release(self, keys: Sequence[str], *, lease_id: str) -> None:
         def tx(conn: sqlite3.Connection) -> None:
@@ -151,7 +180,7 @@ class SqliteReceiptStore:
                 [(key, lease_id) for key in keys],
             )
 
-        await self._db.run(tx)
+        await self._db.write(tx)
 
     async def open_batch(
         self,
@@ -168,29 +197,28 @@ class SqliteReceiptStore:
         document = canonical_json({"members": list(member_keys), "request": request})
 
         def tx(conn: sqlite3.Connection) -> bool:
-            with write_transaction(conn):
-                held = 0
-                for key in member_keys:
-                    held += conn.execute(
-                        "UPDATE receipts SET batch_key = ? "
-                        "WHERE key = ? AND lease_id = ? AND status = 'running'",
-                        (agg_key, key, lease_id),
-                    ).rowcount
-                if held != len(member_keys):
-                    raise _Rollback
-                conn.execute(
-                    "INSERT INTO receipts (key, tool_id, status, owner, lease_id, "
-                    "lease_expires_at, created_at, attempts, request) "
-                    "VALUES (?, ?, 'running', ?, ?, ?, ?, 1, ?) "
-                    "ON CONFLICT(key) DO UPDATE SET status='running', owner=excluded.owner, "
-                    "lease_id=excluded.lease_id, lease_expires_at=excluded.lease_expires_at, "
-                    "request=excluded.request, attempts=receipts.attempts + 1",
-                    (agg_key, f"{tool_id}#batch", owner, lease_id, now + ttl_s, now, document),
-                )
+            held = 0
+            for key in member_keys:
+                held += conn.execute(
+                    "UPDATE receipts SET batch_key = ? "
+                    "WHERE key = ? AND lease_id = ? AND status = 'running'",
+                    (agg_key, key, lease_id),
+                ).rowcount
+            if held != len(member_keys):
+                raise _Rollback
+            conn.execute(
+                "INSERT INTO receipts (key, tool_id, status, owner, lease_id, "
+                "lease_expires_at, created_at, attempts, request) "
+                "VALUES (?, ?, 'running', ?, ?, ?, ?, 1, ?) "
+                "ON CONFLICT(key) DO UPDATE SET status='running', owner=excluded.owner, "
+                "lease_id=excluded.lease_id, lease_expires_at=excluded.lease_expires_at, "
+                "request=excluded.request, attempts=receipts.attempts + 1",
+                (agg_key, f"{tool_id}#batch", owner, lease_id, now + ttl_s, now, document),
+            )
             return True
 
         try:
-            return await self._db.run(tx)
+            return await self._db.write(tx)
         except _Rollback:
             return False
 
@@ -200,35 +228,31 @@ class SqliteReceiptStore:
         now = self._clock()
 
         def tx(conn: sqlite3.Connection) -> BatchClaim:
-            with write_transaction(conn):
-                row = conn.execute(
-                    "SELECT status, lease_id, lease_expires_at, request FROM receipts "
-                    "WHERE key = ?",
-                    (agg_key,),
-                ).fetchone()
-                if row is None or row[3] is None:
-                    raise LookupError(f"batch {agg_key} has no stored request")
-                document = json.loads(row[3])
-                members: list[str] = document["members"]
-                if row[0] == "completed":
-                    return BatchClaim(ClaimStatus.HIT, members, document["request"])
-                if row[1] != lease_id and (row[2] or 0) > now:
-                    return BatchClaim(ClaimStatus.HELD, members, document["request"])
-                conn.execute(
-                    "UPDATE receipts SET status='running', owner=?, lease_id=?, "
-                    "lease_expires_at=?, attempts=attempts + 1 WHERE key = ?",
-                    (owner, lease_id, now + ttl_s, agg_key),
-                )
-                for key in members:
-                    conn.execute(
-                        "UPDATE receipts SET status='running', owner=?, lease_id=?, "
-                        "lease_expires_at=? WHERE key = ? AND batch_key = ? "
-                        "AND status != 'completed'",
-                        (owner, lease_id, now + ttl_s, key, agg_key),
-                    )
-                return BatchClaim(ClaimStatus.CLAIMED, members, document["request"])
+            row = conn.execute(
+                "SELECT status, lease_id, lease_expires_at, request FROM receipts WHERE key = ?",
+                (agg_key,),
+            ).fetchone()
+            if row is None or row[3] is None:
+                raise LookupError(f"batch {agg_key} has no stored request")
+            document = json.loads(row[3])
+            members: list[str] = document["members"]
+            if row[0] == "completed":
+                return BatchClaim(ClaimStatus.HIT, members, document["request"])
+            if row[1] != lease_id and (row[2] or 0) > now:
+                return BatchClaim(ClaimStatus.HELD, members, document["request"])
+            conn.execute(
+                "UPDATE receipts SET status='running', owner=?, lease_id=?, "
+                "lease_expires_at=?, attempts=attempts + 1 WHERE key = ?",
+                (owner, lease_id, now + ttl_s, agg_key),
+            )
+            conn.execute(
+                "UPDATE receipts SET status='running', owner=?, lease_id=?, "
+                "lease_expires_at=? WHERE batch_key = ? AND status != 'completed'",
+                (owner, lease_id, now + ttl_s, agg_key),
+            )
+            return BatchClaim(ClaimStatus.CLAIMED, members, document["request"])
 
-        return await self._db.run(tx)
+        return await self._db.write(tx)
 
     async def complete_batch(
         self,
@@ -241,32 +265,33 @@ class SqliteReceiptStore:
         now = self._clock()
 
         def tx(conn: sqlite3.Connection) -> bool:
-            with write_transaction(conn):
-                fenced = conn.execute(
-                    "UPDATE receipts SET status='completed', completed_at=?, lease_id=NULL, "
-                    "lease_expires_at=NULL, error=NULL, result=?, credits=credits + ? "
-                    "WHERE key=? AND lease_id=? AND status='running'",
-                    (
-                        now,
-                        canonical_json({"members": len(results)}),
-                        credits_per_member * len(results),
-                        agg_key,
-                        lease_id,
-                    ),
-                ).rowcount
-                if fenced != 1:
-                    raise _Rollback
-                for key, result in results.items():
-                    conn.execute(
-                        "UPDATE receipts SET status='completed', result=?, error=NULL, "
-                        "completed_at=?, lease_id=NULL, lease_expires_at=NULL, "
-                        "credits=credits + ? WHERE key=? AND batch_key=?",
-                        (canonical_json(result), now, credits_per_member, key, agg_key),
-                    )
+            fenced = conn.execute(
+                "UPDATE receipts SET status='completed', completed_at=?, lease_id=NULL, "
+                "lease_expires_at=NULL, error=NULL, result=?, credits=credits + ? "
+                "WHERE key=? AND lease_id=? AND status='running'",
+                (
+                    now,
+                    canonical_json({"members": len(results)}),
+                    credits_per_member * len(results),
+                    agg_key,
+                    lease_id,
+                ),
+            ).rowcount
+            if fenced != 1:
+                raise _Rollback
+            conn.executemany(
+                "UPDATE receipts SET status='completed', result=?, error=NULL, "
+                "completed_at=?, lease_id=NULL, lease_expires_at=NULL, "
+                "credits=credits + ? WHERE key=? AND batch_key=?",
+                [
+                    (canonical_json(result), now, credits_per_member, key, agg_key)
+                    for key, result in results.items()
+                ],
+            )
             return True
 
         try:
-            return await self._db.run(tx)
+            return await self._db.write(tx)
         except _Rollback:
             return False
 
@@ -274,26 +299,25 @@ class SqliteReceiptStore:
         self, agg_key: str, *, lease_id: str, error: str, release_members: bool
     ) -> None:
         def tx(conn: sqlite3.Connection) -> None:
-            with write_transaction(conn):
-                owned = conn.execute(
-                    "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
-                    "lease_expires_at=NULL WHERE key=? AND lease_id=? AND status='running'",
-                    (error[:2000], agg_key, lease_id),
-                ).rowcount
-                if owned != 1:
-                    return
-                conn.execute(
-                    "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
-                    "lease_expires_at=NULL"
-                    + (", batch_key=NULL" if release_members else "")
-                    + " WHERE batch_key=? AND status != 'completed'",
-                    (error[:2000], agg_key),
-                )
+            owned = conn.execute(
+                "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
+                "lease_expires_at=NULL WHERE key=? AND lease_id=? AND status='running'",
+                (error[:2000], agg_key, lease_id),
+            ).rowcount
+            if owned != 1:
+                return
+            conn.execute(
+                "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
+                "lease_expires_at=NULL"
+                + (", batch_key=NULL" if release_members else "")
+                + " WHERE batch_key=? AND status != 'completed'",
+                (error[:2000], agg_key),
+            )
 
-        await self._db.run(tx)
+        await self._db.write(tx)
 
     async def get(self, keys: Sequence[str]) -> dict[str, Receipt]:
-        def tx(conn: sqlite3.Connection) -> dict[str, Receipt]:
+        def read(conn: sqlite3.Connection) -> dict[str, Receipt]:
             found: dict[str, Receipt] = {}
             for start in range(0, len(keys), 500):
                 batch = list(keys[start : start + 500])
@@ -319,11 +343,11 @@ class SqliteReceiptStore:
                     )
             return found
 
-        return await self._db.run(tx)
+        return await self._db.read(read)
 
     async def close(self) -> None:
-        self._db.close()
+        await self._db.close()
 
 
 class _Rollback(Exception):
-    """Raised inside a transaction to undo it and report ``False``."""
+    """Raised inside a write to undo it (its savepoint) and report ``False``."""

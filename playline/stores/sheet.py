@@ -11,7 +11,11 @@ Three things live here:
   activity arguments are a handful of integers, never rows.
 
 The interface (:class:`SheetStore`) is backend-neutral;
-:class:`~playline.stores.sheet_sqlite.SqliteSheetStore` is the embedded default.
+:class:`~playline.stores.sheet_sqlite.SqliteSheetStore` is the embedded default,
+:class:`~playline.stores.sheet_postgres.PostgresSheetStore` the fleet's. Both stream:
+``put_source`` consumes its rows page by page (a loader passes a file's rows as an
+iterator), ``prepare_run`` admits rows with SQL, and readers ask for ranges, so
+memory never grows with a dataset's size.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from playline.contract import RunMode
 from playline.errors import InvalidPlayInput
 
 RowStatus = Literal["pending", "ok", "error"]
+
+#: Rows per page when a backend streams a source in or a run's keys through Python.
+PAGE_ROWS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +63,23 @@ class RowResult:
 
 
 class SheetStore(Protocol):
+    """What datasets, chunks and exports need from a sheet backend."""
+
     async def put_source(
         self, dataset_id: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
-    ) -> int: ...
-    async def source(self, dataset_id: str) -> tuple[list[str], int] | None: ...
+    ) -> int:
+        """Store a source's rows (one value per column each); its row count.
+
+        All or nothing: the rows are consumed page by page in one transaction, and
+        an exception from the iterator (a malformed line) stores nothing. A source
+        already stored under ``dataset_id`` is kept and its rows are not read.
+        """
+        ...
+
+    async def source(self, dataset_id: str) -> tuple[list[str], int] | None:
+        """A stored source's columns and row count, or ``None``."""
+        ...
+
     async def prepare_run(
         self,
         run_ref: str,
@@ -69,14 +89,38 @@ class SheetStore(Protocol):
         key_fields: Sequence[str],
         mode: RunMode,
         computed_columns: Sequence[str],
-    ) -> RunInfo: ...
-    async def run_info(self, run_ref: str) -> RunInfo | None: ...
-    async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]: ...
-    async def write_results(self, run_ref: str, results: Sequence[RowResult]) -> None: ...
-    async def run_counts(self, run_ref: str) -> dict[str, int]: ...
+    ) -> RunInfo:
+        """Admit a source's rows into ``dataset`` and write the run's manifest.
+
+        The first row of each key is admitted (later ones count as duplicates);
+        ``net_new`` also skips keys the dataset already has. Admitted rows are
+        merged into their sheet rows (source columns win) and numbered 0..n-1 in
+        source order. Idempotent per ``run_ref``.
+        """
+        ...
+
+    async def run_info(self, run_ref: str) -> RunInfo | None:
+        """A run's manifest header, or ``None``."""
+        ...
+
+    async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]:
+        """The run's rows with ``start <= seq < end``, in order (one chunk, one page)."""
+        ...
+
+    async def write_results(self, run_ref: str, results: Sequence[RowResult]) -> None:
+        """Merge computed cells into their sheet rows and set the rows' statuses."""
+        ...
+
+    async def run_counts(self, run_ref: str) -> dict[str, int]:
+        """Rows of the run by status: ``pending``, ``ok``, ``error``."""
+        ...
+
     async def read_source_rows(
         self, dataset_id: str, offset: int, limit: int
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[dict[str, Any]]:
+        """Up to ``limit`` source rows from position ``offset``, in order."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -94,3 +138,20 @@ def row_key_of(row: dict[str, Any], key_fields: Sequence[str], position: int) ->
             )
         parts.append(str(value).strip())
     return "\x1f".join(parts)
+
+
+def missing_key_fields(
+    source_id: str, source_columns: Sequence[str], key_fields: Sequence[str]
+) -> None:
+    """Raise if a run's row key names a column its source does not have."""
+    missing = [f for f in key_fields if f not in source_columns]
+    if missing:
+        raise InvalidPlayInput(
+            f"row key field(s) {missing} are not columns of {source_id!r} "
+            f"(columns: {list(source_columns)})"
+        )
+
+
+def run_columns(source_columns: Sequence[str], computed_columns: Sequence[str]) -> list[str]:
+    """A run's export columns: the source's, then the computed ones it does not have."""
+    return list(source_columns) + [c for c in computed_columns if c not in source_columns]

@@ -1,6 +1,9 @@
 """``SqliteSheetStore``: sources, sheet rows and run manifests in one SQLite file.
 
-See :mod:`playline.stores.sheet` for what each table holds and the contract.
+See :mod:`playline.stores.sheet` for what each table holds and the contract. Loads
+and run preparation stream: a source is inserted page by page from its iterator
+and a run's admission (dedup, ``net_new``) is done by SQL over a temporary table
+of row keys, so neither holds a dataset in Python.
 """
 
 from __future__ import annotations
@@ -9,47 +12,70 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from playline.contract import RunMode
 from playline.errors import InvalidPlayInput
-from playline.stores.sheet import RowResult, RunInfo, RunRow, row_key_of
-from playline.stores.sqlite_db import SqliteDatabase, write_transaction
+from playline.stores.migrations import Migration
+from playline.stores.sheet import (
+    PAGE_ROWS,
+    RowResult,
+    RunInfo,
+    RunRow,
+    missing_key_fields,
+    row_key_of,
+    run_columns,
+)
+from playline.stores.sqlite_db import SqliteDatabase
 
-__all__ = ["SqliteSheetStore"]
+__all__ = ["MIGRATIONS", "SqliteSheetStore"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sources (
-    dataset_id TEXT PRIMARY KEY, columns TEXT NOT NULL, count INTEGER NOT NULL, created_at REAL
-);
-CREATE TABLE IF NOT EXISTS source_rows (
-    dataset_id TEXT NOT NULL, pos INTEGER NOT NULL, data TEXT NOT NULL,
-    PRIMARY KEY (dataset_id, pos)
-);
-CREATE TABLE IF NOT EXISTS sheet_rows (
-    dataset TEXT NOT NULL, row_key TEXT NOT NULL, data TEXT NOT NULL,
-    first_run TEXT, updated_at REAL,
-    PRIMARY KEY (dataset, row_key)
-);
-CREATE TABLE IF NOT EXISTS runs (
-    run_ref TEXT PRIMARY KEY, dataset TEXT NOT NULL, source_id TEXT NOT NULL, mode TEXT NOT NULL,
-    total INTEGER NOT NULL, admitted INTEGER NOT NULL, duplicates INTEGER NOT NULL,
-    seen_before INTEGER NOT NULL, columns TEXT NOT NULL, created_at REAL
-);
-CREATE TABLE IF NOT EXISTS run_rows (
-    run_ref TEXT NOT NULL, seq INTEGER NOT NULL, row_key TEXT NOT NULL,
-    status TEXT NOT NULL, error TEXT,
-    PRIMARY KEY (run_ref, seq)
-);
-"""
+MIGRATIONS = (
+    Migration(
+        1,
+        "sources, sheet rows, runs and run manifests",
+        (
+            "CREATE TABLE IF NOT EXISTS sources (dataset_id TEXT PRIMARY KEY, "
+            "columns TEXT NOT NULL, count INTEGER NOT NULL, created_at REAL)",
+            "CREATE TABLE IF NOT EXISTS source_rows (dataset_id TEXT NOT NULL, "
+            "pos INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (dataset_id, pos))",
+            "CREATE TABLE IF NOT EXISTS sheet_rows (dataset TEXT NOT NULL, "
+            "row_key TEXT NOT NULL, data TEXT NOT NULL, first_run TEXT, updated_at REAL, "
+            "PRIMARY KEY (dataset, row_key))",
+            "CREATE TABLE IF NOT EXISTS runs (run_ref TEXT PRIMARY KEY, dataset TEXT NOT NULL, "
+            "source_id TEXT NOT NULL, mode TEXT NOT NULL, total INTEGER NOT NULL, "
+            "admitted INTEGER NOT NULL, duplicates INTEGER NOT NULL, "
+            "seen_before INTEGER NOT NULL, columns TEXT NOT NULL, created_at REAL)",
+            "CREATE TABLE IF NOT EXISTS run_rows (run_ref TEXT NOT NULL, seq INTEGER NOT NULL, "
+            "row_key TEXT NOT NULL, status TEXT NOT NULL, error TEXT, "
+            "PRIMARY KEY (run_ref, seq))",
+        ),
+    ),
+)
+
+_INSERT_SOURCE_ROW = "INSERT INTO source_rows (dataset_id, pos, data) VALUES (?, ?, ?)"
 
 
 class SqliteSheetStore:
-    """Sheet rows in one SQLite file (WAL), shared by every activity of a worker."""
+    """Sheet rows in one SQLite file (WAL), shared by every activity of a worker.
 
-    def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.time) -> None:
-        self._db = SqliteDatabase(path, _SCHEMA)
+    Args:
+        path: the database file.
+        clock: seconds since the epoch.
+        create: create and migrate the file (a worker) or only open an existing
+            store (a client).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        create: bool = True,
+    ) -> None:
+        self._db = SqliteDatabase(path, MIGRATIONS, create=create)
         self.path = self._db.path
         self._clock = clock
 
@@ -57,6 +83,7 @@ class SqliteSheetStore:
         self, dataset_id: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
     ) -> int:
         now = self._clock()
+        names = list(columns)
 
         def tx(conn: sqlite3.Connection) -> int:
             existing = conn.execute(
@@ -64,34 +91,33 @@ class SqliteSheetStore:
             ).fetchone()
             if existing is not None:
                 return int(existing[0])
-            with write_transaction(conn):
-                count = 0
-                batch: list[tuple[str, int, str]] = []
-                for pos, values in enumerate(rows):
-                    batch.append(
-                        (dataset_id, pos, json.dumps(dict(zip(columns, values, strict=True))))
-                    )
-                    count += 1
-                    if len(batch) >= 1000:
-                        conn.executemany("INSERT INTO source_rows VALUES (?, ?, ?)", batch)
-                        batch.clear()
-                conn.executemany("INSERT INTO source_rows VALUES (?, ?, ?)", batch)
-                conn.execute(
-                    "INSERT INTO sources VALUES (?, ?, ?, ?)",
-                    (dataset_id, json.dumps(list(columns)), count, now),
+            count = 0
+            stream = iter(rows)
+            while page := list(islice(stream, PAGE_ROWS)):
+                conn.executemany(
+                    _INSERT_SOURCE_ROW,
+                    [
+                        (dataset_id, count + i, json.dumps(dict(zip(names, values, strict=True))))
+                        for i, values in enumerate(page)
+                    ],
                 )
+                count += len(page)
+            conn.execute(
+                "INSERT INTO sources VALUES (?, ?, ?, ?)",
+                (dataset_id, json.dumps(names), count, now),
+            )
             return count
 
-        return await self._db.run(tx)
+        return await self._db.write(tx)
 
     async def source(self, dataset_id: str) -> tuple[list[str], int] | None:
-        def tx(conn: sqlite3.Connection) -> tuple[list[str], int] | None:
+        def read(conn: sqlite3.Connection) -> tuple[list[str], int] | None:
             row = conn.execute(
                 "SELECT columns, count FROM sources WHERE dataset_id = ?", (dataset_id,)
             ).fetchone()
             return None if row is None else (json.loads(row[0]), int(row[1]))
 
-        return await self._db.run(tx)
+        return await self._db.read(read)
 
     async def prepare_run(
         self,
@@ -115,76 +141,69 @@ class SqliteSheetStore:
             if src is None:
                 raise InvalidPlayInput(f"dataset {source_id!r} does not exist in the sheet store")
             source_columns: list[str] = json.loads(src[0])
-            missing = [f for f in key_fields if f not in source_columns]
-            if missing:
-                raise InvalidPlayInput(
-                    f"row key field(s) {missing} are not columns of {source_id!r} "
-                    f"(columns: {source_columns})"
-                )
-            with write_transaction(conn):
-                seen: set[str] = set()
-                duplicates = seen_before = admitted = 0
-                manifest: list[tuple[str, int, str, str]] = []
-                cursor = conn.execute(
-                    "SELECT pos, data FROM source_rows WHERE dataset_id = ? ORDER BY pos",
-                    (source_id,),
-                )
-                for pos, raw in cursor.fetchall():
-                    row = json.loads(raw)
-                    key = row_key_of(row, key_fields, pos)
-                    if key in seen:
-                        duplicates += 1
-                        continue
-                    seen.add(key)
-                    current = conn.execute(
-                        "SELECT data FROM sheet_rows WHERE dataset = ? AND row_key = ?",
-                        (dataset, key),
-                    ).fetchone()
-                    if current is not None and mode == "net_new":
-                        seen_before += 1
-                        continue
-                    merged = {**(json.loads(current[0]) if current else {}), **row}
-                    conn.execute(
-                        "INSERT INTO sheet_rows VALUES (?, ?, ?, ?, ?) "
-                        "ON CONFLICT(dataset, row_key) DO UPDATE SET data = excluded.data, "
-                        "updated_at = excluded.updated_at",
-                        (dataset, key, json.dumps(merged), run_ref, now),
-                    )
-                    manifest.append((run_ref, admitted, key, "pending"))
-                    admitted += 1
-                conn.executemany(
-                    "INSERT INTO run_rows (run_ref, seq, row_key, status) VALUES (?, ?, ?, ?)",
-                    manifest,
-                )
-                columns = list(source_columns) + [
-                    c for c in computed_columns if c not in source_columns
-                ]
-                conn.execute(
-                    "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_ref,
-                        dataset,
-                        source_id,
-                        mode,
-                        int(src[1]),
-                        admitted,
-                        duplicates,
-                        seen_before,
-                        json.dumps(columns),
-                        now,
-                    ),
-                )
+            missing_key_fields(source_id, source_columns, key_fields)
+            _stage_keys(conn, source_id, key_fields)
+            # First occurrence of each key, minus (net_new) keys the dataset already
+            # has, numbered in source order: the manifest.
+            conn.execute(
+                "CREATE TEMP TABLE picked (seq INTEGER PRIMARY KEY, pos INTEGER NOT NULL, "
+                "row_key TEXT NOT NULL)"
+            )
+            conn.execute(
+                "INSERT INTO picked (seq, pos, row_key) "
+                "SELECT ROW_NUMBER() OVER (ORDER BY pos) - 1, pos, row_key FROM "
+                "(SELECT MIN(pos) AS pos, row_key FROM staged_keys GROUP BY row_key) AS f "
+                "WHERE ? = 'upsert' OR NOT EXISTS (SELECT 1 FROM main.sheet_rows s "
+                "WHERE s.dataset = ? AND s.row_key = f.row_key)",
+                (mode, dataset),
+            )
+            staged, distinct = conn.execute(
+                "SELECT count(*), count(DISTINCT row_key) FROM staged_keys"
+            ).fetchone()
+            (admitted,) = conn.execute("SELECT count(*) FROM picked").fetchone()
+            conn.execute(
+                "INSERT INTO run_rows (run_ref, seq, row_key, status) "
+                "SELECT ?, seq, row_key, 'pending' FROM picked",
+                (run_ref,),
+            )
+            # Source values are strings, so json_patch is exactly {**current, **row}.
+            conn.execute(
+                "INSERT INTO sheet_rows (dataset, row_key, data, first_run, updated_at) "
+                "SELECT ?, p.row_key, s.data, ?, ? FROM picked p "
+                "JOIN source_rows s ON s.dataset_id = ? AND s.pos = p.pos WHERE true "
+                "ON CONFLICT(dataset, row_key) DO UPDATE SET "
+                "data = json_patch(sheet_rows.data, excluded.data), "
+                "updated_at = excluded.updated_at",
+                (dataset, run_ref, now, source_id),
+            )
+            conn.execute("DROP TABLE temp.picked")
+            conn.execute("DROP TABLE temp.staged_keys")
+            conn.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_ref,
+                    dataset,
+                    source_id,
+                    mode,
+                    int(src[1]),
+                    admitted,
+                    staged - distinct,
+                    distinct - admitted,
+                    json.dumps(run_columns(source_columns, computed_columns)),
+                    now,
+                ),
+            )
             info = _read_run_info(conn, run_ref)
             assert info is not None
             return info
 
-        return await self._db.run(tx)
+        return await self._db.write(tx)
 
     async def run_info(self, run_ref: str) -> RunInfo | None:
-        return await self._db.run(lambda conn: _read_run_info(conn, run_ref))
+        return await self._db.read(lambda conn: _read_run_info(conn, run_ref))
 
     async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]:
-        def tx(conn: sqlite3.Connection) -> list[RunRow]:
+        def read(conn: sqlite3.Connection) -> list[RunRow]:
             rows = conn.execute(
                 "SELECT r.seq, r.row_key, s.data, r.status, r.error FROM run_rows r "
                 "JOIN runs u ON u.run_ref = r.run_ref "
@@ -197,7 +216,7 @@ class SqliteSheetStore:
                 for seq, key, data, status, err in rows
             ]
 
-        return await self._db.run(tx)
+        return await self._db.read(read)
 
     async def write_results(self, run_ref: str, results: Sequence[RowResult]) -> None:
         if not results:
@@ -205,31 +224,32 @@ class SqliteSheetStore:
         now = self._clock()
 
         def tx(conn: sqlite3.Connection) -> None:
-            info = _read_run_info(conn, run_ref)
-            if info is None:
+            found = conn.execute("SELECT dataset FROM runs WHERE run_ref = ?", (run_ref,))
+            run = found.fetchone()
+            if run is None:
                 raise InvalidPlayInput(f"run {run_ref!r} has no manifest")
-            with write_transaction(conn):
-                for res in results:
-                    if res.cells:
-                        current = conn.execute(
-                            "SELECT data FROM sheet_rows WHERE dataset = ? AND row_key = ?",
-                            (info.dataset, res.row_key),
-                        ).fetchone()
-                        merged = {**(json.loads(current[0]) if current else {}), **res.cells}
-                        conn.execute(
-                            "UPDATE sheet_rows SET data = ?, updated_at = ? "
-                            "WHERE dataset = ? AND row_key = ?",
-                            (json.dumps(merged), now, info.dataset, res.row_key),
-                        )
+            dataset = run[0]
+            for res in results:
+                if res.cells:
+                    current = conn.execute(
+                        "SELECT data FROM sheet_rows WHERE dataset = ? AND row_key = ?",
+                        (dataset, res.row_key),
+                    ).fetchone()
+                    merged = {**(json.loads(current[0]) if current else {}), **res.cells}
                     conn.execute(
-                        "UPDATE run_rows SET status = ?, error = ? WHERE run_ref = ? AND seq = ?",
-                        (res.status, res.error, run_ref, res.seq),
+                        "UPDATE sheet_rows SET data = ?, updated_at = ? "
+                        "WHERE dataset = ? AND row_key = ?",
+                        (json.dumps(merged), now, dataset, res.row_key),
                     )
+            conn.executemany(
+                "UPDATE run_rows SET status = ?, error = ? WHERE run_ref = ? AND seq = ?",
+                [(res.status, res.error, run_ref, res.seq) for res in results],
+            )
 
-        await self._db.run(tx)
+        await self._db.write(tx)
 
     async def run_counts(self, run_ref: str) -> dict[str, int]:
-        def tx(conn: sqlite3.Connection) -> dict[str, int]:
+        def read(conn: sqlite3.Connection) -> dict[str, int]:
             counts = {"pending": 0, "ok": 0, "error": 0}
             for status, n in conn.execute(
                 "SELECT status, COUNT(*) FROM run_rows WHERE run_ref = ? GROUP BY status",
@@ -238,12 +258,12 @@ class SqliteSheetStore:
                 counts[status] = int(n)
             return counts
 
-        return await self._db.run(tx)
+        return await self._db.read(read)
 
     async def read_source_rows(
         self, dataset_id: str, offset: int, limit: int
     ) -> list[dict[str, Any]]:
-        def tx(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
             rows = conn.execute(
                 "SELECT data FROM source_rows WHERE dataset_id = ? AND pos >= ? "
                 "ORDER BY pos LIMIT ?",
@@ -251,10 +271,29 @@ class SqliteSheetStore:
             ).fetchall()
             return [json.loads(r[0]) for r in rows]
 
-        return await self._db.run(tx)
+        return await self._db.read(read)
 
     async def close(self) -> None:
-        self._db.close()
+        await self._db.close()
+
+
+def _stage_keys(conn: sqlite3.Connection, source_id: str, key_fields: Sequence[str]) -> None:
+    """``temp.staged_keys``: every source position with its row key, page by page."""
+    conn.execute("CREATE TEMP TABLE staged_keys (pos INTEGER PRIMARY KEY, row_key TEXT NOT NULL)")
+    if not key_fields:
+        conn.execute(
+            "INSERT INTO staged_keys SELECT pos, '#' || pos FROM source_rows WHERE dataset_id = ?",
+            (source_id,),
+        )
+        return
+    cursor = conn.execute(
+        "SELECT pos, data FROM source_rows WHERE dataset_id = ? ORDER BY pos", (source_id,)
+    )
+    while page := cursor.fetchmany(PAGE_ROWS):
+        conn.executemany(
+            "INSERT INTO staged_keys (pos, row_key) VALUES (?, ?)",
+            [(pos, row_key_of(json.loads(raw), key_fields, pos)) for pos, raw in page],
+        )
 
 
 def _read_run_info(conn: sqlite3.Connection, run_ref: str) -> RunInfo | None:

@@ -1,70 +1,127 @@
-"""One SQLite file shared by the stores of a worker: connection, thread hop, transactions.
+"""One SQLite file, one long-lived thread, writes committed in groups.
 
-SQLite calls run on a worker thread so the event loop keeps heartbeating while a
-write waits for the file lock (another process may hold it). WAL mode lets readers
-proceed during a write; ``BEGIN IMMEDIATE`` takes the write lock up front so a
-multi-statement transaction never fails half-way on a lock upgrade.
+A store's SQLite connection lives on a thread of its own, so the event loop keeps
+heartbeating while SQLite waits for the file lock (another process may hold it)
+or a long load runs. Everything the store does goes to that thread:
+
+* :meth:`SqliteDatabase.read` runs one function there (autocommit reads);
+* :meth:`SqliteDatabase.write` queues one function and waits for it to be
+  *committed*. Writes queued in the same event-loop tick, or while the previous
+  group was being committed, go to the thread together and run in one
+  ``BEGIN IMMEDIATE`` ... ``COMMIT`` (group commit, see
+  :mod:`~playline.stores.coalesce`): one thread hop, one lock, one commit and one
+  loop wake-up for the whole group, instead of one each per call. Each function
+  runs under its own ``SAVEPOINT``, so one that raises undoes only its own
+  changes and gets its own exception; if the commit fails, every function of the
+  group gets that error and nothing of the group is stored.
+
+A caller's ``await write(...)`` returns only once its change is committed, so
+"recorded before it is reported" holds exactly as with one transaction per call.
+WAL mode lets readers in other processes proceed during a write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from playline.stores.coalesce import Coalescer
+from playline.stores.migrations import Migration, migrate_sqlite
+from playline.stores.store_errors import StoreNotFound
+
+__all__ = ["SqliteDatabase"]
 
 T = TypeVar("T")
+_Write = Callable[[sqlite3.Connection], Any]
 
 
 class SqliteDatabase:
-    """A connection to one SQLite file, used from one thread at a time."""
+    """A connection to one SQLite file on its own thread. See the module docstring.
+
+    Args:
+        path: the database file.
+        migrations: the file's schema (applied when ``create`` is set).
+        create: create the file and migrate it (a worker); otherwise the file
+            must already hold a playline store (a client reading it), and
+            :class:`~playline.stores.store_errors.StoreNotFound` says where it
+            looked. Nothing is ever created by a client.
+    """
 
     def __init__(
-        self,
-        path: str | Path,
-        schema: str,
-        *,
-        added_columns: dict[str, dict[str, str]] | None = None,
+        self, path: str | Path, migrations: Sequence[Migration], *, create: bool = True
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
-        )
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(schema)
-        for table, columns in (added_columns or {}).items():
-            present = {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}
-            for name, kind in columns.items():
-                if name not in present:
-                    self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+        if not create and not self.path.is_file():
+            raise StoreNotFound(
+                f"no playline store at {self.path}; set PLAYLINE_HOME or PLAYLINE_STORE_URL "
+                "to the workers' store"
+            )
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sqlite-{self.path.name}")
+        try:
+            self._conn = self._thread.submit(self._connect, migrations, create).result()
+        except BaseException:
+            self._thread.shutdown(wait=False)
+            raise
+        self._writes: Coalescer[_Write, Any] = Coalescer(self._send_group)
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(connection)`` on a worker thread, one call at a time."""
+    def _connect(self, migrations: Sequence[Migration], create: bool) -> sqlite3.Connection:
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        else:
+            uri = f"{self.path.resolve().as_uri()}?mode=rw"
+            conn = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+        try:
+            if create:
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA temp_store=FILE")
+            migrate_sqlite(conn, migrations, where=str(self.path), create=create)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
-        def locked() -> T:
-            with self._lock:
-                return fn(self._conn)
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the database thread, outside any transaction."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, self._conn)
 
-        return await asyncio.to_thread(locked)
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` in the next group transaction; return once committed."""
+        result: T = await self._writes.submit(fn)
+        return result
 
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+    async def _send_group(self, group: list[_Write]) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._commit_group, group)
 
+    def _commit_group(self, group: list[_Write]) -> list[Any]:
+        """On the database thread: the whole group in one transaction, one savepoint each."""
+        conn = self._conn
+        results: list[Any] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for fn in group:
+                conn.execute("SAVEPOINT op")
+                try:
+                    results.append(fn(conn))
+                except Exception as err:
+                    conn.execute("ROLLBACK TO op")
+                    results.append(err)
+                conn.execute("RELEASE op")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return results
 
-@contextmanager
-def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any error."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+    async def close(self) -> None:
+        """Wait for queued writes to commit, then close the connection and the thread."""
+        await self._writes.drain()
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._conn.close)
+        self._thread.shutdown(wait=True)

@@ -150,18 +150,18 @@ async def test_an_unknown_play_fails_naming_the_known_ones_and_the_run_is_ended(
 
 
 async def test_a_duplicate_id_names_the_existing_run(
-    client, provider, worker, temporal_address: str, task_queue: str, tmp_path: Path
+    client, provider, worker, temporal_address: str, task_queue: str, home: Path, tmp_path: Path
 ) -> None:
     csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(2)])
     common = ("--address", temporal_address, "--task-queue", task_queue)
     run_id = new_id("dup")
     async with worker():
         first = await playline(
-            "run", "t_tool_column", "--csv", str(csv_path), "--id", run_id, *common, home=tmp_path
+            "run", "t_tool_column", "--csv", str(csv_path), "--id", run_id, *common, home=home
         )
         assert first.returncode == 0, first.stderr
         again = await playline(
-            "run", "t_tool_column", "--csv", str(csv_path), "--id", run_id, *common, home=tmp_path
+            "run", "t_tool_column", "--csv", str(csv_path), "--id", run_id, *common, home=home
         )
     one_clear_line(again, f"a run with id {run_id!r} already exists")
 

@@ -1,35 +1,34 @@
-"""The receipt store's contract on a real SQLite file: claims, leases, fencing, batches."""
+"""The receipt store's contract, on a real SQLite file and a real PostgreSQL schema:
+claims, leases, fencing, coalesced writes, batches, concurrent stores."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 
-from playline.stores.receipts import ClaimRequest, ClaimStatus
-from playline.stores.receipts_sqlite import SqliteReceiptStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from playline.config import Settings
+from playline.stores.backends import Stores, open_stores
+from playline.stores.receipts import ClaimRequest, ClaimStatus, ReceiptStore
+from tests.integration.conftest import Clock
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+async def stores(store_url: str, clock: Clock) -> AsyncIterator[Stores]:
+    opened = await open_stores(Settings(store_url=store_url), create=True, clock=clock)
+    try:
+        yield opened
+    finally:
+        await opened.close()
 
 
 @pytest.fixture
-async def store(tmp_path: Path, clock: Clock) -> SqliteReceiptStore:
-    return SqliteReceiptStore(tmp_path / "receipts.db", clock=clock)
+def store(stores: Stores) -> ReceiptStore:
+    return stores.receipts
 
 
-async def test_claim_complete_then_hit(store: SqliteReceiptStore) -> None:
+async def test_claim_complete_then_hit(store: ReceiptStore) -> None:
     req = ClaimRequest(key="k1", tool_id="t")
     [first] = await store.claim([req], owner="a", lease_id="L1", ttl_s=10)
     assert first.status is ClaimStatus.CLAIMED
@@ -39,38 +38,43 @@ async def test_claim_complete_then_hit(store: SqliteReceiptStore) -> None:
     assert again.result == {"v": 1}
     receipt = (await store.get(["k1"]))["k1"]
     assert receipt.status == "completed" and receipt.credits == 2.0 and receipt.lease_id is None
+    assert receipt.attempts == 1 and receipt.completed_at == 1_000.0
 
 
 async def test_live_lease_is_held_and_expired_lease_is_reclaimed(
-    store: SqliteReceiptStore, clock: Clock
+    store: ReceiptStore, clock: Clock
 ) -> None:
     req = ClaimRequest(key="k", tool_id="t")
     await store.claim([req], owner="a", lease_id="L1", ttl_s=5)
     [held] = await store.claim([req], owner="b", lease_id="L2", ttl_s=5)
     assert held.status is ClaimStatus.HELD and held.owner == "a"
+    assert held.lease_expires_at == 1_005.0
     clock.now += 6  # owner a stopped renewing (crashed)
     [taken] = await store.claim([req], owner="b", lease_id="L2", ttl_s=5)
     assert taken.status is ClaimStatus.CLAIMED
     # The old owner's late completion is fenced off; the new owner's lands.
     assert not await store.complete("k", lease_id="L1", result={"late": True}, credits=1)
     assert await store.complete("k", lease_id="L2", result={"v": 2}, credits=1)
-    assert (await store.get(["k"]))["k"].result == {"v": 2}
+    receipt = (await store.get(["k"]))["k"]
+    assert receipt.result == {"v": 2} and receipt.attempts == 2 and receipt.credits == 1
 
 
-async def test_renew_extends_only_the_holders_lease(
-    store: SqliteReceiptStore, clock: Clock
-) -> None:
+async def test_renew_extends_only_the_holders_lease(store: ReceiptStore, clock: Clock) -> None:
     reqs = [ClaimRequest(key=k, tool_id="t") for k in ("a", "b")]
     await store.claim(reqs, owner="o", lease_id="L1", ttl_s=5)
     clock.now += 4
-    assert await store.renew(["a", "b"], lease_id="L1", ttl_s=5) == [True, True]
+    assert await store.renew(["a", "b", "never-claimed"], lease_id="L1", ttl_s=5) == [
+        True,
+        True,
+        False,
+    ]
     clock.now += 4  # 8s after the claim, 4s after the renewal: still held
     [held] = await store.claim([reqs[0]], owner="x", lease_id="L9", ttl_s=5)
     assert held.status is ClaimStatus.HELD
     assert await store.renew(["a"], lease_id="WRONG", ttl_s=5) == [False]
 
 
-async def test_stale_and_force_bypass_the_cache(store: SqliteReceiptStore, clock: Clock) -> None:
+async def test_stale_and_force_bypass_the_cache(store: ReceiptStore, clock: Clock) -> None:
     await store.claim([ClaimRequest(key="k", tool_id="t")], owner="a", lease_id="L1", ttl_s=5)
     await store.complete("k", lease_id="L1", result=1, credits=1)
     clock.now += 100
@@ -89,10 +93,11 @@ async def test_stale_and_force_bypass_the_cache(store: SqliteReceiptStore, clock
     assert forced.status is ClaimStatus.CLAIMED
 
 
-async def test_failed_receipt_keeps_its_error_and_is_retried(store: SqliteReceiptStore) -> None:
+async def test_failed_receipt_keeps_its_error_and_is_retried(store: ReceiptStore) -> None:
     req = ClaimRequest(key="k", tool_id="t")
     await store.claim([req], owner="a", lease_id="L1", ttl_s=5)
     assert await store.fail("k", lease_id="L1", error="ProviderRejected: 404")
+    assert not await store.fail("k", lease_id="L1", error="twice")  # no longer held
     receipt = (await store.get(["k"]))["k"]
     assert receipt.status == "failed" and receipt.error == "ProviderRejected: 404"
     [retry] = await store.claim([req], owner="b", lease_id="L2", ttl_s=5)
@@ -100,14 +105,115 @@ async def test_failed_receipt_keeps_its_error_and_is_retried(store: SqliteReceip
     assert (await store.get(["k"]))["k"].attempts == 2
 
 
-async def test_concurrent_claims_from_two_stores_have_one_winner(tmp_path: Path) -> None:
-    """Two processes' worth of connections on one file: exactly one claims each key."""
-    path = tmp_path / "shared.db"
-    one, two = SqliteReceiptStore(path), SqliteReceiptStore(path)
-    reqs = [ClaimRequest(key=f"k{i}", tool_id="t") for i in range(200)]
-    a, b = await asyncio.gather(
-        one.claim(reqs, owner="a", lease_id="LA", ttl_s=30),
-        two.claim(reqs, owner="b", lease_id="LB", ttl_s=30),
+async def test_released_leases_are_free_at_once(store: ReceiptStore) -> None:
+    reqs = [ClaimRequest(key=k, tool_id="t") for k in ("a", "b")]
+    await store.claim(reqs, owner="o", lease_id="L1", ttl_s=60)
+    await store.release(["a"], lease_id="L1")
+    await store.release(["b"], lease_id="NOT-MINE")
+    found = await store.claim(reqs, owner="x", lease_id="L2", ttl_s=60)
+    assert [o.status for o in found] == [ClaimStatus.CLAIMED, ClaimStatus.HELD]
+
+
+async def test_concurrent_completions_are_each_fenced_and_all_recorded(store: ReceiptStore) -> None:
+    """Hundreds of completions and failures in flight at once (one group commit or a few):
+    every caller gets its own answer, and only the lease holder's result lands."""
+    keys = [f"k{i}" for i in range(300)]
+    await store.claim([ClaimRequest(k, "t") for k in keys], owner="o", lease_id="L1", ttl_s=60)
+    answers = await asyncio.gather(
+        *(
+            store.complete(k, lease_id="L1" if i % 3 else "WRONG", result={"i": i}, credits=1)
+            if i % 5
+            else store.fail(k, lease_id="L1", error=f"e{i}")
+            for i, k in enumerate(keys)
+        )
     )
-    for x, y in zip(a, b, strict=True):
-        assert {x.status, y.status} == {ClaimStatus.CLAIMED, ClaimStatus.HELD}
+    expected = [(i % 3 != 0) if i % 5 else True for i in range(len(keys))]
+    assert answers == expected
+    receipts = await store.get(keys)
+    for i, key in enumerate(keys):
+        receipt = receipts[key]
+        if i % 5 == 0:
+            assert (receipt.status, receipt.error) == ("failed", f"e{i}")
+        elif i % 3:
+            assert (receipt.status, receipt.result, receipt.credits) == ("completed", {"i": i}, 1)
+        else:
+            assert receipt.status == "running" and receipt.lease_id == "L1"
+
+
+async def test_two_attempts_claiming_one_key_in_the_same_tick_get_one_lease(
+    store: ReceiptStore,
+) -> None:
+    req = ClaimRequest("same", "t")
+    one, two = await asyncio.gather(
+        store.claim([req, ClaimRequest("a", "t")], owner="one", lease_id="L1", ttl_s=30),
+        store.claim([req, ClaimRequest("b", "t")], owner="two", lease_id="L2", ttl_s=30),
+    )
+    assert [one[0].status, two[0].status] == [ClaimStatus.CLAIMED, ClaimStatus.HELD]
+    assert two[0].owner == "one"
+    assert one[1].status is two[1].status is ClaimStatus.CLAIMED
+    assert (await store.get(["same"]))["same"].lease_id == "L1"
+
+
+async def test_a_batch_is_recorded_taken_over_and_completed_with_its_members(
+    store: ReceiptStore, clock: Clock
+) -> None:
+    members = ["m1", "m2", "m3"]
+    await store.claim([ClaimRequest(k, "t") for k in members], owner="a", lease_id="L1", ttl_s=5)
+    request = {"items": [{"n": 1}, {"n": 2}, {"n": 3}]}
+    assert not await store.open_batch(
+        "agg", tool_id="t", member_keys=members, request=request, owner="b", lease_id="L2", ttl_s=5
+    )  # members held by another lease: nothing recorded
+    assert await store.open_batch(
+        "agg", tool_id="t", member_keys=members, request=request, owner="a", lease_id="L1", ttl_s=5
+    )
+    held = await store.claim_batch("agg", owner="b", lease_id="L2", ttl_s=5)
+    assert held.status is ClaimStatus.HELD and held.member_keys == members
+    clock.now += 6  # the sender crashed
+    taken = await store.claim_batch("agg", owner="b", lease_id="L2", ttl_s=5)
+    assert (taken.status, taken.request) == (ClaimStatus.CLAIMED, request)
+    assert not await store.complete_batch(
+        "agg", lease_id="L1", results={k: {"k": k} for k in members}, credits_per_member=1
+    )  # fenced off: the crashed sender's late answer
+    assert await store.complete_batch(
+        "agg", lease_id="L2", results={k: {"k": k} for k in members}, credits_per_member=2
+    )
+    receipts = await store.get(["agg", *members])
+    assert receipts["agg"].status == "completed" and receipts["agg"].credits == 6
+    assert [receipts[k].result for k in members] == [{"k": k} for k in members]
+    assert {receipts[k].credits for k in members} == {2}
+    hit = await store.claim_batch("agg", owner="c", lease_id="L3", ttl_s=5)
+    assert hit.status is ClaimStatus.HIT
+
+
+async def test_a_failed_batch_releases_its_members_for_a_new_batch(store: ReceiptStore) -> None:
+    members = ["m1", "m2"]
+    await store.claim([ClaimRequest(k, "t") for k in members], owner="a", lease_id="L1", ttl_s=5)
+    assert await store.open_batch(
+        "agg", tool_id="t", member_keys=members, request={}, owner="a", lease_id="L1", ttl_s=5
+    )
+    await store.fail_batch("agg", lease_id="WRONG", error="x", release_members=True)
+    assert (await store.get(["agg"]))["agg"].status == "running"  # not the holder: ignored
+    await store.fail_batch("agg", lease_id="L1", error="HTTP 400", release_members=True)
+    receipts = await store.get(["agg", *members])
+    assert {r.status for r in receipts.values()} == {"failed"}
+    again = await store.claim(
+        [ClaimRequest(k, "t") for k in members], owner="b", lease_id="L2", ttl_s=5
+    )
+    assert {o.status for o in again} == {ClaimStatus.CLAIMED}
+    assert {o.batch_key for o in again} == {None}  # released: free for a new batch
+
+
+async def test_concurrent_claims_from_two_stores_have_one_winner(store_url: str) -> None:
+    """Two workers' worth of connections on one store: exactly one claims each key."""
+    settings = Settings(store_url=store_url)
+    async with (
+        await open_stores(settings, create=True) as one,
+        await open_stores(settings, create=True) as two,
+    ):
+        reqs = [ClaimRequest(key=f"k{i}", tool_id="t") for i in range(200)]
+        a, b = await asyncio.gather(
+            one.receipts.claim(reqs, owner="a", lease_id="LA", ttl_s=30),
+            two.receipts.claim(list(reversed(reqs)), owner="b", lease_id="LB", ttl_s=30),
+        )
+        for x, y in zip(a, reversed(b), strict=True):
+            assert {x.status, y.status} == {ClaimStatus.CLAIMED, ClaimStatus.HELD}

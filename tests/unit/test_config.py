@@ -15,6 +15,7 @@ def test_from_env_reads_every_variable() -> None:
             "PLAYLINE_HOME": "/var/lib/pl",
             "PLAYLINE_CATALOG": "/etc/pl/catalog.toml",
             "PLAYLINE_PG_DSN": "postgresql://db/pl",
+            "PLAYLINE_STORE_URL": "sqlite:////srv/pl",
             "PLAYLINE_FLEET_PREFIX": "fleet_",
             "PLAYLINE_PACING": "off",
             "PLAYLINE_UI_URL": "https://ui.example",
@@ -29,7 +30,8 @@ def test_from_env_reads_every_variable() -> None:
     assert settings.pacing == "off"
     assert settings.ui_url == "https://ui.example"
     assert settings.environ["ACME_API_KEY"] == "k"
-    assert settings.receipts_path == Path("/var/lib/pl/receipts.db")
+    assert settings.store_url == "sqlite:////srv/pl"
+    assert settings.receipts_path == Path("/srv/pl/receipts.db")
 
 
 def test_defaults_when_nothing_is_set() -> None:
@@ -52,3 +54,42 @@ def test_with_environ_extends_the_snapshot_not_the_process() -> None:
     settings = Settings.from_env({}).with_environ(PLAYLINE_TEST_ONLY_KEY="v")
     assert settings.environ["PLAYLINE_TEST_ONLY_KEY"] == "v"
     assert "PLAYLINE_TEST_ONLY_KEY" not in os.environ
+
+
+def test_the_store_defaults_to_sqlite_under_home() -> None:
+    settings = Settings.from_env({"PLAYLINE_HOME": "/var/lib/pl"})
+    assert settings.store == "sqlite:////var/lib/pl"
+    assert settings.sqlite_dir == Path("/var/lib/pl") and not settings.store_is_postgres
+    relative = Settings.from_env({})
+    assert relative.store == "sqlite:///.playline" and relative.sqlite_dir == Path(".playline")
+    assert relative.fleet_dsn is None and relative.deprecations() == []
+
+
+def test_a_sqlite_store_url_moves_the_files_away_from_home() -> None:
+    settings = Settings.from_env(
+        {"PLAYLINE_HOME": "/home/pl", "PLAYLINE_STORE_URL": "sqlite:////srv/stores"}
+    )
+    assert settings.receipts_path == Path("/srv/stores/receipts.db")
+    assert settings.sheet_path == Path("/srv/stores/sheet.db")
+    assert settings.fixture_index_dir == Path("/home/pl/fixtures")  # worker-local, stays home
+
+
+def test_a_postgres_store_also_paces_the_fleet() -> None:
+    url = "postgresql://pl@db/pl"
+    settings = Settings.from_env({"PLAYLINE_STORE_URL": url})
+    assert settings.store_is_postgres and settings.sqlite_dir is None
+    assert settings.fleet_dsn == url and settings.deprecations() == []
+
+
+def test_pg_dsn_is_a_deprecated_alias_that_says_what_to_set() -> None:
+    alone = Settings.from_env({"PLAYLINE_PG_DSN": "postgresql://db/pacing"})
+    assert alone.fleet_dsn == "postgresql://db/pacing"
+    assert not alone.store_is_postgres  # the stores stay where they were
+    [warning] = alone.deprecations()
+    assert "PLAYLINE_PG_DSN is deprecated" in warning and "PLAYLINE_STORE_URL" in warning
+    both = Settings.from_env(
+        {"PLAYLINE_PG_DSN": "postgresql://db/pacing", "PLAYLINE_STORE_URL": "postgresql://db/pl"}
+    )
+    assert both.fleet_dsn == "postgresql://db/pl"
+    [warning] = both.deprecations()
+    assert "ignored" in warning and "unset PLAYLINE_PG_DSN" in warning

@@ -1,0 +1,124 @@
+"""Opening the receipt and sheet stores from ``Settings``: one function for workers and clients.
+
+``Settings.store`` (``PLAYLINE_STORE_URL``) names the backend:
+
+* ``sqlite:///DIR`` (the default, ``DIR`` = ``PLAYLINE_HOME``): ``DIR/receipts.db``
+  and ``DIR/sheet.db``, for one machine;
+* ``postgresql://user@host/db`` (or ``postgres://``): both stores in one database,
+  shared by every worker and client of a fleet. Select a schema other than
+  ``public`` with libpq's options: ``?options=-csearch_path%3Dplayline``.
+
+A worker opens them with ``create=True`` (files created, schema migrated); a
+client that reads or exports with ``create=False``, which creates nothing and
+raises :class:`~playline.stores.store_errors.StoreNotFound`, naming where it
+looked, when the workers' store is not there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from playline.config import Settings
+from playline.stores.postgres_db import redact_url
+from playline.stores.receipts import ReceiptStore
+from playline.stores.sheet import SheetStore
+from playline.stores.store_errors import InvalidStoreUrl, StoreNotFound
+
+__all__ = ["Stores", "open_stores"]
+
+
+@dataclass
+class Stores:
+    """The open receipt and sheet stores, closed together (``async with`` or :meth:`close`)."""
+
+    receipts: ReceiptStore
+    sheet: SheetStore
+    #: where they live, without any password (for logs and messages)
+    where: str
+    #: what the stores share and is closed after them (PostgreSQL: the pool)
+    shared: list[Callable[[], Awaitable[None]]] = field(default_factory=list, repr=False)
+    _closed: bool = field(default=False, repr=False)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.receipts.close()
+            await self.sheet.close()
+        finally:
+            for close in self.shared:
+                await close()
+
+    async def __aenter__(self) -> Stores:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+async def open_stores(
+    settings: Settings, *, create: bool, clock: Callable[[], float] | None = None
+) -> Stores:
+    """Open the stores ``settings.store`` names.
+
+    Args:
+        settings: the store URL (``PLAYLINE_STORE_URL``) or home (``PLAYLINE_HOME``).
+        create: a worker's open (create the SQLite files, migrate the schema);
+            ``False`` for a client, which must find the workers' store and
+            changes nothing about it.
+        clock: seconds since the epoch for leases and timestamps (tests move it
+            by hand); default: this machine's clock for SQLite, the database
+            server's for PostgreSQL.
+    """
+    url = settings.store
+    if settings.store_is_postgres:
+        return await _open_postgres(url, create=create, clock=clock)
+    if settings.sqlite_dir is None:
+        raise InvalidStoreUrl(
+            f"PLAYLINE_STORE_URL {redact_url(url)!r} names no store playline knows; "
+            "use sqlite:///DIR or postgresql://USER@HOST/DB"
+        )
+    return await _open_sqlite(settings, create=create, clock=clock or time.time)
+
+
+async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], float]) -> Stores:
+    from playline.stores.receipts_sqlite import SqliteReceiptStore
+    from playline.stores.sheet_sqlite import SqliteSheetStore
+
+    if not create:
+        for path in (settings.receipts_path, settings.sheet_path):
+            if not path.is_file():
+                raise StoreNotFound(
+                    f"no playline store at {path}; set PLAYLINE_HOME or PLAYLINE_STORE_URL "
+                    "to the workers' store"
+                )
+    receipts = SqliteReceiptStore(settings.receipts_path, create=create, clock=clock)
+    try:
+        sheet = SqliteSheetStore(settings.sheet_path, create=create, clock=clock)
+    except BaseException:
+        await receipts.close()
+        raise
+    return Stores(receipts, sheet, where=str(settings.sqlite_dir))
+
+
+async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] | None) -> Stores:
+    from playline.stores.postgres_db import PostgresDatabase
+    from playline.stores.receipts_postgres import PostgresReceiptStore
+    from playline.stores.sheet_postgres import PostgresSheetStore
+
+    database = await PostgresDatabase.open(url, create=create)
+    return Stores(
+        PostgresReceiptStore(database, clock=clock),
+        PostgresSheetStore(database, clock=clock),
+        where=database.where,
+        shared=[database.close],
+    )

@@ -1,0 +1,475 @@
+"""``PostgresReceiptStore``: the receipt store for a fleet, in PostgreSQL.
+
+See :mod:`playline.stores.receipts` for the states, the claim rule and the contract.
+Every bulk operation is a fixed number of statements whatever the number of keys
+(arrays passed to ``unnest``), and two of them coalesce across every chunk of the
+worker (:mod:`~playline.stores.coalesce`):
+
+* **claims**: one transaction per group of ``claim`` calls: insert the keys that
+  have no receipt yet, lock every key's row in key order, apply
+  :func:`~playline.stores.receipts.decide_claim` in Python (in submission order,
+  so two chunks asking for one key in the same group get CLAIMED and HELD), and
+  write every lease taken in one ``UPDATE``;
+* **settlements** (``complete`` and ``fail``): one fenced ``UPDATE`` per group.
+
+Rows are always locked in key order, so concurrent workers never deadlock on
+each other's groups (a deadlock or serialization failure is retried anyway).
+
+Times (leases, completion) come from the database server's clock unless a
+``clock`` is given (tests), so workers on different machines need not agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, LiteralString
+
+import psycopg
+
+from playline.stores.coalesce import Coalescer
+from playline.stores.postgres_db import PostgresDatabase
+from playline.stores.receipts import (
+    BatchClaim,
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimStatus,
+    Receipt,
+    canonical_json,
+    decide_claim,
+)
+
+__all__ = ["PostgresReceiptStore"]
+
+#: The server's clock, or the caller's when a clock was injected (``%(now)s`` set).
+_NOW: LiteralString = "COALESCE(%(now)s::float8, extract(epoch FROM statement_timestamp()))"
+
+_ROW_COLUMNS = "status, result, owner, lease_id, lease_expires_at, completed_at, batch_key"
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    requests: Sequence[ClaimRequest]
+    owner: str
+    lease_id: str
+    ttl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Settlement:
+    key: str
+    lease_id: str
+    status: str  # "completed" or "failed"
+    result: str | None
+    error: str | None
+    credits: float
+
+
+_INSERT_MISSING: LiteralString = (
+    "INSERT INTO playline_receipts (key, tool_id, status, lease_expires_at, created_at, attempts)"
+    " SELECT k, t, 'running', 0, " + _NOW + ", 0"
+    " FROM unnest(%(keys)s::text[], %(tools)s::text[]) AS u(k, t) ORDER BY k"
+    " ON CONFLICT (key) DO NOTHING"
+)
+_LOCK_FOR_CLAIM: LiteralString = (
+    "SELECT key, " + _ROW_COLUMNS + ", " + _NOW + " FROM playline_receipts"
+    " WHERE key = ANY(%(keys)s::text[]) ORDER BY key FOR UPDATE"
+)
+_GRANT: LiteralString = (
+    "UPDATE playline_receipts AS r SET status = 'running', owner = g.owner,"
+    " lease_id = g.lease_id, lease_expires_at = g.expires, error = NULL,"
+    " attempts = r.attempts + g.claims"
+    " FROM unnest(%(keys)s::text[], %(owners)s::text[], %(leases)s::text[],"
+    " %(expires)s::float8[], %(claims)s::int[]) AS g(key, owner, lease_id, expires, claims)"
+    " WHERE r.key = g.key"
+)
+#: One fenced statement for a whole group of completions and failures; rows are
+#: locked in key order first, as claims lock them.
+_SETTLE: LiteralString = (
+    "WITH v AS (SELECT * FROM unnest(%(keys)s::text[], %(leases)s::text[],"
+    " %(statuses)s::text[], %(results)s::text[], %(errors)s::text[], %(credits)s::float8[])"
+    " WITH ORDINALITY AS v(key, lease_id, status, result, error, credits, ord)),"
+    " locked AS (SELECT key FROM playline_receipts WHERE key IN (SELECT key FROM v)"
+    " ORDER BY key FOR UPDATE)"
+    " UPDATE playline_receipts AS r SET status = v.status,"
+    " result = CASE WHEN v.status = 'completed' THEN v.result ELSE r.result END,"
+    " error = v.error,"
+    " completed_at = CASE WHEN v.status = 'completed' THEN " + _NOW + " ELSE r.completed_at END,"
+    " credits = r.credits + v.credits, lease_id = NULL, lease_expires_at = NULL"
+    " FROM v WHERE r.key = v.key AND r.lease_id = v.lease_id AND r.status = 'running'"
+    " AND r.key IN (SELECT key FROM locked)"
+    " RETURNING v.ord"
+)
+_RENEW: LiteralString = (
+    "WITH locked AS (SELECT key FROM playline_receipts WHERE key = ANY(%(keys)s::text[])"
+    " ORDER BY key FOR UPDATE)"
+    " UPDATE playline_receipts SET lease_expires_at = " + _NOW + " + %(ttl)s"
+    " WHERE key IN (SELECT key FROM locked) AND lease_id = %(lease)s AND status = 'running'"
+    " RETURNING key"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Grant:
+    owner: str
+    lease_id: str
+    expires: float
+    claims: int  # how many claims of the group took it (attempts grow by as many)
+
+
+def _plan_claims(
+    calls: Sequence[_Claim], rows: dict[str, tuple[Any, ...]], now: float
+) -> tuple[list[list[ClaimOutcome]], dict[str, _Grant]]:
+    """Apply the claim rule to a group's calls in order; the outcomes and the leases taken.
+
+    ``rows`` holds each key's locked receipt (``_ROW_COLUMNS``) and is updated as
+    leases are taken, so a later call of the group sees an earlier one's lease.
+    """
+    outcomes: list[list[ClaimOutcome]] = []
+    grants: dict[str, _Grant] = {}
+    for call in calls:
+        expires = now + call.ttl_s
+        mine: list[ClaimOutcome] = []
+        for req in call.requests:
+            row = rows.get(req.key)
+            outcome = decide_claim(req, row, now=now, lease_id=call.lease_id)
+            if outcome is None:
+                _, result, _, _, _, completed_at, batch_key = row or (None,) * 7
+                outcome = ClaimOutcome(
+                    req.key, ClaimStatus.CLAIMED, lease_expires_at=expires, batch_key=batch_key
+                )
+                earlier = grants[req.key].claims if req.key in grants else 0
+                grants[req.key] = _Grant(call.owner, call.lease_id, expires, earlier + 1)
+                rows[req.key] = (
+                    "running",
+                    result,
+                    call.owner,
+                    call.lease_id,
+                    expires,
+                    completed_at,
+                    batch_key,
+                )
+            mine.append(outcome)
+        outcomes.append(mine)
+    return outcomes, grants
+
+
+class PostgresReceiptStore:
+    """Receipts in PostgreSQL, shared by every worker of a fleet.
+
+    Args:
+        db: the stores' database (opened, migrated); the caller closes it.
+        clock: seconds since the epoch for leases and completions; default: the
+            database server's clock.
+    """
+
+    def __init__(self, db: PostgresDatabase, *, clock: Callable[[], float] | None = None) -> None:
+        self._db = db
+        self._clock = clock
+        self._claims: Coalescer[_Claim, list[ClaimOutcome]] = Coalescer(self._claim_group)
+        self._settlements: Coalescer[_Settlement, bool] = Coalescer(self._settle_group)
+
+    def _now(self) -> float | None:
+        return None if self._clock is None else self._clock()
+
+    # ------------------------------------------------------------------ claims
+
+    async def claim(
+        self, requests: Sequence[ClaimRequest], *, owner: str, lease_id: str, ttl_s: float
+    ) -> list[ClaimOutcome]:
+        if not requests:
+            return []
+        return await self._claims.submit(_Claim(list(requests), owner, lease_id, ttl_s))
+
+    async def _claim_group(self, calls: list[_Claim]) -> list[list[ClaimOutcome]]:
+        tools = {req.key: req.tool_id for call in calls for req in call.requests}
+        keys = sorted(tools)
+        now_param = self._now()
+
+        async def tx(conn: psycopg.AsyncConnection[Any]) -> list[list[ClaimOutcome]]:
+            params = {"keys": keys, "tools": [tools[k] for k in keys], "now": now_param}
+            await conn.execute(_INSERT_MISSING, params)
+            cur = await conn.execute(_LOCK_FOR_CLAIM, params)
+            found = await cur.fetchall()
+            now = float(found[0][-1])
+            rows: dict[str, tuple[Any, ...]] = {row[0]: tuple(row[1:-1]) for row in found}
+            outcomes, grants = _plan_claims(calls, rows, now)
+            if grants:
+                granted = sorted(grants)
+                await conn.execute(
+                    _GRANT,
+                    {
+                        "keys": granted,
+                        "owners": [grants[k].owner for k in granted],
+                        "leases": [grants[k].lease_id for k in granted],
+                        "expires": [grants[k].expires for k in granted],
+                        "claims": [grants[k].claims for k in granted],
+                    },
+                )
+            return outcomes
+
+        # BEGIN, the insert and the locking select go in one round trip, the grant
+        # and COMMIT in another.
+        return await self._db.transaction(tx, pipeline=True)
+
+    async def renew(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
+        if not keys:
+            return []
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                _RENEW, {"keys": list(keys), "lease": lease_id, "ttl": ttl_s, "now": self._now()}
+            )
+            renewed = {row[0] for row in await cur.fetchall()}
+        return [key in renewed for key in keys]
+
+    async def release(self, keys: Sequence[str], *, lease_id: str) -> None:
+        if not keys:
+            return
+        async with self._db.connection() as conn:
+            await conn.execute(
+                "UPDATE playline_receipts SET lease_expires_at = 0"
+                " WHERE key = ANY(%s::text[]) AND lease_id = %s AND status = 'running'",
+                [sorted(keys), lease_id],
+            )
+
+    # ------------------------------------------------------------------ settlements
+
+    async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
+        return await self._settlements.submit(
+            _Settlement(key, lease_id, "completed", canonical_json(result), None, credits)
+        )
+
+    async def fail(self, key: str, *, lease_id: str, error: str) -> bool:
+        return await self._settlements.submit(
+            _Settlement(key, lease_id, "failed", None, error[:2000], 0.0)
+        )
+
+    async def _settle_group(self, group: list[_Settlement]) -> list[bool]:
+        # One settlement per key in a statement; a repeat (never seen in practice:
+        # a lease settles its key once) would find the receipt settled: False.
+        firsts: dict[str, int] = {}
+        for index, item in enumerate(group):
+            firsts.setdefault(item.key, index)
+        chosen = [group[i] for i in sorted(firsts.values())]
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                _SETTLE,
+                {
+                    "keys": [s.key for s in chosen],
+                    "leases": [s.lease_id for s in chosen],
+                    "statuses": [s.status for s in chosen],
+                    "results": [s.result for s in chosen],
+                    "errors": [s.error for s in chosen],
+                    "credits": [float(s.credits) for s in chosen],
+                    "now": self._now(),
+                },
+            )
+            settled = {int(row[0]) - 1 for row in await cur.fetchall()}
+        done = {chosen[i].key for i in settled}
+        return [item.key in done and firsts[item.key] == index for index, item in enumerate(group)]
+
+    # ------------------------------------------------------------------ reads
+
+    async def get(self, keys: Sequence[str]) -> dict[str, Receipt]:
+        if not keys:
+            return {}
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT key, tool_id, status, result, error, owner, lease_id, lease_expires_at,"
+                " completed_at, attempts, credits FROM playline_receipts"
+                " WHERE key = ANY(%s::text[])",
+                [list(keys)],
+            )
+            rows = await cur.fetchall()
+        return {
+            row[0]: Receipt(
+                key=row[0],
+                tool_id=row[1],
+                status=row[2],
+                result=json.loads(row[3]) if row[3] is not None else None,
+                error=row[4],
+                owner=row[5],
+                lease_id=row[6],
+                lease_expires_at=row[7],
+                completed_at=row[8],
+                attempts=row[9],
+                credits=row[10],
+            )
+            for row in rows
+        }
+
+    # ------------------------------------------------------------------ bulk endpoints
+
+    async def open_batch(
+        self,
+        agg_key: str,
+        *,
+        tool_id: str,
+        member_keys: Sequence[str],
+        request: dict[str, Any],
+        owner: str,
+        lease_id: str,
+        ttl_s: float,
+    ) -> bool:
+        document = canonical_json({"members": list(member_keys), "request": request})
+        members = sorted(set(member_keys))
+
+        async def tx(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(
+                "WITH locked AS (SELECT key FROM playline_receipts WHERE key = ANY(%(keys)s)"
+                " ORDER BY key FOR UPDATE)"
+                " UPDATE playline_receipts SET batch_key = %(agg)s"
+                " WHERE key IN (SELECT key FROM locked) AND lease_id = %(lease)s"
+                " AND status = 'running'",
+                {"keys": members, "agg": agg_key, "lease": lease_id},
+            )
+            if cur.rowcount != len(members):
+                raise _Rollback
+            await conn.execute(
+                "INSERT INTO playline_receipts (key, tool_id, status, owner, lease_id,"
+                " lease_expires_at, created_at, attempts, request)"
+                " VALUES (%(agg)s, %(tool)s, 'running', %(owner)s, %(lease)s,"
+                " " + _NOW + " + %(ttl)s, " + _NOW + ", 1, %(doc)s)"
+                " ON CONFLICT (key) DO UPDATE SET status = 'running', owner = EXCLUDED.owner,"
+                " lease_id = EXCLUDED.lease_id, lease_expires_at = EXCLUDED.lease_expires_at,"
+                " request = EXCLUDED.request, attempts = playline_receipts.attempts + 1",
+                {
+                    "agg": agg_key,
+                    "tool": f"{tool_id}#batch",
+                    "owner": owner,
+                    "lease": lease_id,
+                    "ttl": ttl_s,
+                    "doc": document,
+                    "now": self._now(),
+                },
+            )
+            return True
+
+        try:
+            return await self._db.transaction(tx)
+        except _Rollback:
+            return False
+
+    async def claim_batch(
+        self, agg_key: str, *, owner: str, lease_id: str, ttl_s: float
+    ) -> BatchClaim:
+        async def tx(conn: psycopg.AsyncConnection[Any]) -> BatchClaim:
+            cur = await conn.execute(
+                "SELECT status, lease_id, lease_expires_at, request, " + _NOW + ""
+                " FROM playline_receipts WHERE key = %(agg)s FOR UPDATE",
+                {"agg": agg_key, "now": self._now()},
+            )
+            row = await cur.fetchone()
+            if row is None or row[3] is None:
+                raise LookupError(f"batch {agg_key} has no stored request")
+            document = json.loads(row[3])
+            members: list[str] = document["members"]
+            now = float(row[4])
+            if row[0] == "completed":
+                return BatchClaim(ClaimStatus.HIT, members, document["request"])
+            if row[1] != lease_id and (row[2] or 0) > now:
+                return BatchClaim(ClaimStatus.HELD, members, document["request"])
+            params = {"agg": agg_key, "owner": owner, "lease": lease_id, "expires": now + ttl_s}
+            await conn.execute(
+                "UPDATE playline_receipts SET status = 'running', owner = %(owner)s,"
+                " lease_id = %(lease)s, lease_expires_at = %(expires)s,"
+                " attempts = attempts + 1 WHERE key = %(agg)s",
+                params,
+            )
+            await conn.execute(
+                "WITH locked AS (SELECT key FROM playline_receipts WHERE batch_key = %(agg)s"
+                " ORDER BY key FOR UPDATE)"
+                " UPDATE playline_receipts SET status = 'running', owner = %(owner)s,"
+                " lease_id = %(lease)s, lease_expires_at = %(expires)s"
+                " WHERE key IN (SELECT key FROM locked) AND status <> 'completed'",
+                params,
+            )
+            return BatchClaim(ClaimStatus.CLAIMED, members, document["request"])
+
+        return await self._db.transaction(tx)
+
+    async def complete_batch(
+        self,
+        agg_key: str,
+        *,
+        lease_id: str,
+        results: dict[str, Any],
+        credits_per_member: float,
+    ) -> bool:
+        keys = sorted(results)
+
+        async def tx(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(
+                "UPDATE playline_receipts SET status = 'completed', completed_at = " + _NOW + ","
+                " lease_id = NULL, lease_expires_at = NULL, error = NULL, result = %(result)s,"
+                " credits = credits + %(credits)s"
+                " WHERE key = %(agg)s AND lease_id = %(lease)s AND status = 'running'",
+                {
+                    "agg": agg_key,
+                    "lease": lease_id,
+                    "result": canonical_json({"members": len(results)}),
+                    "credits": credits_per_member * len(results),
+                    "now": self._now(),
+                },
+            )
+            if cur.rowcount != 1:
+                raise _Rollback
+            await conn.execute(
+                "WITH v AS (SELECT * FROM unnest(%(keys)s::text[], %(results)s::text[])"
+                " AS v(key, result)),"
+                " locked AS (SELECT key FROM playline_receipts WHERE key IN (SELECT key FROM v)"
+                " ORDER BY key FOR UPDATE)"
+                " UPDATE playline_receipts AS r SET status = 'completed', result = v.result,"
+                " error = NULL, completed_at = " + _NOW + ", lease_id = NULL,"
+                " lease_expires_at = NULL, credits = r.credits + %(credits)s"
+                " FROM v WHERE r.key = v.key AND r.batch_key = %(agg)s"
+                " AND r.key IN (SELECT key FROM locked)",
+                {
+                    "keys": keys,
+                    "results": [canonical_json(results[k]) for k in keys],
+                    "credits": credits_per_member,
+                    "agg": agg_key,
+                    "now": self._now(),
+                },
+            )
+            return True
+
+        try:
+            return await self._db.transaction(tx)
+        except _Rollback:
+            return False
+
+    async def fail_batch(
+        self, agg_key: str, *, lease_id: str, error: str, release_members: bool
+    ) -> None:
+        release = ", batch_key = NULL" if release_members else ""
+
+        async def tx(conn: psycopg.AsyncConnection[Any]) -> None:
+            cur = await conn.execute(
+                "UPDATE playline_receipts SET status = 'failed', error = %(error)s,"
+                " lease_id = NULL, lease_expires_at = NULL"
+                " WHERE key = %(agg)s AND lease_id = %(lease)s AND status = 'running'",
+                {"agg": agg_key, "lease": lease_id, "error": error[:2000]},
+            )
+            if cur.rowcount != 1:
+                return
+            await conn.execute(
+                "WITH locked AS (SELECT key FROM playline_receipts WHERE batch_key = %(agg)s"
+                " ORDER BY key FOR UPDATE)"
+                " UPDATE playline_receipts SET status = 'failed', error = %(error)s,"
+                " lease_id = NULL, lease_expires_at = NULL" + release + ""
+                " WHERE key IN (SELECT key FROM locked) AND status <> 'completed'",
+                {"agg": agg_key, "error": error[:2000]},
+            )
+
+        await self._db.transaction(tx)
+
+    async def close(self) -> None:
+        """Wait for queued claims and settlements; the database is closed by its owner."""
+        await self._claims.drain()
+        await self._settlements.drain()
+
+
+class _Rollback(Exception):
+    """Raised inside a transaction to undo it and report ``False``."""

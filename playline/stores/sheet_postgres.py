@@ -1,0 +1,320 @@
+"""``PostgresSheetStore``: sources, sheet rows and run manifests in PostgreSQL.
+
+See :mod:`playline.stores.sheet` for the contract. The shapes that matter for a
+fleet and a million rows:
+
+* a source is loaded with one ``COPY`` fed page by page from its iterator (the
+  pages are pulled on a thread, so a file being parsed never blocks the loop);
+* a run is admitted by SQL: the row keys are computed in Python page by page
+  (:func:`~playline.stores.sheet.row_key_of`, one rule for every backend), copied
+  into a temporary table, and dedup, ``net_new`` and the manifest are
+  ``INSERT ... SELECT`` statements;
+* a chunk's rows are one ``SELECT``, its results one statement whatever the
+  number of rows (cells merge into the row's jsonb with ``||``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
+from typing import Any
+
+import psycopg
+
+from playline.contract import RunMode
+from playline.errors import InvalidPlayInput
+from playline.stores.postgres_db import PostgresDatabase
+from playline.stores.sheet import (
+    PAGE_ROWS,
+    RowResult,
+    RunInfo,
+    RunRow,
+    missing_key_fields,
+    row_key_of,
+    run_columns,
+)
+
+__all__ = ["PostgresSheetStore"]
+
+_NOW = "COALESCE(%(now)s::float8, extract(epoch FROM statement_timestamp()))"
+
+_WRITE_RESULTS = (
+    "WITH u AS (SELECT dataset FROM playline_runs WHERE run_ref = %(run)s),"
+    " v AS (SELECT * FROM unnest(%(seqs)s::int[], %(keys)s::text[], %(cells)s::jsonb[],"
+    " %(statuses)s::text[], %(errors)s::text[]) AS v(seq, row_key, cells, status, error)),"
+    " merged AS (UPDATE playline_sheet_rows AS s SET data = s.data || v.cells,"
+    " updated_at = " + _NOW + " FROM v, u"
+    " WHERE s.dataset = u.dataset AND s.row_key = v.row_key AND v.cells <> '{}'::jsonb"
+    " RETURNING 1),"
+    " marked AS (UPDATE playline_run_rows AS r SET status = v.status, error = v.error"
+    " FROM v, u WHERE r.run_ref = %(run)s AND r.seq = v.seq RETURNING 1)"
+    " SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM merged),"
+    " (SELECT count(*) FROM marked)"
+)
+
+
+class PostgresSheetStore:
+    """Sheet rows in PostgreSQL, shared by every worker and client of a fleet.
+
+    Args:
+        db: the stores' database (opened, migrated); the caller closes it.
+        clock: seconds since the epoch for timestamps; default: the server's clock.
+    """
+
+    def __init__(self, db: PostgresDatabase, *, clock: Callable[[], float] | None = None) -> None:
+        self._db = db
+        self._clock = clock
+
+    def _now(self) -> float | None:
+        return None if self._clock is None else self._clock()
+
+    async def put_source(
+        self, dataset_id: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
+    ) -> int:
+        names = list(columns)
+
+        async def tx(conn: psycopg.AsyncConnection[Any]) -> int:
+            # Two workers loading the same file take turns; the second finds it stored.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('playline:source:' || %s))", [dataset_id]
+            )
+            cur = await conn.execute(
+                "SELECT count FROM playline_sources WHERE dataset_id = %s", [dataset_id]
+            )
+            existing = await cur.fetchone()
+            if existing is not None:
+                return int(existing[0])
+            stream = iter(rows)
+            count = 0
+            async with conn.cursor().copy(
+                "COPY playline_source_rows (dataset_id, pos, data) FROM STDIN"
+            ) as copy:
+                while page := await asyncio.to_thread(_next_page, stream):
+                    for values in page:
+                        data = json.dumps(dict(zip(names, values, strict=True)))
+                        await copy.write_row((dataset_id, count, data))
+                        count += 1
+            await conn.execute(
+                "INSERT INTO playline_sources (dataset_id, columns, count, created_at)"
+                " VALUES (%(id)s, %(columns)s, %(count)s, " + _NOW + ")",
+                {
+                    "id": dataset_id,
+                    "columns": json.dumps(names),
+                    "count": count,
+                    "now": self._now(),
+                },
+            )
+            return count
+
+        return await self._db.transaction(tx)
+
+    async def source(self, dataset_id: str) -> tuple[list[str], int] | None:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT columns, count FROM playline_sources WHERE dataset_id = %s", [dataset_id]
+            )
+            row = await cur.fetchone()
+        return None if row is None else (list(row[0]), int(row[1]))
+
+    async def prepare_run(
+        self,
+        run_ref: str,
+        *,
+        source_id: str,
+        dataset: str,
+        key_fields: Sequence[str],
+        mode: RunMode,
+        computed_columns: Sequence[str],
+    ) -> RunInfo:
+        fields = list(key_fields)
+
+        async def tx(conn: psycopg.AsyncConnection[Any]) -> RunInfo:
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('playline:run:' || %s))", [run_ref]
+            )
+            existing = await _read_run_info(conn, run_ref)
+            if existing is not None:
+                return existing  # idempotent: a retried activity sees the same manifest
+            cur = await conn.execute(
+                "SELECT columns, count FROM playline_sources WHERE dataset_id = %s", [source_id]
+            )
+            src = await cur.fetchone()
+            if src is None:
+                raise InvalidPlayInput(f"dataset {source_id!r} does not exist in the sheet store")
+            source_columns: list[str] = list(src[0])
+            missing_key_fields(source_id, source_columns, fields)
+            await _stage_keys(conn, source_id, fields)
+            await conn.execute(
+                "CREATE TEMP TABLE picked ON COMMIT DROP AS"
+                " SELECT (row_number() OVER (ORDER BY pos) - 1)::int AS seq, pos, row_key FROM"
+                " (SELECT min(pos) AS pos, row_key FROM staged_keys GROUP BY row_key) AS f"
+                " WHERE %(mode)s = 'upsert' OR NOT EXISTS (SELECT 1 FROM playline_sheet_rows s"
+                " WHERE s.dataset = %(dataset)s AND s.row_key = f.row_key)",
+                {"mode": mode, "dataset": dataset},
+            )
+            cur = await conn.execute(
+                "SELECT (SELECT count(*) FROM staged_keys),"
+                " (SELECT count(DISTINCT row_key) FROM staged_keys), (SELECT count(*) FROM picked)"
+            )
+            counts = await cur.fetchone()
+            assert counts is not None
+            staged, distinct, admitted = (int(n) for n in counts)
+            await conn.execute(
+                "INSERT INTO playline_run_rows (run_ref, seq, row_key, status)"
+                " SELECT %s, seq, row_key, 'pending' FROM picked",
+                [run_ref],
+            )
+            await conn.execute(
+                "INSERT INTO playline_sheet_rows AS t (dataset, row_key, data, first_run,"
+                " updated_at)"
+                " SELECT %(dataset)s, p.row_key, s.data, %(run)s, " + _NOW + " FROM picked p"
+                " JOIN playline_source_rows s ON s.dataset_id = %(source)s AND s.pos = p.pos"
+                " ON CONFLICT (dataset, row_key) DO UPDATE SET data = t.data || EXCLUDED.data,"
+                " updated_at = EXCLUDED.updated_at",
+                {"dataset": dataset, "run": run_ref, "source": source_id, "now": self._now()},
+            )
+            await conn.execute(
+                "INSERT INTO playline_runs (run_ref, dataset, source_id, mode, total, admitted,"
+                " duplicates, seen_before, columns, created_at) VALUES (%(run)s, %(dataset)s,"
+                " %(source)s, %(mode)s, %(total)s, %(admitted)s, %(duplicates)s, %(seen)s,"
+                " %(columns)s, " + _NOW + ")",
+                {
+                    "run": run_ref,
+                    "dataset": dataset,
+                    "source": source_id,
+                    "mode": mode,
+                    "total": int(src[1]),
+                    "admitted": admitted,
+                    "duplicates": staged - distinct,
+                    "seen": distinct - admitted,
+                    "columns": json.dumps(run_columns(source_columns, computed_columns)),
+                    "now": self._now(),
+                },
+            )
+            info = await _read_run_info(conn, run_ref)
+            assert info is not None
+            return info
+
+        return await self._db.transaction(tx)
+
+    async def run_info(self, run_ref: str) -> RunInfo | None:
+        async with self._db.connection() as conn:
+            return await _read_run_info(conn, run_ref)
+
+    async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT r.seq, r.row_key, s.data, r.status, r.error FROM playline_run_rows r"
+                " JOIN playline_runs u ON u.run_ref = r.run_ref"
+                " JOIN playline_sheet_rows s ON s.dataset = u.dataset AND s.row_key = r.row_key"
+                " WHERE r.run_ref = %s AND r.seq >= %s AND r.seq < %s ORDER BY r.seq",
+                [run_ref, start, end],
+            )
+            rows = await cur.fetchall()
+        return [RunRow(seq, key, data, status, err) for seq, key, data, status, err in rows]
+
+    async def write_results(self, run_ref: str, results: Sequence[RowResult]) -> None:
+        if not results:
+            return
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                _WRITE_RESULTS,
+                {
+                    "run": run_ref,
+                    "seqs": [r.seq for r in results],
+                    "keys": [r.row_key for r in results],
+                    "cells": [json.dumps(r.cells) for r in results],
+                    "statuses": [r.status for r in results],
+                    "errors": [r.error for r in results],
+                    "now": self._now(),
+                },
+            )
+            found = await cur.fetchone()
+        if found is None or not found[0]:
+            raise InvalidPlayInput(f"run {run_ref!r} has no manifest")
+
+    async def run_counts(self, run_ref: str) -> dict[str, int]:
+        counts = {"pending": 0, "ok": 0, "error": 0}
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT status, count(*) FROM playline_run_rows WHERE run_ref = %s GROUP BY status",
+                [run_ref],
+            )
+            for status, n in await cur.fetchall():
+                counts[status] = int(n)
+        return counts
+
+    async def read_source_rows(
+        self, dataset_id: str, offset: int, limit: int
+    ) -> list[dict[str, Any]]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT data FROM playline_source_rows WHERE dataset_id = %s AND pos >= %s"
+                " ORDER BY pos LIMIT %s",
+                [dataset_id, offset, limit],
+            )
+            return [row[0] for row in await cur.fetchall()]
+
+    async def close(self) -> None:
+        """Nothing of its own to close; the database is closed by its owner."""
+
+
+def _next_page(stream: Iterator[Sequence[str]]) -> list[Sequence[str]]:
+    return list(islice(stream, PAGE_ROWS))
+
+
+async def _stage_keys(
+    conn: psycopg.AsyncConnection[Any], source_id: str, key_fields: list[str]
+) -> None:
+    """``staged_keys``: every source position with its row key, page by page."""
+    await conn.execute(
+        "CREATE TEMP TABLE staged_keys (pos integer PRIMARY KEY, row_key text NOT NULL)"
+        " ON COMMIT DROP"
+    )
+    if not key_fields:
+        await conn.execute(
+            "INSERT INTO staged_keys SELECT pos, '#' || pos FROM playline_source_rows"
+            " WHERE dataset_id = %s",
+            [source_id],
+        )
+    else:
+        after = -1
+        while True:
+            cur = await conn.execute(
+                "SELECT pos, ARRAY(SELECT data ->> f FROM unnest(%(fields)s::text[])"
+                " WITH ORDINALITY AS k(f, i) ORDER BY i)"
+                " FROM playline_source_rows WHERE dataset_id = %(source)s AND pos > %(after)s"
+                " ORDER BY pos LIMIT %(limit)s",
+                {"fields": key_fields, "source": source_id, "after": after, "limit": PAGE_ROWS},
+            )
+            page = await cur.fetchall()
+            if not page:
+                break
+            async with conn.cursor().copy("COPY staged_keys (pos, row_key) FROM STDIN") as copy:
+                for pos, values in page:
+                    row = dict(zip(key_fields, values, strict=True))
+                    await copy.write_row((pos, row_key_of(row, key_fields, pos)))
+            after = page[-1][0]
+    await conn.execute("ANALYZE staged_keys")
+
+
+async def _read_run_info(conn: psycopg.AsyncConnection[Any], run_ref: str) -> RunInfo | None:
+    cur = await conn.execute(
+        "SELECT run_ref, dataset, total, admitted, duplicates, seen_before, columns"
+        " FROM playline_runs WHERE run_ref = %s",
+        [run_ref],
+    )
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    return RunInfo(
+        run_ref=row[0],
+        dataset=row[1],
+        total=int(row[2]),
+        admitted=int(row[3]),
+        duplicates=int(row[4]),
+        seen_before=int(row[5]),
+        columns=list(row[6]),
+    )
