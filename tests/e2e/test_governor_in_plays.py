@@ -393,3 +393,61 @@ async def test_fixture_mode_bypasses_pacing_unless_enforced(
     # Paced, 20 calls at 4 rps with a burst of 1 take at least 19 / 4 = 4.75 s.
     assert enforced_s >= (rows - 1) / rps
     assert bypassed_s < 0.5 * (rows - 1) / rps
+
+
+# -- 6. fixture mode's dispatch width comes from the fixture path ---------------
+
+
+async def chunk_inputs(client: Any, workflow_id: str) -> list[dict[str, Any]]:
+    """The inputs of every chunk activity a play (and its child runs) scheduled."""
+    found: list[dict[str, Any]] = []
+    pending = [workflow_id]
+    while pending:
+        history = await client.get_workflow_handle(pending.pop()).fetch_history()
+        for event in history.events:
+            if event.HasField("child_workflow_execution_started_event_attributes"):
+                attrs = event.child_workflow_execution_started_event_attributes
+                pending.append(attrs.workflow_execution.workflow_id)
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                attrs = event.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == "playline.run_chunk":
+                    found.append(json.loads(attrs.input.payloads[0].data))
+    return found
+
+
+async def test_fixture_mode_width_comes_from_the_cpu_not_the_live_pacing(
+    client, provider, worker, task_queue, tmp_path
+) -> None:
+    rows = 60
+    data = {False: [lead(n) for n in range(rows)], True: [lead(500 + n) for n in range(rows)]}
+    fixtures = write_fixtures(tmp_path / "fixtures.jsonl", data[False] + data[True])
+    # Live pacing would give this provider a width of one row: 0.5 rps.
+    catalog = write_catalog(tmp_path, rps=0.5, burst=1, max_concurrency=2)
+    widths = {}
+    async with worker(catalog_path=str(catalog)):
+        for enforce in (False, True):
+            csv_path = write_csv(
+                tmp_path / f"w{enforce}.csv", data[enforce][: rows if not enforce else 3]
+            )
+            workflow_id = new_id("width")
+            options = RunOptions(
+                integration_mode="fixture",
+                fixtures=[str(fixtures)],
+                enforce_fixture_pacing=enforce,
+                chunk_size=30,
+            )
+            result = await run(
+                client,
+                "t_tool_column",
+                {"csv_path": str(csv_path), "dataset": f"w{enforce}"},
+                task_queue=task_queue,
+                options=options,
+                workflow_id=workflow_id,
+            )
+            assert result.datasets[0].stats.rows_failed == 0
+            widths[enforce] = {
+                c["row_concurrency"] for c in await chunk_inputs(client, workflow_id)
+            }
+    assert widths[False] == {30}  # every row of a chunk at once: the fixture path's width
+    assert widths[True] == {1}  # enforced pacing keeps production parity: the live width
+    assert provider.ledger()["received"] == 0
