@@ -260,7 +260,7 @@ async def drop_fleet_tables(dsn: str, prefix: str) -> None:
     from psycopg import sql
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        for table in ("pacing", "limits"):
+        for table in ("pacing", "limits", "windows"):
             await conn.execute(
                 sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(prefix + table))
             )

@@ -47,6 +47,10 @@ class FleetFollower(Protocol):
         rps: float | None = None,
         max_concurrency: int | None = None,
         burst: int | None = None,
+        per_minute: int | None = None,
+        per_hour: int | None = None,
+        per_day: int | None = None,
+        min_rps: float | None = None,
     ) -> None: ...
 
     def adopt_rate(self, key: str, rps: float) -> bool: ...
@@ -69,8 +73,8 @@ class FleetSync:
         self._governor = governor
         self._refresh_s = refresh_s
         self._view: dict[str, FleetKeyState] = {}
-        #: per key, the (rps, burst, max_concurrency) last applied from the limits table
-        self._limits_applied: dict[str, tuple[float, int, int]] = {}
+        #: per key, the limits last applied from the limits table
+        self._limits_applied: dict[str, dict[str, float | int]] = {}
         #: per key, the (epoch, rps) of the shared adapted rate last seen or written
         self._seen: dict[str, tuple[int, float]] = {}
         self._batchers: dict[str, _TicketBatcher] = {}
@@ -81,7 +85,18 @@ class FleetSync:
     # ------------------------------------------------------------------ tickets
 
     async def wait_for_tickets(self, keys: Sequence[str]) -> None:
-        """Take one fleet ticket per key and sleep until the last of them is due."""
+        """Take one fleet ticket per key and sleep until the last of them is due.
+
+        A key with quota windows first gets a slot in every fleet-wide window
+        (waiting while one is full), then its rate ticket.
+        """
+        for key in keys:
+            windows = self._governor.policy(key).windows()
+            while windows:
+                wait = await self._store.take_window_slot(key, windows)
+                if wait <= 0:
+                    break
+                await asyncio.sleep(min(wait, 60.0))
         loop = asyncio.get_running_loop()
         due = loop.time()
         for key in keys:
@@ -131,18 +146,13 @@ class FleetSync:
         """Apply the fleet's limits, then its shared adapted rate, to one key."""
         limits = view.limits
         if limits is not None:
-            wanted = (limits.rps, limits.burst, limits.max_concurrency)
+            wanted = limits.given()
             if wanted != self._limits_applied.get(key):
                 self._limits_applied[key] = wanted
-                policy = self._governor.policy(key)
-                if wanted != (policy.rps, policy.burst, policy.max_concurrency):
-                    log.info("pacing key %s: applying fleet limits", key)
-                    self._governor.set_limit(
-                        key,
-                        rps=limits.rps,
-                        burst=limits.burst,
-                        max_concurrency=limits.max_concurrency,
-                    )
+                policy = self._governor.policy(key).model_dump()
+                if any(policy.get(name) != value for name, value in wanted.items()):
+                    log.info("pacing key %s: applying fleet limits %s", key, wanted)
+                    self._governor.set_limit(key, **wanted)  # type: ignore[arg-type]
         if view.rate is not None:
             self._adopt(key, view.rate)
 

@@ -104,7 +104,7 @@ async def fleet_prefix() -> AsyncIterator[str]:
     try:
         yield prefix
     finally:
-        for table in ("pacing", "limits"):
+        for table in ("pacing", "limits", "windows"):
             await conn.execute(
                 psycopg.sql.SQL("DROP TABLE IF EXISTS {}").format(
                     psycopg.sql.Identifier(prefix + table)
