@@ -6,10 +6,12 @@ The catalog's ``rps`` is a *ceiling*; the provider's real limit may be lower and
 is learnt from evidence:
 
 * a **429** is an upper bound: the provider would not take the rate that was
-  being sent. The rate is cut to ``cut_fraction`` of the rate the provider
-  *admitted* over the last ``measure_s`` (what really got through, read from the
-  :class:`~playline.pacing.measure.DispatchLog`), not of the rate attempted;
-  when too little was sent to measure, it is halved instead. Only the first
+  being sent (the rate in force, or what was really sent if less). The rate
+  goes back to the lower bound when one is known; otherwise it is cut to
+  ``cut_fraction`` of the rate the provider *admitted* over the last
+  ``measure_s`` (what really got through, read from the
+  :class:`~playline.pacing.measure.DispatchLog`), not of the rate attempted,
+  and when too little was sent to measure that, it is halved. Only the first
   429 of a burst counts (see *epoch* below).
 * a **clean window** (``window_s`` without a 429, at least ``min_window_calls``
   accepted, the rate actually used) is a lower bound.
@@ -238,16 +240,13 @@ class RateSearch:
                 self.noise += 1
                 return RateLimitOutcome.NOISE
             self.lower = lower = None  # a proven rate failed twice: the limit moved down
-        bound = (
-            attempted if admitted is None or (lower is not None and admitted < lower) else admitted
-        )
-        self.upper = bound if self.upper is None else min(self.upper, bound)
-        if admitted is not None:
+        self.upper = attempted if self.upper is None else min(self.upper, attempted)
+        if lower is not None and lower < self.upper:
+            target = lower  # back to the proven rate; the search goes on between the bounds
+        elif admitted is not None:
             target = cfg.cut_fraction * admitted
         else:
             target = cfg.blind_cut_factor * self.rate
-        if lower is not None and lower < self.upper:
-            target = max(target, lower)
         self.rate = max(self.floor_rps, min(self.rate, target))
         self.cuts += 1
         self._hold_started = None
