@@ -41,13 +41,14 @@ def dispatch_width(pacer: Pacer, providers: list[str], options: RunOptions) -> W
     takes Little's law from the governor: rows call their columns' tools one
     after another, so keeping ``sum of the providers' suggested widths`` rows in
     flight keeps every provider busy without queueing a burst at the governor.
-    One extra chunk overlaps the next chunk's start with the previous chunk's tail.
+    Two extra chunks overlap the next chunks' start with the tails of chunks
+    held open by a straggler (a row waiting out a timeout or a retry).
     """
     if options.integration_mode == "fixture" and not options.enforce_fixture_pacing:
         return fixture_width(options)
     rows = sum(pacer.suggested_parallelism(p) for p in providers) or DEFAULT_ROW_WIDTH
     per_chunk = max(1, min(options.row_concurrency or rows, options.chunk_size))
-    chunks = options.max_chunks_in_flight or min(MAX_CHUNKS_IN_FLIGHT, -(-rows // per_chunk) + 1)
+    chunks = options.max_chunks_in_flight or min(MAX_CHUNKS_IN_FLIGHT, -(-rows // per_chunk) + 2)
     return Width(chunks_in_flight=max(1, chunks), row_concurrency=per_chunk)
 
 

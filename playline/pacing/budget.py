@@ -80,48 +80,51 @@ class _Reported:
     remaining: float
     reset_at: float
     window_s: float
-    seq: int
+    #: the provider named the window's length (IETF ``w``): its sustained rate is known
+    window_known: bool
 
 
 @dataclass(slots=True)
 class HeaderBudget:
     """The quota windows a provider reports in its responses, as a budget to spend.
 
-    Every dispatch gets a sequence number (:meth:`on_dispatch`). A report read
-    from the answer to call ``seq`` replaces older ones; calls dispatched after
-    ``seq`` are taken off its ``remaining`` (the provider may not have counted
-    them yet: erring low is the safe side), and every later dispatch takes one
-    more off until a newer report comes.
+    The newest answer's report wins. Calls dispatched so recently that the
+    provider cannot have counted them yet (``unseen``, the caller's estimate)
+    are taken off its ``remaining``, and every later dispatch takes one more
+    off, until a newer report comes.
+
+    The even-spend rate of a window is ``remaining / time to reset``; when the
+    provider also says how long the window is, never less than its sustained
+    rate ``limit / window`` (a sliding window refills continuously, and its reset
+    is often rounded up to whole seconds, so ``remaining / reset`` alone would
+    undershoot; the block at ``remaining < 1`` still prevents the 429).
     """
 
     horizon_s: float = EVEN_SPEND_HORIZON_S
     _windows: dict[str, _Reported] = field(default_factory=dict, init=False)
-    _dispatched: int = field(default=0, init=False)
 
     @property
     def reporting(self) -> bool:
         """Whether the provider has reported any window."""
         return bool(self._windows)
 
-    def on_dispatch(self, now: float) -> int:
-        """Account one dispatch; returns its sequence number (for :meth:`observe`)."""
-        seq = self._dispatched
-        self._dispatched += 1
+    def on_dispatch(self, now: float) -> None:
+        """Account one dispatch against every reported window that has not reset."""
         for window in self._windows.values():
             if now < window.reset_at:
                 window.remaining -= 1
-        return seq
 
-    def observe(self, report: RateLimitReport, now: float, seq: int) -> None:
-        """Read a report from the answer to the call with sequence number ``seq``."""
-        later = self._dispatched - seq - 1
+    def observe(self, report: RateLimitReport, now: float, unseen: int = 0) -> None:
+        """Read a report from an answer received at ``now``."""
         for quota in report.quotas:
             known = self._windows.get(quota.name)
-            if known is not None and known.seq > seq:
-                continue  # a newer call already told us more
             window = quota.window_s or max(known.window_s if known else 0.0, quota.reset_s)
             self._windows[quota.name] = _Reported(
-                quota.limit, quota.remaining - later, now + quota.reset_s, window, seq
+                quota.limit,
+                quota.remaining - unseen,
+                now + quota.reset_s,
+                window,
+                quota.window_s is not None,
             )
 
     def blocked_until(self, now: float) -> float | None:
@@ -130,17 +133,23 @@ class HeaderBudget:
         return max(spent) if spent else None
 
     def rate(self, now: float) -> float | None:
-        """The rate that spends every short window evenly until its reset (``None``: no limit)."""
+        """The rate that spends every short window evenly (``None``: no limit from them)."""
         rates = []
         for window in self._windows.values():
             if window.window_s > self.horizon_s:
                 continue
+            sustained = None
+            if window.limit is not None and window.window_s > 0:
+                sustained = window.limit / window.window_s
             left = window.reset_at - now
             if left > 0:
                 if window.remaining >= 1:
-                    rates.append(window.remaining / left)
-            elif window.limit is not None and window.window_s > 0:
-                rates.append(window.limit / window.window_s)
+                    even = window.remaining / left
+                    if window.window_known and sustained is not None:
+                        even = max(even, sustained)
+                    rates.append(even)
+            elif sustained is not None:
+                rates.append(sustained)
         return min(rates) if rates else None
 
     def snapshot(self, now: float) -> dict[str, dict[str, float | None]]:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -223,32 +223,43 @@ class FleetPacer:
         return (await self.take_many(key, n, rps=rps, burst=burst))[-1]
 
     async def take_many(
-        self, key: str, n: int = 1, *, rps: float | None = None, burst: int | None = None
+        self,
+        key: str,
+        n: int = 1,
+        *,
+        rps: float | None = None,
+        burst: int | None = None,
+        margin: float = 1.0,
+        local_burst: Callable[[int], int] | None = None,
     ) -> tuple[float, ...]:
         """Reserve a block of ``n`` tickets in one statement; the delay of each, in order.
 
         Ticket ``i`` may be used ``delays[i]`` seconds after the statement
         ran. Delays count from the database's clock reading inside the
         statement, so using them from when the answer arrives only errs on the
-        slow side.
+        slow side. ``margin`` spaces tickets at ``rps x margin`` and
+        ``local_burst`` maps the row's burst to the tolerance used (the
+        governor keeps part of a provider's burst for jitter, fleet-wide too).
         """
         if n < 1:
             raise ValueError("n must be >= 1")
         await self._ensure_key(key, rps, burst)
-        row = await self._fetchone("tickets", self._q.take, {"key": key, "n": n})
+        params = {"key": key, "n": n, "margin": margin}
+        row = await self._fetchone("tickets", self._q.take, params)
         if row is None:  # the row vanished (tables reset): recreate it once
             self._known.discard(key)
             await self._ensure_key(key, rps, burst)
-            row = await self._fetchone("tickets", self._q.take, {"key": key, "n": n})
+            row = await self._fetchone("tickets", self._q.take, params)
             if row is None:
                 raise FleetPacingUnavailable(f"fleet pacing row for key {key!r} disappeared")
         tat, row_rps, paused_until, now = (float(row[i]) for i in (0, 1, 3, 4))
-        row_burst = int(row[2])
-        # The statement stored tat = start + n/rps with start = max(old tat, now,
-        # paused_until); re-running the same step from ``start`` yields each
-        # ticket's delay from the statement's own clock reading.
-        start = tat - n / row_rps
-        return gcra_take(start, now, row_rps, row_burst, n, paused_until=paused_until).delays
+        row_burst = int(row[2]) if local_burst is None else local_burst(int(row[2]))
+        # The statement stored tat = start + n/(rps x margin) with start = max(old
+        # tat, now, paused_until); re-running the same step from ``start`` yields
+        # each ticket's delay from the statement's own clock reading.
+        paced = row_rps * margin
+        start = tat - n / paced
+        return gcra_take(start, now, paced, row_burst, n, paused_until=paused_until).delays
 
     # ------------------------------------------------------------------ shared rate
 
@@ -548,7 +559,8 @@ class _Queries:
             # each ticket's delay from the very reading the step used.
             take=q(
                 "UPDATE {pacing} AS g SET (tat, last_now) = ("
-                "  SELECT GREATEST(g.tat, c.now, g.paused_until) + %(n)s / g.rps, c.now"
+                "  SELECT GREATEST(g.tat, c.now, g.paused_until) + %(n)s / (g.rps * %(margin)s),"
+                "  c.now"
                 "  FROM (SELECT {now} AS now) AS c)"
                 " WHERE g.key = %(key)s"
                 " RETURNING g.tat, g.rps, g.burst, g.paused_until, g.last_now"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from playline.pacing.fleet_store import FleetKeyState, FleetPacer, FleetRate
@@ -64,14 +64,26 @@ class FleetSync:
         governor: the governor to keep in step with the fleet.
         refresh_s: how often limits and the shared rate are read, at most 1 s
             so that a limit change applies within a second.
+        margin: tickets are spaced at the shared rate times this.
+        burst: maps the shared burst to the tolerance tickets use.
     """
 
-    def __init__(self, store: FleetPacer, governor: FleetFollower, *, refresh_s: float) -> None:
+    def __init__(
+        self,
+        store: FleetPacer,
+        governor: FleetFollower,
+        *,
+        refresh_s: float,
+        margin: float = 1.0,
+        burst: Callable[[int], int] | None = None,
+    ) -> None:
         if not 0 < refresh_s <= 1.0:
             raise ValueError("fleet_refresh_s must be in (0, 1]")
         self._store = store
         self._governor = governor
         self._refresh_s = refresh_s
+        self._margin = margin
+        self._burst = burst
         self._view: dict[str, FleetKeyState] = {}
         #: per key, the limits last applied from the limits table
         self._limits_applied: dict[str, dict[str, float | int]] = {}
@@ -102,7 +114,9 @@ class FleetSync:
         for key in keys:
             batcher = self._batchers.get(key)
             if batcher is None:
-                batcher = self._batchers[key] = _TicketBatcher(self._store, key, self._governor)
+                batcher = self._batchers[key] = _TicketBatcher(
+                    self._store, key, self._governor, self._margin, self._burst
+                )
             due = max(due, loop.time() + await batcher.ticket())
         delay = due - loop.time()
         if delay > 0:
@@ -236,10 +250,19 @@ class _TicketBatcher:
     cancelled before its block was fetched is left out of it.
     """
 
-    def __init__(self, store: FleetPacer, key: str, governor: FleetFollower) -> None:
+    def __init__(
+        self,
+        store: FleetPacer,
+        key: str,
+        governor: FleetFollower,
+        margin: float,
+        burst: Callable[[int], int] | None,
+    ) -> None:
         self._store = store
         self._key = key
         self._governor = governor
+        self._margin = margin
+        self._burst = burst
         self._pending: list[asyncio.Future[float]] = []
         self._drainer: asyncio.Task[None] | None = None
 
@@ -262,7 +285,12 @@ class _TicketBatcher:
                 policy = self._governor.policy(self._key)
                 try:
                     delays = await self._store.take_many(
-                        self._key, len(block), rps=policy.rps, burst=policy.burst
+                        self._key,
+                        len(block),
+                        rps=policy.rps,
+                        burst=policy.burst,
+                        margin=self._margin,
+                        local_burst=self._burst,
                     )
                 except Exception as err:
                     for fut in block:

@@ -83,7 +83,7 @@ LATENCY_PRIOR_S = 0.25
 PACING_MARGIN = 0.98
 #: Rows kept in flight beyond Little's law: a row also spends time on receipts
 #: and chunk turnover, and a row waiting at the governor costs only a lease.
-WIDTH_HEADROOM = 1.5
+WIDTH_HEADROOM = 2.0
 
 
 @dataclass(eq=False)
@@ -100,6 +100,8 @@ class _KeyState:
     latency: Ewma = field(default_factory=lambda: Ewma(prior=LATENCY_PRIOR_S))
     in_flight: int = 0
     waiting: int = 0
+    #: the quickest answer seen, seconds (a round trip with no queueing)
+    fastest: float = math.inf
     successes: int = 0
     failures: int = 0
     #: the concurrency a 429 came at, never seen to succeed (``None``: no such 429)
@@ -129,7 +131,6 @@ class _Ticket:
     """What a permit remembers of each key at dispatch."""
 
     epoch: int
-    seq: int
     concurrency: int
 
 
@@ -234,7 +235,13 @@ class Governor:
         if fleet is not None:
             from playline.pacing.fleet_sync import FleetSync
 
-            self._fleet = FleetSync(fleet, self, refresh_s=fleet_refresh_s)
+            self._fleet = FleetSync(
+                fleet,
+                self,
+                refresh_s=fleet_refresh_s,
+                margin=PACING_MARGIN,
+                burst=_local_burst,
+            )
 
     # ------------------------------------------------------------------ admission
 
@@ -309,9 +316,9 @@ class Governor:
             state.in_flight += 1
             for window in state.windows:
                 window.take(now)
-            state.search.on_dispatch(now)
-            seq = state.budget.on_dispatch(now)
-            tickets.append(_Ticket(state.search.epoch, seq, state.in_flight))
+            state.search.on_dispatch(now, backlogged=state.waiting > 0)
+            state.budget.on_dispatch(now)
+            tickets.append(_Ticket(state.search.epoch, state.in_flight))
         try:
             yield Permit(self, keys, tuple(tickets), now)
         finally:
@@ -396,9 +403,13 @@ class Governor:
         self, keys: Sequence[str], tickets: Sequence[_Ticket], report: RateLimitReport
     ) -> None:
         now = self._clock()
-        for key, ticket in zip(keys, tickets, strict=True):
+        for key in keys:
             state = self._state(key)
-            state.budget.observe(report, now, ticket.seq)
+            # Calls sent within half the quickest round trip may not have reached
+            # the provider when it wrote this report: count them as spent.
+            one_way = state.fastest / 2 if math.isfinite(state.fastest) else 0.0
+            unseen = state.search.log.sent_since(now - one_way)
+            state.budget.observe(report, now, unseen)
             self._sync_limiter(state)
 
     def _on_accepted(
@@ -413,6 +424,7 @@ class Governor:
             state = self._state(key)
             state.successes += 1
             state.latency.observe(latency_s)
+            state.fastest = min(state.fastest, latency_s)
             state.succeeded_at = max(state.succeeded_at, ticket.concurrency)
             grew = state.search.on_accepted(now, dispatched_at, ticket.epoch)
             self._widen_gate(state, now)
@@ -501,12 +513,13 @@ class Governor:
         """How many calls to keep in flight for ``key`` (Little's law, with headroom).
 
         ``ceil(rate in force x time in flight x WIDTH_HEADROOM)``, floored at 1,
-        capped by the key's concurrency gate and the global ceiling. The time
-        in flight averages every outcome, so timeouts widen it. Before any call
-        completed it is the prior ``LATENCY_PRIOR_S``.
+        capped by ``WIDTH_HEADROOM`` x the key's concurrency gate (calls queued at
+        the gate with their receipts claimed refill it the moment a slot frees)
+        and the global ceiling. The time in flight averages every outcome, so
+        timeouts widen it. Before any call completed it is ``LATENCY_PRIOR_S``.
         """
         state = self._state(key)
-        cap = min(state.gate.limit, self._global_ceiling)
+        cap = min(math.ceil(state.gate.limit * WIDTH_HEADROOM), self._global_ceiling)
         rate = state.rate_in_force(self._clock())
         return little_width(rate * WIDTH_HEADROOM, state.latency.value, cap=cap)
 

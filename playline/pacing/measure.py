@@ -82,10 +82,28 @@ class DispatchLog:
     keep_s: float = 10.0
     _sent: deque[float] = field(default_factory=deque, init=False)
     _accepted: deque[float] = field(default_factory=deque, init=False)
+    _backlogged: deque[float] = field(default_factory=deque, init=False)
 
-    def sent(self, dispatched_at: float) -> None:
+    def sent(self, dispatched_at: float, *, backlogged: bool = False) -> None:
+        """A dispatch; ``backlogged`` when other calls were still waiting behind it."""
         self._sent.append(dispatched_at)
         self._trim(self._sent, dispatched_at)
+        if backlogged:
+            self._backlogged.append(dispatched_at)
+            self._trim(self._backlogged, dispatched_at)
+
+    def backlogged(self, start: float, end: float) -> int:
+        """Dispatches in ``[start, end]`` that had calls waiting behind them."""
+        return sum(1 for t in self._backlogged if start <= t <= end)
+
+    def sent_since(self, start: float) -> int:
+        """Dispatches after ``start`` (the most recent ones)."""
+        count = 0
+        for t in reversed(self._sent):
+            if t <= start:
+                break
+            count += 1
+        return count
 
     def accepted(self, dispatched_at: float, now: float) -> None:
         self._accepted.append(dispatched_at)

@@ -23,7 +23,11 @@ is learnt from evidence:
 * a 429 at a rate already proven clean is first taken as **noise** (a busy
   event loop sends a clump; loopback jitter): the key pauses as the provider
   asks but the rate stands. A second one within ``noise_window_s`` means the
-  limit moved down: the lower bound is dropped and the rate cut.
+  limit moved down: the lower bound is dropped and the rate cut to
+  ``cut_fraction`` of it.
+* a window is **used** when calls went at ``busy_fraction`` of the rate, or
+  when at least half of them had others queued behind them (a worker whose
+  fleet shares the rate sends only its part, but its calls still queue).
 * a 429 whose ``Retry-After`` is at least ``long_pause_s`` means a window quota
   (a minute, an hour) ran out, not that the rate was too high: the rate becomes
   the calls admitted since the last such reset over the time until the next.
@@ -144,9 +148,9 @@ class RateSearch:
 
     # ------------------------------------------------------------------ evidence
 
-    def on_dispatch(self, now: float) -> None:
-        """A call was just dispatched."""
-        self.log.sent(now)
+    def on_dispatch(self, now: float, *, backlogged: bool = False) -> None:
+        """A call was just dispatched; ``backlogged`` when others were waiting behind it."""
+        self.log.sent(now, backlogged=backlogged)
         if self._quota_mark is None:
             self._quota_mark = now
         if self._epoch_started == -math.inf:
@@ -166,7 +170,10 @@ class RateSearch:
             return False
         start, self._window_start, self._window_calls = self._window_start, now, 0
         sent, _ = self.log.count(start, now)
-        if sent < cfg.busy_fraction * self.rate * (now - start):
+        backlogged = self.log.backlogged(start, now)
+        # The rate was used if it was sent at, or if calls queued for it (a fleet's
+        # share of a shared rate is less than the rate, but its calls still queue).
+        if sent < cfg.busy_fraction * self.rate * (now - start) and backlogged < sent / 2:
             return False  # the rate was not used: no evidence about the limit
         self.lower = self.rate if self.lower is None else max(self.lower, self.rate)
         return self._step_up(now)
@@ -239,7 +246,13 @@ class RateSearch:
                 self._noise_at = now
                 self.noise += 1
                 return RateLimitOutcome.NOISE
-            self.lower = lower = None  # a proven rate failed twice: the limit moved down
+            # A proven rate failed twice: the limit moved down (or the clumps are real).
+            self.upper = attempted if self.upper is None else min(self.upper, attempted)
+            self.lower = None
+            self.rate = max(self.floor_rps, min(self.rate, cfg.cut_fraction * lower))
+            self.cuts += 1
+            self._hold_started = None
+            return RateLimitOutcome.CUT
         self.upper = attempted if self.upper is None else min(self.upper, attempted)
         if lower is not None and lower < self.upper:
             target = lower  # back to the proven rate; the search goes on between the bounds

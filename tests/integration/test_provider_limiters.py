@@ -86,14 +86,15 @@ async def test_fixed_window_answers_with_an_http_date_and_x_ratelimit_headers(
         retry_after="date",
         rate_limit_headers="x-ratelimit",
     )
+    phase = time.time() % 2
+    if phase > 1.0:  # start early in a window, so no boundary falls inside the burst
+        await asyncio.sleep(2 - phase + 0.02)
     responses = await burst(client, 4)
-    if statuses(responses) != [200, 200, 200, 429]:  # a window boundary fell inside
-        responses = await burst(client, 4)
     assert statuses(responses) == [200, 200, 200, 429]
     assert [r.headers["X-RateLimit-Remaining"] for r in responses] == ["2", "1", "0", "0"]
     assert all(r.headers["X-RateLimit-Limit"] == "3" for r in responses)
     when = email.utils.parsedate_to_datetime(responses[-1].headers["Retry-After"])
-    assert 0 <= when.timestamp() - time.time() <= 2.5
+    assert 0 <= when.timestamp() - time.time() <= 3.1  # the rest of the window, in whole s
     report = parse_rate_limit(responses[0].headers, now_wall=time.time())
     assert report.quotas[0].remaining == 2 and 0 < report.quotas[0].reset_s <= 2
 

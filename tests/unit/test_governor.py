@@ -294,17 +294,17 @@ async def test_only_the_first_outcome_of_a_permit_counts() -> None:
 
 async def test_suggested_parallelism_follows_littles_law() -> None:
     gov = Governor({"acme": PacingPolicy(rps=20, burst=2, max_concurrency=8)}, global_ceiling=6)
-    assert gov.suggested_parallelism("acme") == 6  # prior: ceil(20 x 1.5 x 0.25), capped
+    assert gov.suggested_parallelism("acme") == 6  # prior: ceil(20 x 2 x 0.25), capped
     async with gov.permit(["acme"]) as permit:
         permit.record_success(0.1)
-    assert gov.suggested_parallelism("acme") == 3  # ceil(20 x 1.5 headroom x 0.1)
+    assert gov.suggested_parallelism("acme") == 4  # ceil(20 x 2 headroom x 0.1)
     gov.set_limit("acme", rps=0.5)
     assert gov.suggested_parallelism("acme") == 1  # floored at 1
     gov.set_limit("acme", rps=1000)
     assert gov.suggested_parallelism("acme") == 6  # capped by the global ceiling
-    gov.set_limit("acme", max_concurrency=3)
-    assert gov.suggested_parallelism("acme") == 3  # capped by max_concurrency
-    assert gov.snapshot()["acme"]["suggested_parallelism"] == 3
+    gov.set_limit("acme", max_concurrency=2)
+    assert gov.suggested_parallelism("acme") == 4  # capped at 2 x max_concurrency
+    assert gov.snapshot()["acme"]["suggested_parallelism"] == 4
 
 
 async def test_unknown_key_gets_the_default_policy() -> None:
@@ -333,7 +333,7 @@ async def test_a_governor_from_the_catalog_has_one_key_per_provider() -> None:
         }
     )
     gov = Governor(catalog.pacing_policies(), global_ceiling=32)
-    assert gov.suggested_parallelism("acme") == 3  # ceil(7 x 1.5 x 0.25), the cap
+    assert gov.suggested_parallelism("acme") == 4  # ceil(7 x 2 x 0.25)
     snap = gov.snapshot()
     assert snap["acme"]["rps"] == 7
     assert snap["acme"]["max_concurrency"] == 3

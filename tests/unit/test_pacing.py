@@ -146,8 +146,13 @@ def test_a_429_at_a_proven_rate_is_noise_once_then_the_limit_moved() -> None:
     assert s.rate == 60 and s.lower == 60 and s.pause_remaining(clock()) > 0
     clock.advance(1.0)
     run_for(s, clock, 2.0, 40)  # the provider now only takes 40
-    assert limited(s, clock) is RateLimitOutcome.CUT
+    assert limited(s, clock) is RateLimitOutcome.CUT  # twice: the limit moved down
     assert s.lower is None
+    assert s.rate == pytest.approx(0.9 * 60)  # a step below the rate it had proven
+    assert s.upper == pytest.approx(40, rel=0.05)
+    clock.advance(1.0)
+    run_for(s, clock, 2.0, 40)
+    limited(s, clock)  # now measured from what got through
     assert s.rate == pytest.approx(0.9 * 40, rel=0.05)
 
 

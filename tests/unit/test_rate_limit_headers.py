@@ -75,9 +75,8 @@ def test_window_cap_is_a_sliding_log() -> None:
 
 def test_header_budget_spends_evenly_and_blocks_when_spent() -> None:
     budget = HeaderBudget()
-    seqs = [budget.on_dispatch(0.0) for _ in range(3)]
-    # The answer to the first call says 10 left for 5 s; two more calls went out after it.
-    budget.observe(RateLimitReport((QuotaReport("", 100, 10, 5.0),)), 0.1, seqs[0])
+    # 10 left for 5 s; two calls sent since were probably not counted yet.
+    budget.observe(RateLimitReport((QuotaReport("", 100, 10, 5.0),)), 0.1, unseen=2)
     assert budget.rate(0.1) == pytest.approx(8 / 5.0)  # reset 5 s after the answer came
     for _ in range(8):
         budget.on_dispatch(1.0)
@@ -88,17 +87,25 @@ def test_header_budget_spends_evenly_and_blocks_when_spent() -> None:
     assert budget.blocked_until(6.0) is None
 
 
-def test_an_older_answer_does_not_overwrite_a_newer_report() -> None:
+def test_a_window_of_known_length_is_spent_at_least_at_its_sustained_rate() -> None:
+    """A sliding window's reset is rounded up to whole seconds: remaining / reset undershoots."""
     budget = HeaderBudget()
-    first, second = budget.on_dispatch(0.0), budget.on_dispatch(0.0)
-    budget.observe(RateLimitReport((QuotaReport("", 10, 4, 1.0),)), 0.1, second)
-    budget.observe(RateLimitReport((QuotaReport("", 10, 9, 1.0),)), 0.2, first)
-    assert budget.rate(0.1) == pytest.approx(4 / 1.0)
+    budget.observe(RateLimitReport((QuotaReport("s", 120, 3, 1.0, 2.0),)), 0.0)
+    assert budget.rate(0.0) == pytest.approx(60.0)  # 120 per 2 s, not 3 per 1 s
+    for _ in range(3):
+        budget.on_dispatch(0.01)
+    assert budget.blocked_until(0.01) == pytest.approx(1.0)  # but never past what is left
+
+
+def test_a_newer_report_replaces_the_older() -> None:
+    budget = HeaderBudget()
+    budget.observe(RateLimitReport((QuotaReport("", 10, 9, 1.0),)), 0.1)
+    budget.observe(RateLimitReport((QuotaReport("", 10, 4, 1.0),)), 0.2)
+    assert budget.rate(0.2) == pytest.approx(4 / 1.0)
 
 
 def test_a_long_quota_is_not_spread_but_still_blocks() -> None:
     budget = HeaderBudget()
-    seq = budget.on_dispatch(0.0)
-    budget.observe(RateLimitReport((QuotaReport("day", 600, 0, 40000.0, 86400.0),)), 0.0, seq)
+    budget.observe(RateLimitReport((QuotaReport("day", 600, 0, 40000.0, 86400.0),)), 0.0)
     assert budget.rate(0.0) is None
     assert budget.blocked_until(0.0) == 40000.0

@@ -33,5 +33,5 @@ def test_enforced_fixture_pacing_and_live_mode_take_the_governors_width() -> Non
     live = RunOptions(chunk_size=40)
     for options in (enforced, live):
         width = dispatch_width(SLOW, ["acme"], options)
-        assert width.row_concurrency == 1  # ceil(0.5 rps x 1.5 x 0.25 s)
-        assert width.chunks_in_flight == 2
+        assert width.row_concurrency == 1  # ceil(0.5 rps x 2 x 0.25 s)
+        assert width.chunks_in_flight == 3  # one for the rows, two for stragglers' tails
