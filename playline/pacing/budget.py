@@ -97,10 +97,15 @@ class HeaderBudget:
     provider also says how long the window is, never less than its sustained
     rate ``limit / window`` (a sliding window refills continuously, and its reset
     is often rounded up to whole seconds, so ``remaining / reset`` alone would
-    undershoot; the block at ``remaining < 1`` still prevents the 429).
+    undershoot), slowed in proportion once fewer than ``reserve`` calls are left
+    so the remainder rarely runs out between two reports; the block at
+    ``remaining < 1`` still prevents the 429.
     """
 
     horizon_s: float = EVEN_SPEND_HORIZON_S
+    #: below this many calls left, a window of known length is spent slower in
+    #: proportion, so that what is left rarely runs out between two reports
+    reserve: float = 4.0
     _windows: dict[str, _Reported] = field(default_factory=dict, init=False)
 
     @property
@@ -146,7 +151,8 @@ class HeaderBudget:
                 if window.remaining >= 1:
                     even = window.remaining / left
                     if window.window_known and sustained is not None:
-                        even = max(even, sustained)
+                        share = min(1.0, window.remaining / self.reserve)
+                        even = max(even, sustained * share)
                     rates.append(even)
             elif sustained is not None:
                 rates.append(sustained)

@@ -81,6 +81,8 @@ LATENCY_PRIOR_S = 0.25
 #: refills a little faster than it is spent, and absorbs the clumps a busy event
 #: loop and the network make of evenly spaced calls.
 PACING_MARGIN = 0.98
+#: How soon a key blocked by a reported quota looks again while answers are due.
+REPORT_RECHECK_S = 0.05
 #: Rows kept in flight beyond Little's law: a row also spends time on receipts
 #: and chunk turnover, and a row waiting at the governor costs only a lease.
 WIDTH_HEADROOM = 2.0
@@ -113,6 +115,15 @@ class _KeyState:
 
     def rate_in_force(self, now: float) -> float:
         rates = [self.search.rate]
+        rates.extend(w.even_rps for w in self.windows if w.even_rps is not None)
+        reported = self.budget.rate(now)
+        if reported is not None:
+            rates.append(reported)
+        return max(min(rates), 1e-6)
+
+    def pace_rate(self, now: float) -> float:
+        """The limiter's rate: the searched rate with the margin, the providers' as said."""
+        rates = [self.search.rate * PACING_MARGIN]
         rates.extend(w.even_rps for w in self.windows if w.even_rps is not None)
         reported = self.budget.rate(now)
         if reported is not None:
@@ -349,8 +360,10 @@ class Governor:
             until = max(state.blocked_until(now) for state in states)
             if until <= now:
                 return
-            # Re-check at least once a minute: a limit change or report may free the key.
-            await asyncio.sleep(min(until - now, 60.0))
+            # Re-check at least once a minute: a limit change may free the key; and
+            # soon when calls are in flight, whose answers bring fresh reports.
+            busy = any(state.in_flight for state in states)
+            await asyncio.sleep(min(until - now, REPORT_RECHECK_S if busy else 60.0))
 
     @staticmethod
     async def _take_tokens(states: Sequence[_KeyState]) -> None:
@@ -711,7 +724,7 @@ class Governor:
         return state
 
     def _sync_limiter(self, state: _KeyState) -> None:
-        rate = state.rate_in_force(self._clock()) * PACING_MARGIN
+        rate = state.pace_rate(self._clock())
         limiter = state.limiter
         burst = _local_burst(state.policy.burst)
         if not (

@@ -451,3 +451,102 @@ async def test_fixture_mode_width_comes_from_the_cpu_not_the_live_pacing(
     assert widths[False] == {30}  # every row of a chunk at once: the fixture path's width
     assert widths[True] == {1}  # enforced pacing keeps production parity: the live width
     assert provider.ledger()["received"] == 0
+
+
+# -- 7. headers first: a reported quota is spent without a single 429 ------------
+
+
+async def test_reported_quota_is_spent_evenly_without_429s(
+    client, provider, worker, task_queue, tmp_path
+) -> None:
+    rows, limit, window = 60, 20, 2.0
+    # The catalog says 200 rps; the provider allows 20 per 2-second window and says so.
+    provider.configure(
+        latency_ms=[2, 6],
+        limiters={"acme": [{"kind": "fixed_window", "limit": limit, "window_s": window}]},
+        rate_limit_headers="x-ratelimit",
+        retry_after="date",
+    )
+    catalog = write_catalog(tmp_path, rps=200, burst=5)
+    csv_path = leads_csv(tmp_path, rows)
+    async with worker(catalog_path=str(catalog)):
+        result = await run(
+            client,
+            "t_tool_column",
+            {"csv_path": str(csv_path)},
+            task_queue=task_queue,
+            options=WIDE,
+        )
+
+    assert_all_ok(result, rows)
+    calls = acme_calls(provider)
+    statuses = [c["status"] for c in calls]
+    # At most the first call of the run can be a 429 (nothing was reported before it).
+    assert statuses.count(429) <= 1, statuses.count(429)
+    assert statuses.count(200) == rows
+    # Fixed windows on the wall clock: never more than the limit in one of them.
+    per_window: dict[int, int] = {}
+    for c in calls:
+        if c["status"] == 200:
+            per_window[int(c["wall"] // window)] = per_window.get(int(c["wall"] // window), 0) + 1
+    assert max(per_window.values()) <= limit
+    assert provider.ledger()["double_charged"] == 0
+
+
+# -- 8. per-key budgets: calls spread across a provider's keys -------------------
+
+MULTI_KEY_CATALOG = """
+[providers.acme]
+base_url = "http://127.0.0.1:8787"
+base_url_env = "PLAYLINE_PROVIDER_URL"
+auth = { env = ["ACME_KEY_ONE", "ACME_KEY_TWO"], header = "X-Api-Key" }
+pacing = { rps = 100, burst = 4, max_concurrency = 16, min_rps = 1 }
+key_pacing = { rps = 8, burst = 2, max_concurrency = 8, min_rps = 1 }
+
+[tools.email_finder]
+provider = "acme"
+path = "/acme/v1/email/find"
+input = { first_name = "str", last_name = "str", domain = "str" }
+getters = { email = "email" }
+credits = 1.0
+"""
+
+
+async def test_calls_spread_across_keys_within_each_keys_budget(
+    client, provider, worker, task_queue, tmp_path, monkeypatch
+) -> None:
+    rows = 64
+    keys = {"ACME_KEY_ONE": "acme-account-one", "ACME_KEY_TWO": "acme-account-two"}
+    for name, value in keys.items():
+        monkeypatch.setenv(name, value)
+    # Each account's true limit is its own bucket of 8/s: one key alone would take 8 s.
+    provider.configure(
+        latency_ms=[2, 6],
+        api_keys={"acme": list(keys.values())},
+        limiters={"acme": [{"kind": "token_bucket", "rate": 8, "burst": 3, "per_key": True}]},
+    )
+    catalog = tmp_path / "multi-key.toml"
+    catalog.write_text(MULTI_KEY_CATALOG)
+    csv_path = leads_csv(tmp_path, rows)
+    async with worker(catalog_path=str(catalog)):
+        result = await run(
+            client,
+            "t_tool_column",
+            {"csv_path": str(csv_path)},
+            task_queue=task_queue,
+            options=WIDE,
+        )
+
+    assert_all_ok(result, rows)
+    calls = acme_calls(provider)
+    assert [c["status"] for c in calls].count(429) == 0
+    per_key: dict[str, list[float]] = {}
+    for c in calls:
+        per_key.setdefault(c["key"], []).append(c["t"])
+    assert len(per_key) == 2
+    assert all(len(times) >= rows // 4 for times in per_key.values()), {
+        k: len(v) for k, v in per_key.items()
+    }
+    for times in per_key.values():  # each key within its own budget
+        assert max_in_window(times) <= 8 + 3
+    assert provider.ledger()["double_charged"] == 0
