@@ -582,10 +582,11 @@ async def run_quota_cell(
     hour_end = (math.floor(time.time() / 3600) + 1) * 3600
     quota = cell.shape.limiters[1]["limit"]
     if parked:
-        error = max(abs(t - hour_end) for t in parked)
+        late = [t - hour_end for t in parked]
         result.note = (
             f"quota {quota}: {result.charged} charged, {len(parked)} parked; "
-            f"resume_at within {error:.1f} s of the hour's reset"
+            f"resume_at {min(late):+.0f} to {max(late):+.0f} s from the provider's reset"
+            + (" (the catalog's sliding hour: an hour after its first call)" if cell.known else "")
         )
     else:
         result.note = f"quota {quota}: {result.charged} charged, none parked"

@@ -103,8 +103,9 @@ class HeaderBudget:
     """
 
     horizon_s: float = EVEN_SPEND_HORIZON_S
-    #: below this many calls left, a window of known length is spent slower in
-    #: proportion, so that what is left rarely runs out between two reports
+    #: below this many calls left (or 5 % of the window's limit, if more), a window
+    #: of known length is spent slower in proportion, so that what is left rarely
+    #: runs out between two reports
     reserve: float = 4.0
     _windows: dict[str, _Reported] = field(default_factory=dict, init=False)
 
@@ -151,7 +152,8 @@ class HeaderBudget:
                 if window.remaining >= 1:
                     even = window.remaining / left
                     if window.window_known and sustained is not None:
-                        share = min(1.0, window.remaining / self.reserve)
+                        reserve = max(self.reserve, 0.05 * (window.limit or 0.0))
+                        share = min(1.0, window.remaining / reserve)
                         even = max(even, sustained * share)
                     rates.append(even)
             elif sustained is not None:

@@ -177,9 +177,10 @@ async def test_429_with_retry_after_pauses_the_key_then_recovers(
     assert quiet == [], f"{len(quiet)} calls during the pause"
     resumed = [c["t"] for c in calls if c["t"] > t429 + 0.05]
     assert resumed and min(resumed) >= t429 + 0.95
-    # The rate was cut (halved to 10 rps) after the pause: the next second is slower.
+    # One 429 at a rate the run had already proven clean is taken as noise (a clump,
+    # not a lower limit): after the pause the key goes on at its rate, never above it.
     after = [t for t in resumed if t < min(resumed) + 1.0]
-    assert len(after) <= 10 + 2
+    assert len(after) <= 20 + 2
     # The 429'd call was retried, and every row was paid for exactly once.
     ledger = provider.ledger()
     assert ledger["double_charged"] == 0
@@ -276,8 +277,9 @@ async def test_two_worker_processes_share_one_budget(
         assert_all_ok(result, rows)
         assert result.stats.calls_made == rows
     calls = acme_calls(provider)
-    assert len(calls) == 2 * rows
-    assert [c["status"] for c in calls].count(429) == 0
+    statuses = [c["status"] for c in calls]
+    assert len(calls) == 2 * rows, {s: statuses.count(s) for s in set(statuses)}
+    assert statuses.count(429) == 0
     times = [c["t"] for c in calls]
     # Alone, each worker would go at 20 rps (40 combined); together they get 20.
     assert max_in_window(times) <= rps + burst

@@ -90,12 +90,12 @@ def test_header_budget_spends_evenly_and_blocks_when_spent() -> None:
 def test_a_window_of_known_length_is_spent_at_least_at_its_sustained_rate() -> None:
     """A sliding window's reset is rounded up to whole seconds: remaining / reset undershoots."""
     budget = HeaderBudget(reserve=4)
-    budget.observe(RateLimitReport((QuotaReport("s", 120, 6, 1.0, 2.0),)), 0.0)
-    assert budget.rate(0.0) == pytest.approx(60.0)  # 120 per 2 s, not 6 per 1 s
+    budget.observe(RateLimitReport((QuotaReport("s", 40, 6, 1.0, 2.0),)), 0.0)
+    assert budget.rate(0.0) == pytest.approx(20.0)  # 40 per 2 s, not 6 per 1 s
     budget.on_dispatch(0.01)
     budget.on_dispatch(0.01)
     budget.on_dispatch(0.01)  # 3 left, under the reserve: slower in proportion
-    assert budget.rate(0.01) == pytest.approx(60.0 * 3 / 4)
+    assert budget.rate(0.01) == pytest.approx(20.0 * 3 / 4)
     for _ in range(3):
         budget.on_dispatch(0.02)
     assert budget.blocked_until(0.02) == pytest.approx(1.0)  # but never past what is left
