@@ -18,6 +18,7 @@ Two small types, pure arithmetic on a caller's monotonic ``now``:
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -58,6 +59,11 @@ class WindowCap:
 
     def take(self, now: float) -> None:
         self._times.append(now)
+
+    def refund(self, taken_at: float) -> None:
+        """Forget one dispatch taken at ``taken_at`` (the provider refused it: a 429)."""
+        with contextlib.suppress(ValueError):  # already aged out of the window
+            self._times.remove(taken_at)
 
     def used(self, now: float) -> int:
         self._prune(now)

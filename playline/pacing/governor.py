@@ -299,14 +299,17 @@ class Governor:
             await self._global_gate.acquire()
             gates.append(self._global_gate)
             ticketed = self._fleet is None
+            rate_wait = 0.0
             while True:
                 await self._wait_unblocked(states, park_after_s)
+                asked = self._clock()
                 await self._take_tokens(states)
                 tokens = True
                 if not ticketed and not self._blocked(states):
                     assert self._fleet is not None
                     await self._fleet.wait_for_tickets(keys)
                     ticketed = True
+                rate_wait += self._clock() - asked
                 if self._blocked(states):  # a cut or a report landed while we waited
                     self._refund_tokens(states)
                     tokens = False
@@ -327,7 +330,10 @@ class Governor:
             state.in_flight += 1
             for window in state.windows:
                 window.take(now)
-            state.search.on_dispatch(now, backlogged=state.waiting > 0)
+            # Held back by the rate (a token, a fleet ticket) or queued behind others:
+            # the rate, not the dispatch, limited this call.
+            held = rate_wait > 0.5 / state.pace_rate(now)
+            state.search.on_dispatch(now, backlogged=held or state.waiting > 0)
             state.budget.on_dispatch(now)
             tickets.append(_Ticket(state.search.epoch, state.in_flight))
         try:
@@ -459,6 +465,8 @@ class Governor:
             state = self._state(key)
             search = state.search
             before = search.rate
+            for window in state.windows:  # refused: the provider did not count it
+                window.refund(dispatched_at)
             outcome = search.on_rate_limited(now, dispatched_at, ticket.epoch, retry_after_s)
             if outcome is RateLimitOutcome.ABSORBED:
                 log.debug("pacing key %s: 429 from a call sent before the last cut", key)

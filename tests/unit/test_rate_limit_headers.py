@@ -113,3 +113,14 @@ def test_a_long_quota_is_not_spread_but_still_blocks() -> None:
     budget.observe(RateLimitReport((QuotaReport("day", 600, 0, 40000.0, 86400.0),)), 0.0)
     assert budget.rate(0.0) is None
     assert budget.blocked_until(0.0) == 40000.0
+
+
+def test_a_refused_call_gives_its_window_slot_back() -> None:
+    cap = WindowCap(2, 60.0)
+    cap.take(1.0)
+    cap.take(2.0)
+    assert cap.available_at(3.0) == 61.0
+    cap.refund(2.0)  # the provider answered 429: it did not count the call
+    assert cap.available_at(3.0) == 3.0
+    cap.refund(99.0)  # unknown: nothing happens
+    assert cap.used(3.0) == 1
