@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,22 @@ def assert_all_ok(result: PlayRunResult, rows: int) -> None:
     (dataset,) = result.datasets
     assert dataset.stats.rows_ok == rows, dataset.stats
     assert dataset.stats.rows_failed == 0, dataset.stats.first_error
+
+
+@pytest.fixture(autouse=True)
+def restore_provider(provider_server: Any) -> Iterator[None]:
+    """Give the shared provider server back as the other tests expect it (keys, limits)."""
+    yield
+    provider_server.configure(
+        api_keys={},
+        limiters={},
+        rate_limit_headers="none",
+        retry_after="ceil",
+        echo_key_in_errors=False,
+        rate_limit_rps={},
+        rate_limit_burst={},
+        max_concurrency={},
+    )
 
 
 @pytest.fixture
@@ -295,7 +311,7 @@ async def test_two_worker_processes_share_one_budget(
 async def test_live_limit_change_takes_effect_without_restart(
     client, provider, worker, task_queue, tmp_path, fleet_prefix
 ) -> None:
-    rows, new_rps, burst = 80, 5, 2
+    rows, new_rps, burst = 120, 5, 2
     provider.configure(latency_ms=[2, 6])
     catalog = write_catalog(tmp_path, rps=20, burst=burst)
     csv_path = leads_csv(tmp_path, rows)
