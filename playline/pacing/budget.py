@@ -109,7 +109,7 @@ class HeaderBudget:
     """
 
     horizon_s: float = EVEN_SPEND_HORIZON_S
-    #: below this many calls left (or 5 % of the window's limit, if more), a window
+    #: below this many calls left (or 3 % of the window's limit, if more), a window
     #: of known length is spent slower in proportion, so that what is left rarely
     #: runs out between two reports
     reserve: float = 4.0
@@ -158,7 +158,7 @@ class HeaderBudget:
                 if window.remaining >= 1:
                     even = window.remaining / left
                     if window.window_known and sustained is not None:
-                        reserve = max(self.reserve, 0.05 * (window.limit or 0.0))
+                        reserve = max(self.reserve, 0.03 * (window.limit or 0.0))
                         share = min(1.0, window.remaining / reserve)
                         even = max(even, sustained * share)
                     rates.append(even)

@@ -19,7 +19,10 @@ of a provider), every limit that applies, all enforced together:
 * a **concurrency gate** (``max_concurrency``), narrowed when a 429 came at a
   concurrency never seen to succeed (a concurrency-capped provider);
 * a **time-in-flight average** over every outcome (timeouts included), from which
-  it suggests how many calls to keep in flight.
+  it suggests how many calls to keep in flight;
+* a **first answer**: a key's first call goes alone (for up to a second), because
+  what the provider answers (its rate-limit headers, or a 429) is worth a round trip
+  before a burst.
 
 All of them can change while calls are waiting (``set_limit``, the search, a
 report, fleet limits), and every change applies to waiting calls too.
@@ -81,6 +84,8 @@ LATENCY_PRIOR_S = 0.25
 #: refills a little faster than it is spent, and absorbs the clumps a busy event
 #: loop and the network make of evenly spaced calls.
 PACING_MARGIN = 0.98
+#: How long a key's other calls wait for its first call's answer at most.
+FIRST_ANSWER_WAIT_S = 1.0
 #: How soon a key blocked by a reported quota looks again while answers are due.
 REPORT_RECHECK_S = 0.05
 #: Rows kept in flight beyond Little's law: a row also spends time on receipts
@@ -104,6 +109,9 @@ class _KeyState:
     waiting: int = 0
     #: the quickest answer seen, seconds (a round trip with no queueing)
     fastest: float = math.inf
+    #: while a key's first call is out, the others wait for its answer until this
+    #: (what the provider reports, or its first 429, is worth a round trip)
+    first_answer_due: float | None = None
     successes: int = 0
     failures: int = 0
     #: the concurrency a 429 came at, never seen to succeed (``None``: no such 429)
@@ -133,6 +141,8 @@ class _KeyState:
     def blocked_until(self, now: float) -> float:
         """The earliest time this key may dispatch (``<= now``: it may now)."""
         until = max([self.search.paused_until, *(w.available_at(now) for w in self.windows)])
+        if self.first_answer_due is not None and self.in_flight:
+            until = max(until, self.first_answer_due)
         reported = self.budget.blocked_until(now)
         return until if reported is None else max(until, reported)
 
@@ -327,6 +337,9 @@ class Governor:
         now = self._clock()
         tickets = []
         for state in states:
+            first = state.successes + state.failures + state.search.rate_limited == 0
+            if first and state.first_answer_due is None:
+                state.first_answer_due = now + FIRST_ANSWER_WAIT_S
             state.in_flight += 1
             for window in state.windows:
                 window.take(now)
@@ -341,6 +354,7 @@ class Governor:
         finally:
             for state in states:
                 state.in_flight -= 1
+                state.first_answer_due = None
             for gate in reversed(gates):
                 gate.release()
 
@@ -424,6 +438,7 @@ class Governor:
         now = self._clock()
         for key in keys:
             state = self._state(key)
+            state.first_answer_due = None
             # Calls sent within half the quickest round trip may not have reached
             # the provider when it wrote this report: count them as spent.
             one_way = state.fastest / 2 if math.isfinite(state.fastest) else 0.0
@@ -441,6 +456,7 @@ class Governor:
         now = self._clock()
         for key, ticket in zip(keys, tickets, strict=True):
             state = self._state(key)
+            state.first_answer_due = None
             state.successes += 1
             state.latency.observe(latency_s)
             state.fastest = min(state.fastest, latency_s)
@@ -463,6 +479,7 @@ class Governor:
         now = self._clock()
         for key, ticket in zip(keys, tickets, strict=True):
             state = self._state(key)
+            state.first_answer_due = None
             search = state.search
             before = search.rate
             for window in state.windows:  # refused: the provider did not count it
@@ -503,6 +520,7 @@ class Governor:
         now = self._clock()
         for key, ticket in zip(keys, tickets, strict=True):
             state = self._state(key)
+            state.first_answer_due = None
             state.failures += 1
             if latency_s is not None:
                 state.latency.observe(latency_s)

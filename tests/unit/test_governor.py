@@ -175,6 +175,8 @@ async def test_exception_inside_the_permit_releases_the_slot() -> None:
 
 async def test_set_limit_concurrency_applies_to_waiting_calls() -> None:
     gov = Governor({"acme": FAST.model_copy(update={"max_concurrency": 1})})
+    async with gov.permit(["acme"]) as first:
+        first.record_success(0.001)  # the key's first answer is in
     in_flight = peak = 0
     release = asyncio.Event()
 
@@ -478,3 +480,15 @@ async def test_a_429_at_a_width_never_seen_to_succeed_narrows_the_gate() -> None
     for cm in entered:
         await cm.__aexit__(None, None, None)
     assert gov.snapshot()["acme"]["concurrency"] == 5
+
+
+async def test_a_keys_first_call_goes_alone_until_its_answer() -> None:
+    gov = Governor({"acme": FAST})
+    first = gov.permit(["acme"])
+    permit = await first.__aenter__()
+    second = asyncio.create_task(hold(gov, ["acme"], 0.0, asyncio.Event()))
+    await asyncio.sleep(0.1)
+    assert not second.done()  # waiting for what the provider says to the first call
+    permit.observe(RateLimitReport((QuotaReport("", 100, 50, 10.0),)))
+    await asyncio.wait_for(second, timeout=0.5)
+    await first.__aexit__(None, None, None)
