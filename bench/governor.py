@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python bench/governor.py            # the full matrix, about 12-15 minutes
+    python bench/governor.py            # the full matrix, about 8 minutes here
     python bench/governor.py --quick    # a smoke run: fewer rows per cell
 
 It starts its own Temporal dev server (the ``temporal`` binary beside this
