@@ -18,6 +18,7 @@ these errors.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -140,6 +141,26 @@ class ProviderTimeout(ProviderError):
 
 class ProviderRejected(ProviderError):
     """The provider rejected the request (4xx other than 429); not retried."""
+
+
+class ProviderQuotaExhausted(ProviderError):
+    """The provider cannot take a call before ``resume_at``; nothing was dispatched.
+
+    Raised instead of waiting when the governor knows the key stays blocked
+    past the attempt's parking horizon (a daily quota spent, a ``Retry-After``
+    of minutes, a rate-limit reset far away). The receipt is released, not
+    failed, so the caller can park durably and resume at ``resume_at`` (Unix
+    epoch seconds, wall clock) without paying twice.
+    """
+
+    retryable = True
+    chunk_fatal = False
+
+    def __init__(self, provider: str, resume_at: float, *, tool_id: str = "") -> None:
+        when = datetime.fromtimestamp(resume_at, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        super().__init__(f"{provider} quota exhausted until {when}", tool_id=tool_id)
+        self.provider = provider
+        self.resume_at = resume_at
 
 
 class RowFailed(PlaylineError):

@@ -209,6 +209,9 @@ class Attempt:
         lease_ttl_s: how long a lease lives without renewal (the heartbeat timeout).
         max_wait_s: how long a call waits for another live owner's lease before
             giving up (default ``4 x lease_ttl_s``).
+        park_after_s: a call whose provider cannot admit it within this many
+            seconds raises ``ProviderQuotaExhausted`` instead of waiting (its
+            receipt released), so the caller can park durably; ``None`` never parks.
     """
 
     receipts: ReceiptStore
@@ -217,6 +220,7 @@ class Attempt:
     lease_ttl_s: float
     metrics: CallMetrics = field(default_factory=NoMetrics)
     max_wait_s: float | None = None
+    park_after_s: float | None = None
     stats: CallStats = field(default_factory=CallStats)
     latch: PersistenceLatch = field(default_factory=PersistenceLatch)
     leases: LeaseKeeper = field(default_factory=LeaseKeeper)

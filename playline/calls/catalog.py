@@ -8,8 +8,10 @@ catalog is rejected before any play starts.
 [providers.acme]
 base_url = "http://127.0.0.1:8787"
 base_url_env = "ACME_URL"                 # optional override from the environment
-auth = { env = "ACME_API_KEY", header = "X-Api-Key" }
-pacing = { rps = 50, burst = 5, max_concurrency = 16 }
+auth = { env = "ACME_API_KEY", header = "X-Api-Key" }   # or env = ["ACME_KEY_A", "ACME_KEY_B"]
+pacing = { rps = 50, burst = 5, per_minute = 2000, per_day = 50000, max_concurrency = 16 }
+key_pacing = { rps = 20, per_day = 10000 }              # each key's own budget (optional)
+timeout_s = 15                                          # default HTTP timeout of its tools
 
 [tools.email_finder]
 provider = "acme"
@@ -20,7 +22,13 @@ getters = { email = "email", confidence = "confidence" }
 credits = 1.0
 version = "1"
 batch = { path = "/v1/email/find/bulk", max_items = 25 }   # optional bulk endpoint
+timeout_s = 3.0                                         # optional, overrides the provider's
 ```
+
+A provider with several API keys (several accounts) lists their variables in
+``auth.env``; each key is its own pacing key (``acme:key=ACME_KEY_A``) with the
+``key_pacing`` budget, on top of the provider-wide ``pacing``, and the governor
+spreads calls across the keys.
 """
 
 from __future__ import annotations
@@ -45,13 +53,29 @@ _FIELD_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool":
 
 
 class AuthSpec(BaseModel):
-    """Where a provider's API key comes from and which header carries it."""
+    """Where a provider's API key(s) come from and which header carries them.
+
+    ``env`` names one environment variable, or several for a provider used
+    with several keys (accounts).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    env: str
+    env: str | tuple[str, ...]
     header: str = "Authorization"
     scheme: str | None = None  # e.g. "Bearer"; None sends the bare key
+
+    @model_validator(mode="after")
+    def _check_env(self) -> AuthSpec:
+        envs = self.envs
+        if not envs or any(not name for name in envs) or len(set(envs)) != len(envs):
+            raise ValueError("auth.env must name one variable or a list of distinct ones")
+        return self
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        """The variables holding the keys, in catalog order."""
+        return (self.env,) if isinstance(self.env, str) else tuple(self.env)
 
 
 class ProviderSpec(BaseModel):
@@ -63,7 +87,13 @@ class ProviderSpec(BaseModel):
     base_url_env: str | None = None
     auth: AuthSpec | None = None
     pacing: PacingPolicy = PacingPolicy()
+    #: the budget of each API key, when ``auth.env`` lists several (or one)
+    key_pacing: PacingPolicy | None = None
     timeout_s: float = Field(default=15.0, gt=0)
+
+    def key_envs(self) -> tuple[str, ...]:
+        """The variables of the keys calls are spread across (none without auth)."""
+        return self.auth.envs if self.auth is not None else ()
 
     def resolved_base_url(self, environ: Mapping[str, str]) -> str:
         """The base URL, overridden by ``environ[base_url_env]`` when that is set."""
@@ -102,6 +132,8 @@ class ToolSpec(BaseModel):
     credits: float = Field(default=1.0, ge=0)
     version: str = "1"
     batch: BatchSpec | None = None
+    #: HTTP timeout of this tool's calls; ``None``: the provider's ``timeout_s``
+    timeout_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check_input_types(self) -> ToolSpec:
@@ -211,5 +243,34 @@ class Catalog(BaseModel):
             raise CatalogError(f"catalog file {path} is invalid: {problems}") from None
 
     def pacing_policies(self) -> dict[str, PacingPolicy]:
-        """One pacing policy per provider: what the governor is built from."""
-        return {name: spec.pacing for name, spec in self.providers.items()}
+        """The governor's policies: one per provider, plus one per key of a provider
+        that declares ``key_pacing`` or several keys (see :func:`key_pacing_key`)."""
+        policies: dict[str, PacingPolicy] = {}
+        for name, spec in self.providers.items():
+            policies[name] = spec.pacing
+            envs = spec.key_envs()
+            if spec.key_pacing is not None or len(envs) > 1:
+                for env in envs:
+                    policies[key_pacing_key(name, env)] = spec.key_pacing or spec.pacing
+        return policies
+
+    def pacing_keys(self, provider: str) -> list[str]:
+        """The per-key pacing keys of ``provider`` (empty: it is paced as a whole only)."""
+        spec = self.providers[provider]
+        envs = spec.key_envs()
+        if spec.key_pacing is None and len(envs) < 2:
+            return []
+        return [key_pacing_key(provider, env) for env in envs]
+
+    def secret_variables(self) -> list[str]:
+        """Every environment variable that holds an API key, over all providers."""
+        return sorted({env for spec in self.providers.values() for env in spec.key_envs()})
+
+
+def key_pacing_key(provider: str, env: str) -> str:
+    """The pacing key of one API key: the provider and the *name* of its variable.
+
+    The name, not the key, so it is safe to log, show in ``playline limits`` and
+    store in the fleet tables.
+    """
+    return f"{provider}:key={env}"

@@ -3,16 +3,24 @@
 This module knows HTTP and nothing about receipts or pacing: it builds the request
 from the catalog (URL, auth header from the environment, ``Idempotency-Key``),
 sends it, and turns every outcome into either a JSON result or a typed
-``ProviderError``. The API key is read at call time and placed only in the request
-header; it never appears in an error message, a log line or a receipt.
+``ProviderError``, together with what the response said about the provider's
+limits (:class:`~playline.pacing.headers.RateLimitReport`) for the governor.
+
+API keys are read at call time and placed only in the request header. A
+provider's response text can echo them (a 401 body quoting the key it got), so
+every piece of response text that reaches an error message passes through a
+:class:`SecretScrubber` holding every key value of every provider in the
+catalog first.
 """
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
+import json
 import time
-from collections.abc import Mapping
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -25,26 +33,77 @@ from playline.errors import (
     ProviderTimeout,
     ProviderTransientError,
 )
+from playline.pacing.headers import RateLimitReport, parse_rate_limit
+from playline.pacing.headers import parse_retry_after as _parse_retry_after
+
+__all__ = ["Exchange", "ProviderClient", "SecretScrubber", "parse_retry_after"]
+
+#: How much of a rejected response's body an error message quotes.
+BODY_EXCERPT_CHARS = 300
+REDACTED = "[redacted]"
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (now if now is not None else time.time()))
+    return _parse_retry_after(value, now_wall=time.time() if now is None else now)
+
+
+class SecretScrubber:
+    """Replaces every known secret value (and its URL-encoded form) in a text.
+
+    Values shorter than 4 characters are not scrubbed: they would blank out
+    ordinary words, and no real API key is that short.
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        forms: set[str] = set()
+        for secret in secrets:
+            if len(secret) >= 4:
+                forms.add(secret)
+                forms.add(urllib.parse.quote(secret, safe=""))
+                forms.add(urllib.parse.quote_plus(secret))
+        # Longest first, so a key that contains another is replaced whole.
+        self._forms = sorted(forms, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for form in self._forms:
+            if form in text:
+                text = text.replace(form, REDACTED)
+        return text
+
+    def headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """A copy of ``headers`` fit to log: secrets scrubbed from every value."""
+        return {name: self(value) for name, value in headers.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """A provider's answer to one request, before it is judged.
+
+    ``report`` is what the response said about the provider's limits (empty
+    when it said nothing); :meth:`result` is the JSON body or the typed error.
+    """
+
+    tool: ToolSpec
+    status: int
+    report: RateLimitReport
+    body: bytes
+    scrub: SecretScrubber
+
+    def result(self) -> Any:
+        """The JSON body, or the typed ``ProviderError`` this response amounts to."""
+        return _classify(self)
 
 
 class ProviderClient:
-    """Sends tool calls to providers as the catalog describes them."""
+    """Sends tool calls to providers as the catalog describes them.
+
+    Args:
+        catalog: where each tool lives and how its provider authenticates.
+        http: the shared httpx client.
+        environ: the API keys and base-URL overrides the catalog names
+            (``Settings.environ``); nothing else is read from it.
+    """
 
     def __init__(
         self,
@@ -53,29 +112,36 @@ class ProviderClient:
         *,
         environ: Mapping[str, str],
     ) -> None:
-        """``environ`` holds the API keys and base-URL overrides the catalog names
-        (``Settings.environ``); nothing else is read from it."""
         self._catalog = catalog
         self._http = http
         self._env = environ
+        self.scrub = SecretScrubber(
+            environ[name] for name in catalog.secret_variables() if environ.get(name)
+        )
 
     def auth_scope(self, tool: ToolSpec) -> str:
-        """A digest naming the account a call is made under, without revealing the key.
+        """A digest naming the account(s) a call is made under, without revealing a key.
 
-        Receipts are keyed by it so two accounts never share cached answers.
+        Receipts are keyed by it so two accounts never share cached answers. A
+        provider used with several keys has one scope for all of them (the call
+        may go out under any), which changes when the set of keys does.
         """
         provider = self._catalog.providers[tool.provider]
-        secret = self._env.get(provider.auth.env, "") if provider.auth else ""
-        return hashlib.sha256(f"{tool.provider}\x00{secret}".encode()).hexdigest()[:16]
+        secrets = sorted(self._env.get(env, "") for env in provider.key_envs())
+        material = "\x00".join([tool.provider, *secrets])
+        return hashlib.sha256(material.encode()).hexdigest()[:16]
 
-    def _headers(self, tool: ToolSpec, idempotency_key: str) -> dict[str, str]:
+    def _headers(self, tool: ToolSpec, idempotency_key: str, key_env: str | None) -> dict[str, str]:
         provider = self._catalog.providers[tool.provider]
         headers = {"Idempotency-Key": idempotency_key, "Accept": "application/json"}
         if provider.auth is not None:
-            secret = self._env.get(provider.auth.env)
+            env = key_env or provider.auth.envs[0]
+            if env not in provider.auth.envs:
+                raise ValueError(f"{env!r} is not one of {tool.provider!r}'s key variables")
+            secret = self._env.get(env)
             if not secret:
                 raise MissingApiKey(
-                    f"provider {tool.provider!r} needs an API key in ${provider.auth.env}; "
+                    f"provider {tool.provider!r} needs an API key in ${env}; "
                     "set it in the worker's environment"
                 )
             scheme = provider.auth.scheme
@@ -84,7 +150,64 @@ class ProviderClient:
 
     def check_auth(self, tool: ToolSpec) -> None:
         """Raise ``MissingApiKey`` now rather than at the first call."""
-        self._headers(tool, "check")
+        provider = self._catalog.providers[tool.provider]
+        for env in provider.key_envs() or (None,):
+            self._headers(tool, "check", env)
+
+    def key_choices(self, tool: ToolSpec) -> list[tuple[str, str]]:
+        """``(pacing key, key variable)`` of each API key calls of ``tool`` may use.
+
+        Empty when the provider is paced as a whole (one key, no ``key_pacing``).
+        """
+        provider = self._catalog.providers[tool.provider]
+        keys = self._catalog.pacing_keys(tool.provider)
+        return list(zip(keys, provider.key_envs(), strict=True)) if keys else []
+
+    def timeout_s(self, tool: ToolSpec) -> float:
+        """The HTTP timeout of ``tool``'s calls: its own, else its provider's."""
+        return tool.timeout_s or self._catalog.providers[tool.provider].timeout_s
+
+    async def exchange(
+        self,
+        tool: ToolSpec,
+        payload: Any,
+        *,
+        idempotency_key: str,
+        path: str | None = None,
+        key_env: str | None = None,
+    ) -> Exchange:
+        """Send one request and return the answer unjudged (transport failures raise).
+
+        ``key_env`` picks which of the provider's keys authenticates the call
+        (default: the first). Raises ``ProviderTimeout`` when no answer came
+        within :meth:`timeout_s`, ``ProviderTransientError`` when the
+        connection failed.
+        """
+        provider = self._catalog.providers[tool.provider]
+        url = provider.resolved_base_url(self._env) + (path or tool.path)
+        headers = self._headers(tool, idempotency_key, key_env)
+        timeout = self.timeout_s(tool)
+        try:
+            if tool.method == "GET":
+                response = await self._http.get(
+                    url, params=payload, headers=headers, timeout=timeout
+                )
+            else:
+                response = await self._http.post(
+                    url, json=payload, headers=headers, timeout=timeout
+                )
+        except httpx.TimeoutException:
+            raise ProviderTimeout(
+                f"{tool.id}: no answer from {tool.provider} within {timeout:g}s",
+                tool_id=tool.id,
+            ) from None
+        except httpx.TransportError as err:
+            raise ProviderTransientError(
+                f"{tool.id}: connection to {tool.provider} failed ({type(err).__name__})",
+                tool_id=tool.id,
+            ) from None
+        report = parse_rate_limit(response.headers, now_wall=time.time())
+        return Exchange(tool, response.status_code, report, response.content, self.scrub)
 
     async def send(
         self,
@@ -93,37 +216,27 @@ class ProviderClient:
         *,
         idempotency_key: str,
         path: str | None = None,
+        key_env: str | None = None,
     ) -> Any:
         """Send one request; return its JSON body or raise a typed provider error."""
-        provider = self._catalog.providers[tool.provider]
-        url = provider.resolved_base_url(self._env) + (path or tool.path)
-        headers = self._headers(tool, idempotency_key)
-        try:
-            if tool.method == "GET":
-                response = await self._http.get(
-                    url, params=payload, headers=headers, timeout=provider.timeout_s
-                )
-            else:
-                response = await self._http.post(
-                    url, json=payload, headers=headers, timeout=provider.timeout_s
-                )
-        except httpx.TimeoutException:
-            raise ProviderTimeout(
-                f"{tool.id}: no answer from {tool.provider} within {provider.timeout_s:g}s",
-                tool_id=tool.id,
-            ) from None
-        except httpx.TransportError as err:
-            raise ProviderTransientError(
-                f"{tool.id}: connection to {tool.provider} failed ({type(err).__name__})",
-                tool_id=tool.id,
-            ) from None
-        return _classify(tool, response)
+        exchange = await self.exchange(
+            tool, payload, idempotency_key=idempotency_key, path=path, key_env=key_env
+        )
+        return exchange.result()
 
 
-def _classify(tool: ToolSpec, response: httpx.Response) -> Any:
-    status = response.status_code
+#: Client errors that are about timing, not about the request: retried like a 5xx.
+RETRYABLE_4XX = {
+    408: "request timeout",
+    409: "a request with this Idempotency-Key is still in flight",
+    425: "too early",
+}
+
+
+def _classify(exchange: Exchange) -> Any:
+    tool, status = exchange.tool, exchange.status
+    retry_after = exchange.report.retry_after_s
     if status == 429:
-        retry_after = parse_retry_after(response.headers.get("Retry-After"))
         raise ProviderRateLimited(
             f"{tool.id}: {tool.provider} answered 429 (rate limited)"
             + (f", retry after {retry_after:g}s" if retry_after is not None else ""),
@@ -136,16 +249,28 @@ def _classify(tool: ToolSpec, response: httpx.Response) -> Any:
             f"{tool.id}: {tool.provider} answered {status}",
             tool_id=tool.id,
             status=status,
-            retry_after_s=parse_retry_after(response.headers.get("Retry-After")),
+            retry_after_s=retry_after,
+        )
+    if status in RETRYABLE_4XX:
+        # 409: the same Idempotency-Key is still being processed (a crashed attempt's
+        # request, or our own timed-out one): the answer will be there; retry, paced.
+        raise ProviderTransientError(
+            f"{tool.id}: {tool.provider} answered {status} ({RETRYABLE_4XX[status]})",
+            tool_id=tool.id,
+            status=status,
+            retry_after_s=retry_after,
         )
     if status >= 400:
+        # Scrub the whole body before cutting it, so no part of a key survives the cut.
+        text = exchange.scrub(exchange.body.decode("utf-8", errors="replace"))
         raise ProviderRejected(
-            f"{tool.id}: {tool.provider} rejected the request with {status}: {response.text[:300]}",
+            f"{tool.id}: {tool.provider} rejected the request with {status}: "
+            f"{text[:BODY_EXCERPT_CHARS]}",
             tool_id=tool.id,
             status=status,
         )
     try:
-        return response.json()
+        return json.loads(exchange.body)
     except ValueError:
         raise ProviderTransientError(
             f"{tool.id}: {tool.provider} answered {status} with a body that is not JSON",

@@ -3,8 +3,11 @@
 :class:`PacedSender` sends one provider request: it waits for a governor permit,
 checks that the attempt may still dispatch (lease held, persistence healthy),
 sends with the ``Idempotency-Key`` derived from the receipt, reports the outcome
-to the governor and retries transient failures (429s wait on the governor's
-pause, other transient errors back off here). :class:`LiveDispatcher` settles a
+and the provider's rate-limit headers to the governor and retries transient
+failures (429s wait on the governor's pause, other transient errors back off
+here). A call the governor cannot admit within the attempt's ``park_after_s``
+raises ``ProviderQuotaExhausted`` without being sent, and its receipt is
+released for a later attempt. :class:`LiveDispatcher` settles a
 claimed call with it and records the result; a tool with a bulk endpoint is
 handed to :class:`~playline.calls.bulk.BulkDispatcher`, which uses the same
 sender for its bulk requests.
@@ -13,6 +16,7 @@ sender for its bulk requests.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import time
 from dataclasses import dataclass
@@ -25,11 +29,12 @@ from playline.calls.dispatch import ClaimedCall
 from playline.calls.http import ProviderClient
 from playline.errors import (
     ProviderError,
+    ProviderQuotaExhausted,
     ProviderRateLimited,
     ProviderRejected,
     ProviderTimeout,
 )
-from playline.pacing.pacer import Pacer
+from playline.pacing.pacer import KeyBlocked, Pacer
 from playline.stores.receipts import idempotency_key
 
 __all__ = ["LiveDispatcher", "PacedSender", "RetryPolicy"]
@@ -57,7 +62,19 @@ def _outcome(err: ProviderError) -> str:
 
 
 class PacedSender:
-    """Sends provider requests through the governor, retrying transient failures."""
+    """Sends provider requests through the governor, retrying transient failures.
+
+    Each try takes a governor permit on the provider's pacing key and, for a
+    provider with several API keys, on the key chosen for it (the one that can
+    admit soonest, ties broken by a preference order derived from the
+    idempotency key, so a retried call tends to go out under the same key).
+    A 429 releases the choice (nothing was charged); any other failure keeps
+    it, so a retry reuses the key its idempotency key was first sent with.
+
+    When the governor knows the key cannot admit the call within the attempt's
+    ``park_after_s``, :meth:`send` raises ``ProviderQuotaExhausted`` without
+    dispatching anything.
+    """
 
     def __init__(
         self,
@@ -84,34 +101,56 @@ class PacedSender:
         attempt = 0
         stats = self._attempt.stats
         metrics = self._attempt.metrics
+        choices = _preference(self.provider.key_choices(tool), idempotency_key)
+        chosen: tuple[str, str] | None = None
         while True:
             attempt += 1
-            asked = time.monotonic()
-            async with self._pacer.permit([tool.provider]) as permit:
-                metrics.governor_wait(tool.provider, time.monotonic() - asked)
-                self._attempt.check_before_dispatch()
-                started = time.monotonic()
-                try:
-                    data = await self.provider.send(
-                        tool, payload, idempotency_key=idempotency_key, path=path
-                    )
-                except ProviderRateLimited as err:
-                    permit.record_rate_limited(err.retry_after_s)
-                    failure: ProviderError = err
-                except ProviderRejected:
-                    permit.record_failure()
-                    self._observe(tool, "rejected", started)
-                    raise
-                except ProviderError as err:
-                    permit.record_failure()
-                    failure = err
-                else:
-                    permit.record_success(time.monotonic() - started)
-                    self._observe(tool, "ok", started)
-                    stats.made += 1
-                    stats.credits += credits
-                    metrics.credits(tool.provider, tool.id, credits)
-                    return data
+            if choices and chosen is None:
+                picked = self._pacer.pick([key for key, _ in choices])
+                chosen = next(choice for choice in choices if choice[0] == picked)
+            keys = [tool.provider] if chosen is None else [tool.provider, chosen[0]]
+            try:
+                asked = time.monotonic()
+                permit_cm = self._pacer.permit(keys, park_after_s=self._attempt.park_after_s)
+                async with permit_cm as permit:
+                    metrics.governor_wait(tool.provider, time.monotonic() - asked)
+                    self._attempt.check_before_dispatch()
+                    started = time.monotonic()
+                    try:
+                        exchange = await self.provider.exchange(
+                            tool,
+                            payload,
+                            idempotency_key=idempotency_key,
+                            path=path,
+                            key_env=None if chosen is None else chosen[1],
+                        )
+                        permit.observe(exchange.report)
+                        data = exchange.result()
+                    except ProviderRateLimited as err:
+                        permit.record_rate_limited(err.retry_after_s)
+                        failure: ProviderError = err
+                        chosen = None  # not charged: any key may take the retry
+                    except ProviderRejected:
+                        permit.record_failure(time.monotonic() - started)
+                        self._observe(tool, "rejected", started)
+                        raise
+                    except ProviderError as err:
+                        # Timed out or failed: the slot is given back as this block
+                        # exits, and the retry waits for a permit like any call.
+                        permit.record_failure(time.monotonic() - started)
+                        failure = err
+                    else:
+                        permit.record_success(time.monotonic() - started)
+                        self._observe(tool, "ok", started)
+                        stats.made += 1
+                        stats.credits += credits
+                        metrics.credits(tool.provider, tool.id, credits)
+                        return data
+            except KeyBlocked as blocked:
+                self._observe(tool, "parked", time.monotonic())
+                raise ProviderQuotaExhausted(
+                    tool.provider, blocked.until_wall, tool_id=tool.id
+                ) from None
             self._observe(tool, _outcome(failure), started)
             if attempt >= self._retry.max_attempts:
                 raise failure
@@ -124,6 +163,23 @@ class PacedSender:
         metrics = self._attempt.metrics
         metrics.call(tool.provider, tool.id, outcome, time.monotonic() - started)
         metrics.rate(tool.provider, self._pacer.rate_in_force(tool.provider))
+
+
+def _preference(choices: list[tuple[str, str]], idempotency_key: str) -> list[tuple[str, str]]:
+    """The keys in rendezvous-hash order for this call: stable across retries and workers."""
+
+    def weight(choice: tuple[str, str]) -> bytes:
+        return hashlib.sha256(f"{choice[0]}\x00{idempotency_key}".encode()).digest()
+
+    return sorted(choices, key=weight)
+
+
+class _Parked(Exception):
+    """Carries ``ProviderQuotaExhausted`` past ``Attempt.record``, which would fail the receipt."""
+
+    def __init__(self, error: ProviderQuotaExhausted) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class LiveDispatcher:
@@ -143,12 +199,26 @@ class LiveDispatcher:
         return self._sender.provider.auth_scope(tool)
 
     async def settle(self, call: ClaimedCall) -> Any:
+        """Send, record, return; a parked call's receipt is released, not failed.
+
+        ``ProviderQuotaExhausted`` means nothing was dispatched: the claim is
+        released so the next attempt (after the caller's durable wait) claims
+        it cleanly, and the error is re-raised for the caller to park on.
+        """
         if call.tool.batch is not None:
             return await self.bulk.settle(call)
-        idem = idempotency_key(call.key, force=call.force, lease_id=self._attempt.lease_id)
+        attempt = self._attempt
+        idem = idempotency_key(call.key, force=call.force, lease_id=attempt.lease_id)
         credits = call.tool.credits
 
         async def send() -> Any:
-            return await self._sender.send(call.tool, call.payload, idem, credits=credits)
+            try:
+                return await self._sender.send(call.tool, call.payload, idem, credits=credits)
+            except ProviderQuotaExhausted as err:
+                raise _Parked(err) from None
 
-        return await self._attempt.record(call.key, send, credits=credits)
+        try:
+            return await attempt.record(call.key, send, credits=credits)
+        except _Parked as parked:
+            await attempt.persist(attempt.receipts.release([call.key], lease_id=attempt.lease_id))
+            raise parked.error from None

@@ -6,7 +6,9 @@ deprecated ``$PLAYLINE_PG_DSN``) and the table prefix
 ``$PLAYLINE_FLEET_PREFIX``, exactly as the workers take them from ``Settings``;
 every running worker with fleet pacing reads them at least once a second, so
 ``playline limits set acme --rps 5 --max-concurrency 4`` slows the whole fleet
-within a second, without a restart or redeploy.
+within a second, without a restart or redeploy. Each limit is set on its own
+(``--per-day 1000`` alone changes only the daily quota); a limit never set
+fleet-wide keeps the workers' catalog value.
 
 The main CLI wires these in with::
 
@@ -48,13 +50,13 @@ def add_limits_parser(subparsers: Any) -> None:
     actions.add_parser("show", help="print each key's configured and adapted limits")
     set_cmd = actions.add_parser("set", help="set a key's limits (takes effect within 1 s)")
     set_cmd.add_argument("key", help="pacing key, e.g. a provider name or 'acme:key=ab12cd'")
-    set_cmd.add_argument("--rps", type=float, required=True, help="requests per second, > 0")
-    set_cmd.add_argument(
-        "--max-concurrency", type=int, required=True, help="most calls in flight, >= 1"
-    )
-    set_cmd.add_argument(
-        "--burst", type=int, default=None, help="calls allowed back to back (default: keep)"
-    )
+    set_cmd.add_argument("--rps", type=float, help="requests per second, > 0")
+    set_cmd.add_argument("--max-concurrency", type=int, help="most calls in flight, >= 1")
+    set_cmd.add_argument("--burst", type=int, help="calls allowed back to back, >= 1")
+    set_cmd.add_argument("--per-minute", type=int, help="most calls in any minute, >= 1")
+    set_cmd.add_argument("--per-hour", type=int, help="most calls in any hour, >= 1")
+    set_cmd.add_argument("--per-day", type=int, help="most calls in any 24 hours, >= 1")
+    set_cmd.add_argument("--min-rps", type=float, help="floor of adaptive pacing, > 0")
     limits.set_defaults(func=run_limits)
 
 
@@ -93,29 +95,46 @@ def run_limits(
     return 2
 
 
+_LABELS = {
+    "rps": "{:g} rps",
+    "burst": "burst {:g}",
+    "max_concurrency": "max concurrency {:g}",
+    "per_minute": "{:g}/minute",
+    "per_hour": "{:g}/hour",
+    "per_day": "{:g}/day",
+    "min_rps": "min {:g} rps",
+}
+_SET_FLAGS = ("rps", "max_concurrency", "burst", "per_minute", "per_hour", "per_day", "min_rps")
+
+
+def _limits_given(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in _SET_FLAGS if getattr(args, name) is not None}
+
+
 def _validate_set(args: argparse.Namespace) -> None:
     if not args.key:
         raise ValueError("KEY must not be empty")
-    if not (args.rps > 0 and args.rps != float("inf")):
-        raise ValueError(f"--rps must be a number > 0, got {args.rps}")
-    if args.max_concurrency < 1:
-        raise ValueError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
-    if args.burst is not None and args.burst < 1:
-        raise ValueError(f"--burst must be >= 1, got {args.burst}")
+    given = _limits_given(args)
+    if not given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in _SET_FLAGS)
+        raise ValueError(f"give at least one limit to set: {flags}")
+    for name in ("rps", "min_rps"):
+        value = given.get(name)
+        if value is not None and not (value > 0 and value != float("inf")):
+            raise ValueError(f"--{name.replace('_', '-')} must be a number > 0, got {value}")
+    for name in ("max_concurrency", "burst", "per_minute", "per_hour", "per_day"):
+        value = given.get(name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
 async def _set(dsn: str, prefix: str, args: argparse.Namespace, out: TextIO) -> int:
     from playline.pacing.fleet_store import FleetPacer
 
     async with await FleetPacer.create(dsn, table_prefix=prefix) as fleet:
-        limits = await fleet.set_limits(
-            args.key, rps=args.rps, max_concurrency=args.max_concurrency, burst=args.burst
-        )
-    print(
-        f"{limits.key}: {limits.rps:g} rps, burst {limits.burst}, "
-        f"max concurrency {limits.max_concurrency} (running workers apply it within 1 s)",
-        file=out,
-    )
+        limits = await fleet.set_limits(args.key, **_limits_given(args))
+    shown = ", ".join(_LABELS[name].format(value) for name, value in limits.given().items())
+    print(f"{limits.key}: {shown} (running workers apply it within 1 s)", file=out)
     return 0
 
 
@@ -127,17 +146,29 @@ async def _show(dsn: str, prefix: str, out: TextIO) -> int:
     if not state:
         print("no pacing keys yet (none set, none used by a fleet worker)", file=out)
         return 0
-    header = ("KEY", "RPS", "ADAPTED_RPS", "MAX_CONCURRENCY", "BURST", "PAUSED_S")
+    header = (
+        "KEY", "RPS", "ADAPTED_RPS", "MAX_CONCURRENCY", "BURST",
+        "PER_MINUTE", "PER_HOUR", "PER_DAY", "MIN_RPS", "PAUSED_S",
+    )  # fmt: skip
     rows = [header]
     for key, entry in sorted(state.items()):
         lim, rate = entry.limits, entry.rate
+
+        def cell(value: float | int | None) -> str:
+            return "-" if value is None else f"{value:g}"
+
+        burst = lim.burst if lim and lim.burst is not None else rate.burst if rate else None
         rows.append(
             (
                 key,
-                f"{lim.rps:g}" if lim else "-",
-                f"{rate.rps:g}" if rate else "-",
-                str(lim.max_concurrency) if lim else "-",
-                str(lim.burst if lim else rate.burst if rate else "-"),
+                cell(lim.rps if lim else None),
+                cell(rate.rps if rate else None),
+                cell(lim.max_concurrency if lim else None),
+                cell(burst),
+                cell(lim.per_minute if lim else None),
+                cell(lim.per_hour if lim else None),
+                cell(lim.per_day if lim else None),
+                cell(lim.min_rps if lim else None),
                 f"{rate.paused_for_s:.1f}" if rate and rate.paused_for_s > 0 else "-",
             )
         )

@@ -19,9 +19,19 @@ those cuts so that a stale increase cannot undo one.
 
 ``<prefix>limits`` - the configured limits per key, written by ``playline
 limits set`` (:meth:`FleetPacer.set_limits`) and read by every governor at
-least once a second, so limits change without a restart::
+least once a second, so limits change without a restart. A ``NULL`` column
+keeps the worker's catalog value::
 
-    key text PRIMARY KEY, rps float8, burst int, max_concurrency int, updated_at timestamptz
+    key text PRIMARY KEY, rps float8, burst int, max_concurrency int,
+    per_minute int, per_hour int, per_day int, min_rps float8, updated_at timestamptz
+
+``<prefix>windows`` - fleet-wide quota windows (``per_minute`` / ``per_hour`` /
+``per_day``): calls counted in buckets of 1/60 of the window; a call is admitted
+only if the buckets covering the last window (plus the current one, so the
+count errs high) leave room in every window of its key, all in one
+transaction under an advisory lock per key::
+
+    key text, window_s float8, bucket bigint, count int, PRIMARY KEY (key, window_s, bucket)
 
 One ticket (or a block of ``n`` tickets) is one atomic ``UPDATE ... RETURNING``
 statement; the row lock serialises concurrent workers, so the fleet as a whole
@@ -39,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -75,14 +85,34 @@ class FleetPacingUnavailable(PlaylineError):
     retryable = True
 
 
+#: The limits a fleet row can hold (each ``None``: keep the worker's catalog value).
+LIMIT_FIELDS = ("rps", "burst", "max_concurrency", "per_minute", "per_hour", "per_day", "min_rps")
+#: A window is counted in this many buckets.
+WINDOW_BUCKETS = 60
+
+
 @dataclass(frozen=True, slots=True)
 class FleetLimits:
-    """A key's configured limits as ``playline limits set`` stored them."""
+    """A key's configured limits as ``playline limits set`` stored them.
+
+    Every field but ``key`` may be ``None``: not set fleet-wide, the worker's
+    catalog value applies.
+    """
 
     key: str
-    rps: float
-    burst: int
-    max_concurrency: int
+    rps: float | None = None
+    burst: int | None = None
+    max_concurrency: int | None = None
+    per_minute: int | None = None
+    per_hour: int | None = None
+    per_day: int | None = None
+    min_rps: float | None = None
+
+    def given(self) -> dict[str, float | int]:
+        """The fields that are set."""
+        return {
+            name: getattr(self, name) for name in LIMIT_FIELDS if getattr(self, name) is not None
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,32 +223,43 @@ class FleetPacer:
         return (await self.take_many(key, n, rps=rps, burst=burst))[-1]
 
     async def take_many(
-        self, key: str, n: int = 1, *, rps: float | None = None, burst: int | None = None
+        self,
+        key: str,
+        n: int = 1,
+        *,
+        rps: float | None = None,
+        burst: int | None = None,
+        margin: float = 1.0,
+        local_burst: Callable[[int], int] | None = None,
     ) -> tuple[float, ...]:
         """Reserve a block of ``n`` tickets in one statement; the delay of each, in order.
 
         Ticket ``i`` may be used ``delays[i]`` seconds after the statement
         ran. Delays count from the database's clock reading inside the
         statement, so using them from when the answer arrives only errs on the
-        slow side.
+        slow side. ``margin`` spaces tickets at ``rps x margin`` and
+        ``local_burst`` maps the row's burst to the tolerance used (the
+        governor keeps part of a provider's burst for jitter, fleet-wide too).
         """
         if n < 1:
             raise ValueError("n must be >= 1")
         await self._ensure_key(key, rps, burst)
-        row = await self._fetchone("tickets", self._q.take, {"key": key, "n": n})
+        params = {"key": key, "n": n, "margin": margin}
+        row = await self._fetchone("tickets", self._q.take, params)
         if row is None:  # the row vanished (tables reset): recreate it once
             self._known.discard(key)
             await self._ensure_key(key, rps, burst)
-            row = await self._fetchone("tickets", self._q.take, {"key": key, "n": n})
+            row = await self._fetchone("tickets", self._q.take, params)
             if row is None:
                 raise FleetPacingUnavailable(f"fleet pacing row for key {key!r} disappeared")
         tat, row_rps, paused_until, now = (float(row[i]) for i in (0, 1, 3, 4))
-        row_burst = int(row[2])
-        # The statement stored tat = start + n/rps with start = max(old tat, now,
-        # paused_until); re-running the same step from ``start`` yields each
-        # ticket's delay from the statement's own clock reading.
-        start = tat - n / row_rps
-        return gcra_take(start, now, row_rps, row_burst, n, paused_until=paused_until).delays
+        row_burst = int(row[2]) if local_burst is None else local_burst(int(row[2]))
+        # The statement stored tat = start + n/(rps x margin) with start = max(old
+        # tat, now, paused_until); re-running the same step from ``start`` yields
+        # each ticket's delay from the statement's own clock reading.
+        paced = row_rps * margin
+        start = tat - n / paced
+        return gcra_take(start, now, paced, row_burst, n, paused_until=paused_until).delays
 
     # ------------------------------------------------------------------ shared rate
 
@@ -262,8 +303,22 @@ class FleetPacer:
         """Every key's limits and shared rate, read in one statement."""
         rows = await self._fetchall("control", self._q.read_state, {})
         out: dict[str, FleetKeyState] = {}
-        for key, l_rps, l_burst, l_conc, g_rps, g_burst, g_epoch, g_paused in rows:
-            limits = None if l_rps is None else FleetLimits(key, float(l_rps), l_burst, l_conc)
+        for row in rows:
+            key, has_limits = row[0], row[1]
+            l_rps, l_burst, l_conc, l_min, l_hour, l_day, l_min_rps = row[2:9]
+            g_rps, g_burst, g_epoch, g_paused = row[9:13]
+            limits = None
+            if has_limits:
+                limits = FleetLimits(
+                    key,
+                    None if l_rps is None else float(l_rps),
+                    l_burst,
+                    l_conc,
+                    l_min,
+                    l_hour,
+                    l_day,
+                    None if l_min_rps is None else float(l_min_rps),
+                )
             rate = (
                 None
                 if g_rps is None
@@ -273,27 +328,78 @@ class FleetPacer:
         return out
 
     async def set_limits(
-        self, key: str, *, rps: float, max_concurrency: int, burst: int | None = None
+        self,
+        key: str,
+        *,
+        rps: float | None = None,
+        max_concurrency: int | None = None,
+        burst: int | None = None,
+        per_minute: int | None = None,
+        per_hour: int | None = None,
+        per_day: int | None = None,
+        min_rps: float | None = None,
     ) -> FleetLimits:
-        """Upsert a key's configured limits and reset its shared rate to them.
+        """Upsert the given limits of a key (others are kept); reset its shared rate.
 
-        ``burst`` defaults to the key's current burst (from ``limits``, else
-        the shared rate row, else 1). The shared rate becomes ``rps`` with a
+        Fields left ``None`` keep their stored value (or stay unset: the
+        workers' catalog applies). A new ``rps`` becomes the shared rate with a
         new epoch, so every worker adopts it on its next refresh (within a
         second) and no in-flight increase can overwrite it.
         """
-        if not (math.isfinite(rps) and rps > 0):
-            raise ValueError(f"rps must be a number > 0, got {rps!r}")
-        if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency!r}")
-        if burst is not None and burst < 1:
-            raise ValueError(f"burst must be >= 1, got {burst!r}")
-        params = {"key": key, "rps": rps, "burst": burst, "mc": max_concurrency}
+        limits = FleetLimits(
+            key, rps, burst, max_concurrency, per_minute, per_hour, per_day, min_rps
+        )
+        _validate_limits(limits)
+        if not limits.given():
+            raise ValueError("give at least one limit to set")
+        params: dict[str, Any] = {
+            "key": key,
+            **{name: getattr(limits, name) for name in LIMIT_FIELDS},
+        }
         row = await self._fetchone("control", self._q.set_limits, params)
         if row is None:  # pragma: no cover - an upsert always returns its row
             raise FleetPacingUnavailable(f"setting the limits of {key!r} returned nothing")
         self._known.add(key)
-        return FleetLimits(str(row[0]), float(row[1]), int(row[2]), int(row[3]))
+        key_, l_rps, *rest = row
+        return FleetLimits(str(key_), None if l_rps is None else float(l_rps), *rest)
+
+    async def take_window_slot(self, key: str, windows: Mapping[float, int]) -> float:
+        """Count one call in every fleet-wide window of ``key``, if all have room.
+
+        Returns ``0.0`` when the call is admitted (and counted), else the seconds
+        until the fullest window's oldest bucket ages out (nothing counted).
+        """
+        if not windows:
+            return 0.0
+        conn = await self._conn("tickets")
+        try:
+            async with conn.transaction():
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                    [f"playline:{self.table_prefix}:{key}"],
+                )
+                waits: list[float] = []
+                for window_s, limit in sorted(windows.items()):
+                    cur = await conn.execute(
+                        self._q.window_used,
+                        {"key": key, "w": window_s, "nb": WINDOW_BUCKETS},
+                    )
+                    used, oldest, now = await cur.fetchone() or (0, None, 0.0)
+                    if int(used) >= limit:
+                        bucket_s = window_s / WINDOW_BUCKETS
+                        waits.append(max(bucket_s, (oldest + WINDOW_BUCKETS + 1) * bucket_s - now))
+                if waits:
+                    return max(waits)
+                for window_s in windows:
+                    await conn.execute(
+                        self._q.window_count,
+                        {"key": key, "w": window_s, "nb": WINDOW_BUCKETS},
+                    )
+        except Exception as err:
+            if isinstance(err, FleetPacingUnavailable):
+                raise
+            raise _unavailable(err) from err
+        return 0.0
 
     # ------------------------------------------------------------------ plumbing
 
@@ -382,6 +488,8 @@ class _Queries:
     increase: sql.Composed
     read_state: sql.Composed
     set_limits: sql.Composed
+    window_used: sql.Composed
+    window_count: sql.Composed
 
     @classmethod
     def build(cls, prefix: str) -> _Queries:
@@ -390,6 +498,7 @@ class _Queries:
         names = {
             "pacing": sql.Identifier(prefix + "pacing"),
             "limits": sql.Identifier(prefix + "limits"),
+            "windows": sql.Identifier(prefix + "windows"),
             "now": sql.SQL(_NOW),
         }
 
@@ -412,10 +521,29 @@ class _Queries:
                 q(
                     "CREATE TABLE IF NOT EXISTS {limits} ("
                     " key text PRIMARY KEY,"
-                    " rps float8 NOT NULL CHECK (rps > 0),"
-                    " burst integer NOT NULL CHECK (burst >= 1),"
-                    " max_concurrency integer NOT NULL CHECK (max_concurrency >= 1),"
+                    " rps float8 CHECK (rps > 0),"
+                    " burst integer CHECK (burst >= 1),"
+                    " max_concurrency integer CHECK (max_concurrency >= 1),"
                     " updated_at timestamptz NOT NULL DEFAULT now())"
+                ),
+                # Tables made by playline 0.2 lack the quota columns and hold NOT NULLs.
+                q(
+                    "ALTER TABLE {limits}"
+                    " ADD COLUMN IF NOT EXISTS per_minute integer CHECK (per_minute >= 1),"
+                    " ADD COLUMN IF NOT EXISTS per_hour integer CHECK (per_hour >= 1),"
+                    " ADD COLUMN IF NOT EXISTS per_day integer CHECK (per_day >= 1),"
+                    " ADD COLUMN IF NOT EXISTS min_rps float8 CHECK (min_rps > 0),"
+                    " ALTER COLUMN rps DROP NOT NULL,"
+                    " ALTER COLUMN burst DROP NOT NULL,"
+                    " ALTER COLUMN max_concurrency DROP NOT NULL"
+                ),
+                q(
+                    "CREATE TABLE IF NOT EXISTS {windows} ("
+                    " key text NOT NULL,"
+                    " window_s float8 NOT NULL,"
+                    " bucket bigint NOT NULL,"
+                    " count integer NOT NULL,"
+                    " PRIMARY KEY (key, window_s, bucket))"
                 ),
             ),
             # A new key starts at its configured limits (the limits table wins
@@ -431,7 +559,8 @@ class _Queries:
             # each ticket's delay from the very reading the step used.
             take=q(
                 "UPDATE {pacing} AS g SET (tat, last_now) = ("
-                "  SELECT GREATEST(g.tat, c.now, g.paused_until) + %(n)s / g.rps, c.now"
+                "  SELECT GREATEST(g.tat, c.now, g.paused_until) + %(n)s / (g.rps * %(margin)s),"
+                "  c.now"
                 "  FROM (SELECT {now} AS now) AS c)"
                 " WHERE g.key = %(key)s"
                 " RETURNING g.tat, g.rps, g.burst, g.paused_until, g.last_now"
@@ -451,7 +580,8 @@ class _Queries:
                 " RETURNING " + rate_cols
             ),
             read_state=q(
-                "SELECT COALESCE(l.key, g.key), l.rps, l.burst, l.max_concurrency, "
+                "SELECT COALESCE(l.key, g.key), l.key IS NOT NULL, l.rps, l.burst,"
+                " l.max_concurrency, l.per_minute, l.per_hour, l.per_day, l.min_rps, "
                 + rate_cols
                 + " FROM {limits} AS l FULL JOIN {pacing} AS g ON g.key = l.key"
                 " ORDER BY 1"
@@ -459,22 +589,57 @@ class _Queries:
             # One statement, so the limits and the reset shared rate change together.
             set_limits=q(
                 "WITH lim AS ("
-                " INSERT INTO {limits} AS t (key, rps, burst, max_concurrency, updated_at)"
-                " SELECT %(key)s, %(rps)s,"
-                "  COALESCE(%(burst)s::integer, l.burst, g.burst, 1), %(mc)s, now()"
-                " FROM (SELECT 1) AS one"
-                " LEFT JOIN {limits} AS l ON l.key = %(key)s"
-                " LEFT JOIN {pacing} AS g ON g.key = %(key)s"
-                " ON CONFLICT (key) DO UPDATE SET rps = EXCLUDED.rps, burst = EXCLUDED.burst,"
-                "  max_concurrency = EXCLUDED.max_concurrency, updated_at = now()"
-                " RETURNING t.key, t.rps, t.burst, t.max_concurrency),"
+                " INSERT INTO {limits} AS t (key, rps, burst, max_concurrency, per_minute,"
+                "  per_hour, per_day, min_rps, updated_at)"
+                " VALUES (%(key)s, %(rps)s, %(burst)s, %(max_concurrency)s, %(per_minute)s,"
+                "  %(per_hour)s, %(per_day)s, %(min_rps)s, now())"
+                " ON CONFLICT (key) DO UPDATE SET"
+                "  rps = COALESCE(EXCLUDED.rps, t.rps),"
+                "  burst = COALESCE(EXCLUDED.burst, t.burst),"
+                "  max_concurrency = COALESCE(EXCLUDED.max_concurrency, t.max_concurrency),"
+                "  per_minute = COALESCE(EXCLUDED.per_minute, t.per_minute),"
+                "  per_hour = COALESCE(EXCLUDED.per_hour, t.per_hour),"
+                "  per_day = COALESCE(EXCLUDED.per_day, t.per_day),"
+                "  min_rps = COALESCE(EXCLUDED.min_rps, t.min_rps),"
+                "  updated_at = now()"
+                " RETURNING t.key, t.rps, t.burst, t.max_concurrency, t.per_minute,"
+                "  t.per_hour, t.per_day, t.min_rps),"
                 " reset AS ("
-                " INSERT INTO {pacing} AS g (key, rps, burst) SELECT key, rps, burst FROM lim"
-                " ON CONFLICT (key) DO UPDATE SET rps = EXCLUDED.rps, burst = EXCLUDED.burst,"
-                "  epoch = g.epoch + 1)"
-                " SELECT key, rps, burst, max_concurrency FROM lim"
+                " INSERT INTO {pacing} AS g (key, rps, burst)"
+                " SELECT key, rps, COALESCE(burst, 1) FROM lim"
+                "  WHERE lim.rps IS NOT NULL AND %(rps)s::float8 IS NOT NULL"
+                " ON CONFLICT (key) DO UPDATE SET rps = EXCLUDED.rps,"
+                "  burst = COALESCE(%(burst)s::integer, g.burst), epoch = g.epoch + 1)"
+                " SELECT * FROM lim"
+            ),
+            window_used=q(
+                "SELECT COALESCE(SUM(w.count), 0), MIN(w.bucket), c.now FROM"
+                " (SELECT {now} AS now, floor({now} / (%(w)s / %(nb)s))::bigint AS cur) AS c"
+                " LEFT JOIN {windows} AS w ON w.key = %(key)s AND w.window_s = %(w)s"
+                "  AND w.bucket >= c.cur - %(nb)s"
+                " GROUP BY c.cur, c.now"
+            ),
+            window_count=q(
+                "WITH c AS (SELECT floor({now} / (%(w)s / %(nb)s))::bigint AS cur),"
+                " gone AS (DELETE FROM {windows} WHERE key = %(key)s AND window_s = %(w)s"
+                "  AND bucket < (SELECT cur FROM c) - 2 * %(nb)s)"
+                " INSERT INTO {windows} (key, window_s, bucket, count)"
+                " SELECT %(key)s, %(w)s, cur, 1 FROM c"
+                " ON CONFLICT (key, window_s, bucket)"
+                " DO UPDATE SET count = {windows}.count + 1"
             ),
         )
+
+
+def _validate_limits(limits: FleetLimits) -> None:
+    for name in ("rps", "min_rps"):
+        value = getattr(limits, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    for name in ("burst", "max_concurrency", "per_minute", "per_hour", "per_day"):
+        value = getattr(limits, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value!r}")
 
 
 def _rate(key: str, row: tuple[Any, ...]) -> FleetRate:

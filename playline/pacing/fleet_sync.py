@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from playline.pacing.fleet_store import FleetKeyState, FleetPacer, FleetRate
@@ -47,6 +47,10 @@ class FleetFollower(Protocol):
         rps: float | None = None,
         max_concurrency: int | None = None,
         burst: int | None = None,
+        per_minute: int | None = None,
+        per_hour: int | None = None,
+        per_day: int | None = None,
+        min_rps: float | None = None,
     ) -> None: ...
 
     def adopt_rate(self, key: str, rps: float) -> bool: ...
@@ -60,17 +64,29 @@ class FleetSync:
         governor: the governor to keep in step with the fleet.
         refresh_s: how often limits and the shared rate are read, at most 1 s
             so that a limit change applies within a second.
+        margin: tickets are spaced at the shared rate times this.
+        burst: maps the shared burst to the tolerance tickets use.
     """
 
-    def __init__(self, store: FleetPacer, governor: FleetFollower, *, refresh_s: float) -> None:
+    def __init__(
+        self,
+        store: FleetPacer,
+        governor: FleetFollower,
+        *,
+        refresh_s: float,
+        margin: float = 1.0,
+        burst: Callable[[int], int] | None = None,
+    ) -> None:
         if not 0 < refresh_s <= 1.0:
             raise ValueError("fleet_refresh_s must be in (0, 1]")
         self._store = store
         self._governor = governor
         self._refresh_s = refresh_s
+        self._margin = margin
+        self._burst = burst
         self._view: dict[str, FleetKeyState] = {}
-        #: per key, the (rps, burst, max_concurrency) last applied from the limits table
-        self._limits_applied: dict[str, tuple[float, int, int]] = {}
+        #: per key, the limits last applied from the limits table
+        self._limits_applied: dict[str, dict[str, float | int]] = {}
         #: per key, the (epoch, rps) of the shared adapted rate last seen or written
         self._seen: dict[str, tuple[int, float]] = {}
         self._batchers: dict[str, _TicketBatcher] = {}
@@ -81,13 +97,26 @@ class FleetSync:
     # ------------------------------------------------------------------ tickets
 
     async def wait_for_tickets(self, keys: Sequence[str]) -> None:
-        """Take one fleet ticket per key and sleep until the last of them is due."""
+        """Take one fleet ticket per key and sleep until the last of them is due.
+
+        A key with quota windows first gets a slot in every fleet-wide window
+        (waiting while one is full), then its rate ticket.
+        """
+        for key in keys:
+            windows = self._governor.policy(key).windows()
+            while windows:
+                wait = await self._store.take_window_slot(key, windows)
+                if wait <= 0:
+                    break
+                await asyncio.sleep(min(wait, 60.0))
         loop = asyncio.get_running_loop()
         due = loop.time()
         for key in keys:
             batcher = self._batchers.get(key)
             if batcher is None:
-                batcher = self._batchers[key] = _TicketBatcher(self._store, key, self._governor)
+                batcher = self._batchers[key] = _TicketBatcher(
+                    self._store, key, self._governor, self._margin, self._burst
+                )
             due = max(due, loop.time() + await batcher.ticket())
         delay = due - loop.time()
         if delay > 0:
@@ -131,18 +160,13 @@ class FleetSync:
         """Apply the fleet's limits, then its shared adapted rate, to one key."""
         limits = view.limits
         if limits is not None:
-            wanted = (limits.rps, limits.burst, limits.max_concurrency)
+            wanted = limits.given()
             if wanted != self._limits_applied.get(key):
                 self._limits_applied[key] = wanted
-                policy = self._governor.policy(key)
-                if wanted != (policy.rps, policy.burst, policy.max_concurrency):
-                    log.info("pacing key %s: applying fleet limits", key)
-                    self._governor.set_limit(
-                        key,
-                        rps=limits.rps,
-                        burst=limits.burst,
-                        max_concurrency=limits.max_concurrency,
-                    )
+                policy = self._governor.policy(key).model_dump()
+                if any(policy.get(name) != value for name, value in wanted.items()):
+                    log.info("pacing key %s: applying fleet limits %s", key, wanted)
+                    self._governor.set_limit(key, **wanted)  # type: ignore[arg-type]
         if view.rate is not None:
             self._adopt(key, view.rate)
 
@@ -226,10 +250,19 @@ class _TicketBatcher:
     cancelled before its block was fetched is left out of it.
     """
 
-    def __init__(self, store: FleetPacer, key: str, governor: FleetFollower) -> None:
+    def __init__(
+        self,
+        store: FleetPacer,
+        key: str,
+        governor: FleetFollower,
+        margin: float,
+        burst: Callable[[int], int] | None,
+    ) -> None:
         self._store = store
         self._key = key
         self._governor = governor
+        self._margin = margin
+        self._burst = burst
         self._pending: list[asyncio.Future[float]] = []
         self._drainer: asyncio.Task[None] | None = None
 
@@ -252,7 +285,12 @@ class _TicketBatcher:
                 policy = self._governor.policy(self._key)
                 try:
                     delays = await self._store.take_many(
-                        self._key, len(block), rps=policy.rps, burst=policy.burst
+                        self._key,
+                        len(block),
+                        rps=policy.rps,
+                        burst=policy.burst,
+                        margin=self._margin,
+                        local_burst=self._burst,
                     )
                 except Exception as err:
                     for fut in block:

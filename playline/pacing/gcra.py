@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from playline.pacing.aimd import EPSILON_S, check_rate
+from playline.pacing.measure import EPSILON_S, check_rate
 
 __all__ = ["GcraResult", "gcra_take"]
 

@@ -2,38 +2,48 @@
 
 Providers are paid and rate-limited, so a worker must never send faster than a
 provider allows, and should go as fast as it does allow. The governor holds,
-per **pacing key** (a provider name, or a compound key such as
-``"acme:key=ab12cd"`` for one API key of a provider):
+per **pacing key** (a provider name, or ``"acme:key=ACME_KEY_B"`` for one API key
+of a provider), every limit that applies, all enforced together:
 
-* a rate limiter (an :class:`aiolimiter.AsyncLimiter`, ``burst`` calls back to
-  back, then ``rps`` per second),
-* a concurrency gate (at most ``max_concurrency`` calls in flight),
-* an AIMD controller (:class:`~playline.pacing.aimd.AimdController`) that
-  halves the rate in force on a 429 (once per burst), pauses the key for the
-  provider's ``Retry-After``, and grows the rate back additively on success,
-* a latency average, from which it suggests how many calls to keep in flight.
+* the **rate in force**: a :class:`~playline.pacing.search.RateSearch` between
+  ``min_rps`` and the catalog's ``rps``, learnt from 429s (cut to a fraction of
+  what the provider admitted, then searched between the bounds), paced by an
+  :class:`~playline.pacing.limiter.AdjustableLimiter`;
+* the **quota windows** (``per_minute``, ``per_hour``, ``per_day``): hard caps
+  (:class:`~playline.pacing.budget.WindowCap`); a minute is spent evenly;
+* what the provider **reports** in its headers
+  (:class:`~playline.pacing.budget.HeaderBudget`): spent evenly until the reset,
+  blocked once gone, so no 429 is needed to learn the limit;
+* **pauses** for ``Retry-After``, whatever its length (a daily quota answers
+  429 for hours: the key is blocked until then, see :meth:`Governor.blocked_until`);
+* a **concurrency gate** (``max_concurrency``), narrowed when a 429 came at a
+  concurrency never seen to succeed (a concurrency-capped provider);
+* a **time-in-flight average** over every outcome (timeouts included), from which
+  it suggests how many calls to keep in flight;
+* a **first answer**: a key's first call goes alone (for up to a second), because
+  what the provider answers (its rate-limit headers, or a 429) is worth a round trip
+  before a burst.
 
-All of them can change while calls are waiting (``set_limit``, AIMD, fleet
-limits), and every change applies to waiting calls too.
+All of them can change while calls are waiting (``set_limit``, the search, a
+report, fleet limits), and every change applies to waiting calls too.
 
-With a :class:`~playline.pacing.fleet_store.FleetPacer` the governor also
-takes a GCRA ticket from PostgreSQL for each call, so that N workers together
-stay inside one provider budget, shares its rate cuts with the fleet, and
-applies the limits that ``playline limits set`` writes, within a second. All of
-that lives in :class:`~playline.pacing.fleet_sync.FleetSync`; the governor only
-asks it for tickets and tells it about cuts and increases.
+With a :class:`~playline.pacing.fleet_store.FleetPacer` the governor also takes
+a GCRA ticket (and, for keys with quota windows, window slots) from PostgreSQL
+for each call, so N workers together stay inside one provider budget; that is
+:class:`~playline.pacing.fleet_sync.FleetSync`.
 
 One tool call, end to end::
 
-    async with governor.permit([provider]) as permit:
+    async with governor.permit([provider], park_after_s=60) as permit:
         started = time.monotonic()
         response = await client.send(request)
+        permit.observe(parse_rate_limit(response.headers, now_wall=time.time()))
         if response.status_code == 429:
             permit.record_rate_limited(retry_after_s)
         elif response.is_success:
             permit.record_success(time.monotonic() - started)
         else:
-            permit.record_failure()
+            permit.record_failure(time.monotonic() - started)
 
 Fixture mode does not call :meth:`Governor.permit` at all.
 """
@@ -43,34 +53,44 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from playline.pacing.aimd import (
-    AimdConfig,
-    AimdController,
-    Ewma,
-    RateLimitOutcome,
-    little_width,
-)
+from playline.pacing.budget import HeaderBudget, WindowCap
 from playline.pacing.gate import ResizableGate
+from playline.pacing.headers import RateLimitReport
 from playline.pacing.limiter import AdjustableLimiter
+from playline.pacing.measure import Ewma, little_width
+from playline.pacing.pacer import KeyBlocked
 from playline.pacing.policy import PacingPolicy
+from playline.pacing.search import RateLimitOutcome, RateSearch, SearchConfig
 
 if TYPE_CHECKING:
     from playline.pacing.fleet_store import FleetPacer
     from playline.pacing.fleet_sync import FleetSync
 
-__all__ = ["Governor", "Permit"]
+__all__ = ["Governor", "KeyBlocked", "Permit"]
 
 log = logging.getLogger("playline.governor")
 
-#: Latency assumed before a key has completed a call: small, so that the first
-#: dispatch width (``rate x latency``) is a trickle, not the whole chunk.
+#: Time in flight assumed before a key has completed a call: small, so that the
+#: first dispatch width (``rate x time in flight``) is a trickle, not the whole chunk.
 LATENCY_PRIOR_S = 0.25
+#: The limiter runs this much below the rate in force: the provider's bucket then
+#: refills a little faster than it is spent, and absorbs the clumps a busy event
+#: loop and the network make of evenly spaced calls.
+PACING_MARGIN = 0.98
+#: How long a key's other calls wait for its first call's answer at most.
+FIRST_ANSWER_WAIT_S = 1.0
+#: How soon a key blocked by a reported quota looks again while answers are due.
+REPORT_RECHECK_S = 0.05
+#: Rows kept in flight beyond Little's law: a row also spends time on receipts
+#: and chunk turnover, and a row waiting at the governor costs only a lease.
+WIDTH_HEADROOM = 2.0
 
 
 @dataclass(eq=False)
@@ -79,37 +99,95 @@ class _KeyState:
 
     key: str
     policy: PacingPolicy
-    aimd: AimdController
+    search: RateSearch
     limiter: AdjustableLimiter
     gate: ResizableGate
+    windows: list[WindowCap]
+    budget: HeaderBudget = field(default_factory=HeaderBudget)
     latency: Ewma = field(default_factory=lambda: Ewma(prior=LATENCY_PRIOR_S))
     in_flight: int = 0
     waiting: int = 0
+    #: the quickest answer seen, seconds (a round trip with no queueing)
+    fastest: float = math.inf
+    #: while a key's first call is out, the others wait for its answer until this
+    #: (what the provider reports, or its first 429, is worth a round trip)
+    first_answer_due: float | None = None
     successes: int = 0
     failures: int = 0
+    #: the concurrency a 429 came at, never seen to succeed (``None``: no such 429)
+    concurrency_bound: int | None = None
+    concurrency_bound_at: float = 0.0
+    #: the highest concurrency a success was dispatched at, recently
+    succeeded_at: int = 0
+    gate_credit: int = 0
+
+    def rate_in_force(self, now: float) -> float:
+        rates = [self.search.rate]
+        rates.extend(w.even_rps for w in self.windows if w.even_rps is not None)
+        reported = self.budget.rate(now)
+        if reported is not None:
+            rates.append(reported)
+        return max(min(rates), 1e-6)
+
+    def pace_rate(self, now: float) -> float:
+        """The limiter's rate: the searched rate with the margin, the providers' as said."""
+        rates = [self.search.rate * PACING_MARGIN]
+        rates.extend(w.even_rps for w in self.windows if w.even_rps is not None)
+        reported = self.budget.rate(now)
+        if reported is not None:
+            rates.append(reported)
+        return max(min(rates), 1e-6)
+
+    def blocked_until(self, now: float) -> float:
+        """The earliest time this key may dispatch (``<= now``: it may now)."""
+        until = max([self.search.paused_until, *(w.available_at(now) for w in self.windows)])
+        if self.first_answer_due is not None and self.in_flight:
+            until = max(until, self.first_answer_due)
+        reported = self.budget.blocked_until(now)
+        return until if reported is None else max(until, reported)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ticket:
+    """What a permit remembers of each key at dispatch."""
+
+    epoch: int
+    concurrency: int
 
 
 class Permit:
     """Held while one provider call is in flight.
 
-    Record exactly one outcome for the call; the first one recorded counts
-    and later ones are ignored. A permit left without an outcome (the call
-    raised before it was sent, say) changes no rate.
+    Record exactly one outcome for the call; the first one recorded counts and
+    later ones are ignored. A permit left without an outcome (the call raised
+    before it was sent, say) changes no rate. :meth:`observe` may come before it.
     """
 
-    __slots__ = ("_epochs", "_governor", "_recorded", "keys")
+    __slots__ = ("_dispatched_at", "_governor", "_recorded", "_tickets", "keys")
 
-    def __init__(self, governor: Governor, keys: tuple[str, ...], epochs: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        governor: Governor,
+        keys: tuple[str, ...],
+        tickets: tuple[_Ticket, ...],
+        dispatched_at: float,
+    ) -> None:
         self._governor = governor
-        self._epochs = epochs
+        self._tickets = tickets
+        self._dispatched_at = dispatched_at
         self._recorded = False
         #: the pacing keys that admitted this call, sorted
         self.keys = keys
 
+    def observe(self, report: RateLimitReport | None) -> None:
+        """What the response said about the provider's limits (its headers)."""
+        if report is not None and report.quotas:
+            self._governor._on_report(self.keys, self._tickets, report)
+
     def record_success(self, latency_s: float) -> None:
         """The provider answered usefully after ``latency_s`` seconds."""
         if self._claim():
-            self._governor._on_success(self.keys, self._epochs, latency_s)
+            self._governor._on_accepted(self.keys, self._tickets, self._dispatched_at, latency_s)
 
     def record_rate_limited(self, retry_after_s: float | None) -> None:
         """The provider answered 429 (or another rate-limit signal).
@@ -118,12 +196,18 @@ class Permit:
         them the provider meant, and slowing all of them is the safe reading.
         """
         if self._claim():
-            self._governor._on_rate_limited(self.keys, self._epochs, retry_after_s)
+            self._governor._on_rate_limited(
+                self.keys, self._tickets, self._dispatched_at, retry_after_s
+            )
 
-    def record_failure(self) -> None:
-        """Any other failure (5xx, timeout, connection error): counted, no rate change."""
+    def record_failure(self, latency_s: float | None = None) -> None:
+        """Any other failure (5xx, timeout, bad body): counted, no rate change.
+
+        ``latency_s`` (the time the call held its slot) feeds the time-in-flight
+        average, so timeouts widen the suggested dispatch as they should.
+        """
         if self._claim():
-            self._governor._on_failure(self.keys)
+            self._governor._on_failure(self.keys, self._tickets, self._dispatched_at, latency_s)
 
     def _claim(self) -> bool:
         if self._recorded:
@@ -140,11 +224,12 @@ class Governor:
             key without a policy gets ``PacingPolicy()``'s defaults.
         global_ceiling: the most calls in flight across all keys of this
             process; also caps :meth:`suggested_parallelism`.
-        clock: monotonic seconds, for AIMD windows and pauses.
+        clock: monotonic seconds, for windows, pauses and the search.
+        wall_clock: Unix seconds, for :meth:`blocked_until`.
         fleet: share pacing with other workers through PostgreSQL (see
             :class:`~playline.pacing.fleet_sync.FleetSync`). The governor does
             not own the store: close it after :meth:`aclose`.
-        aimd: the AIMD constants.
+        search: the constants of the limit search.
         fleet_refresh_s: how often the fleet's limits and shared rate are
             read (at most 1 s, so that limit changes apply within a second).
     """
@@ -155,36 +240,47 @@ class Governor:
         *,
         global_ceiling: int = 256,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         fleet: FleetPacer | None = None,
-        aimd: AimdConfig | None = None,
+        search: SearchConfig | None = None,
         fleet_refresh_s: float = 0.5,
     ) -> None:
         self._policies = dict(policies)
         self._global_ceiling = global_ceiling
         self._global_gate = ResizableGate(global_ceiling)
         self._clock = clock
-        self._aimd_config = aimd or AimdConfig()
+        self._wall_clock = wall_clock
+        self._search_config = search or SearchConfig()
         self._states: dict[str, _KeyState] = {}
         self._fleet: FleetSync | None = None
         if fleet is not None:
             from playline.pacing.fleet_sync import FleetSync
 
-            self._fleet = FleetSync(fleet, self, refresh_s=fleet_refresh_s)
+            self._fleet = FleetSync(
+                fleet,
+                self,
+                refresh_s=fleet_refresh_s,
+                margin=PACING_MARGIN,
+                burst=_local_burst,
+            )
 
     # ------------------------------------------------------------------ admission
 
-    def permit(self, keys: Sequence[str]) -> AbstractAsyncContextManager[Permit]:
+    def permit(
+        self, keys: Sequence[str], *, park_after_s: float | None = None
+    ) -> AbstractAsyncContextManager[Permit]:
         """Wait until EVERY key admits the call, then hold a :class:`Permit`.
 
-        A key admits a call when it is not paused, has a concurrency slot and
-        a rate token (and, with a fleet, a fleet ticket has come due). Slots
-        are taken in sorted key order, so two calls over overlapping keys
-        cannot deadlock; rate tokens of several keys are taken at one instant,
-        so none is held (and aged) while waiting for another. Leaving the
-        context releases the slots, also on error and cancellation. A waiter
-        cancelled before admission consumes nothing locally (a fleet ticket
-        already reserved is forfeit: that can only slow the fleet down).
+        A key admits a call when it is not blocked (paused, a quota window
+        full, a reported quota spent), has a concurrency slot and a rate token
+        (and, with a fleet, its fleet ticket has come due). Slots are taken in
+        sorted key order, so calls over overlapping keys cannot deadlock; rate
+        tokens of several keys are taken at one instant. Leaving the context
+        releases the slots, also on error and cancellation; a waiter cancelled
+        before admission consumes nothing locally.
 
+        With ``park_after_s`` set, a key blocked for longer than that raises
+        :class:`KeyBlocked` instead of waiting, before anything is consumed.
         ``keys`` may be a single key string.
         """
         if isinstance(keys, str):
@@ -192,13 +288,16 @@ class Governor:
         unique = tuple(sorted(set(keys)))
         if not unique:
             raise ValueError("a permit needs at least one pacing key")
-        return self._permit(unique)
+        return self._permit(unique, park_after_s)
 
     @contextlib.asynccontextmanager
-    async def _permit(self, keys: tuple[str, ...]) -> AsyncIterator[Permit]:
+    async def _permit(
+        self, keys: tuple[str, ...], park_after_s: float | None
+    ) -> AsyncIterator[Permit]:
         if self._fleet is not None:
             self._fleet.ensure_running()
         states = [self._state(key) for key in keys]
+        self._check_park(states, park_after_s)
         gates: list[ResizableGate] = []
         tokens = False
         for state in states:
@@ -210,15 +309,18 @@ class Governor:
             await self._global_gate.acquire()
             gates.append(self._global_gate)
             ticketed = self._fleet is None
+            rate_wait = 0.0
             while True:
-                await self._wait_unpaused(states)
+                await self._wait_unblocked(states, park_after_s)
+                asked = self._clock()
                 await self._take_tokens(states)
                 tokens = True
-                if not ticketed and not self._paused(states):
+                if not ticketed and not self._blocked(states):
                     assert self._fleet is not None
                     await self._fleet.wait_for_tickets(keys)
                     ticketed = True
-                if self._paused(states):  # a cut landed while we waited
+                rate_wait += self._clock() - asked
+                if self._blocked(states):  # a cut or a report landed while we waited
                     self._refund_tokens(states)
                     tokens = False
                     continue
@@ -232,27 +334,56 @@ class Governor:
         finally:
             for state in states:
                 state.waiting -= 1
+        now = self._clock()
+        tickets = []
         for state in states:
+            first = state.successes + state.failures + state.search.rate_limited == 0
+            if first and state.first_answer_due is None:
+                state.first_answer_due = now + FIRST_ANSWER_WAIT_S
             state.in_flight += 1
+            for window in state.windows:
+                window.take(now)
+            # Held back by the rate (a token, a fleet ticket) or queued behind others:
+            # the rate, not the dispatch, limited this call.
+            held = rate_wait > 0.5 / state.pace_rate(now)
+            state.search.on_dispatch(now, backlogged=held or state.waiting > 0)
+            state.budget.on_dispatch(now)
+            tickets.append(_Ticket(state.search.epoch, state.in_flight))
         try:
-            yield Permit(self, keys, tuple(state.aimd.epoch for state in states))
+            yield Permit(self, keys, tuple(tickets), now)
         finally:
             for state in states:
                 state.in_flight -= 1
+                state.first_answer_due = None
             for gate in reversed(gates):
                 gate.release()
 
-    def _paused(self, states: Sequence[_KeyState]) -> bool:
+    def _blocked(self, states: Sequence[_KeyState]) -> bool:
         now = self._clock()
-        return any(state.aimd.pause_remaining(now) > 0 for state in states)
+        return any(state.blocked_until(now) > now for state in states)
 
-    async def _wait_unpaused(self, states: Sequence[_KeyState]) -> None:
+    def _check_park(self, states: Sequence[_KeyState], park_after_s: float | None) -> None:
+        if park_after_s is None:
+            return
+        now = self._clock()
+        for state in states:
+            until = state.blocked_until(now)
+            if until - now > park_after_s:
+                raise KeyBlocked(state.key, until, self._wall_clock() + (until - now))
+
+    async def _wait_unblocked(
+        self, states: Sequence[_KeyState], park_after_s: float | None
+    ) -> None:
         while True:
+            self._check_park(states, park_after_s)
             now = self._clock()
-            remaining = max(state.aimd.pause_remaining(now) for state in states)
-            if remaining <= 0:
+            until = max(state.blocked_until(now) for state in states)
+            if until <= now:
                 return
-            await asyncio.sleep(remaining)
+            # Re-check at least once a minute: a limit change may free the key; and
+            # soon when calls are in flight, whose answers bring fresh reports.
+            busy = any(state.in_flight for state in states)
+            await asyncio.sleep(min(until - now, REPORT_RECHECK_S if busy else 60.0))
 
     @staticmethod
     async def _take_tokens(states: Sequence[_KeyState]) -> None:
@@ -279,67 +410,170 @@ class Governor:
         for state in states:
             state.limiter.refund()
 
+    def pick(self, keys: Sequence[str]) -> str:
+        """The key (of several interchangeable ones, e.g. API keys) to send the next call with.
+
+        The one that can admit soonest: not blocked, then the shortest queue for
+        its rate; ties go to the first, so callers can pass their own
+        preference order.
+        """
+        if not keys:
+            raise ValueError("pick needs at least one key")
+        now = self._clock()
+
+        def expected_wait(key: str) -> float:
+            state = self._state(key)
+            blocked = max(0.0, state.blocked_until(now) - now)
+            queue = state.waiting / state.rate_in_force(now)
+            busy = 0.0 if state.in_flight < state.gate.limit else state.latency.value
+            return blocked + queue + busy
+
+        return min(keys, key=expected_wait)
+
     # ------------------------------------------------------------------ outcomes
 
-    def _on_success(self, keys: Sequence[str], epochs: Sequence[int], latency_s: float) -> None:
-        now = self._clock()
-        for key, epoch in zip(keys, epochs, strict=True):
-            state = self._state(key)
-            state.successes += 1
-            state.latency.observe(latency_s)
-            if state.aimd.on_success(now, epoch):
-                self._sync_limiter(state)
-                if state.aimd.rate >= state.aimd.ceiling_rps:
-                    log.info(
-                        "pacing key %s recovered to its ceiling of %g rps", key, state.aimd.rate
-                    )
-                else:
-                    log.debug("pacing key %s raised to %g rps", key, state.aimd.rate)
-                if self._fleet is not None:
-                    self._fleet.report_increase(key, state.aimd.rate, state.aimd.ceiling_rps)
-
-    def _on_rate_limited(
-        self, keys: Sequence[str], epochs: Sequence[int], retry_after_s: float | None
+    def _on_report(
+        self, keys: Sequence[str], tickets: Sequence[_Ticket], report: RateLimitReport
     ) -> None:
         now = self._clock()
-        for key, epoch in zip(keys, epochs, strict=True):
-            state = self._state(key)
-            before = state.aimd.rate
-            outcome = state.aimd.on_rate_limited(now, epoch, retry_after_s)
-            if outcome is RateLimitOutcome.CUT:
-                self._sync_limiter(state)
-                pause_s = state.aimd.pause_remaining(now)
-                log.warning(
-                    "pacing key %s rate-limited by the provider: rate cut %g -> %g rps, "
-                    "paused %.2f s (Retry-After: %s)",
-                    key,
-                    before,
-                    state.aimd.rate,
-                    pause_s,
-                    "none" if retry_after_s is None else f"{retry_after_s:g} s",
-                )
-                if self._fleet is not None:
-                    self._fleet.report_cut(key, state.aimd.rate, state.aimd.floor_rps, pause_s)
-            else:
-                log.debug("pacing key %s: 429 from a call sent before the last cut", key)
-
-    def _on_failure(self, keys: Sequence[str]) -> None:
         for key in keys:
-            self._state(key).failures += 1
+            state = self._state(key)
+            state.first_answer_due = None
+            # Calls sent within half the quickest round trip may not have reached
+            # the provider when it wrote this report: count them as spent.
+            one_way = state.fastest / 2 if math.isfinite(state.fastest) else 0.0
+            unseen = state.search.log.sent_since(now - one_way)
+            state.budget.observe(report, now, unseen)
+            self._sync_limiter(state)
+
+    def _on_accepted(
+        self,
+        keys: Sequence[str],
+        tickets: Sequence[_Ticket],
+        dispatched_at: float,
+        latency_s: float,
+    ) -> None:
+        now = self._clock()
+        for key, ticket in zip(keys, tickets, strict=True):
+            state = self._state(key)
+            state.first_answer_due = None
+            state.successes += 1
+            state.latency.observe(latency_s)
+            state.fastest = min(state.fastest, latency_s)
+            state.succeeded_at = max(state.succeeded_at, ticket.concurrency)
+            grew = state.search.on_accepted(now, dispatched_at, ticket.epoch)
+            self._widen_gate(state, now)
+            if grew:
+                self._sync_limiter(state)
+                log.debug("pacing key %s raised to %g rps", key, state.search.rate)
+                if self._fleet is not None:
+                    self._fleet.report_increase(key, state.search.rate, state.search.ceiling_rps)
+
+    def _on_rate_limited(
+        self,
+        keys: Sequence[str],
+        tickets: Sequence[_Ticket],
+        dispatched_at: float,
+        retry_after_s: float | None,
+    ) -> None:
+        now = self._clock()
+        for key, ticket in zip(keys, tickets, strict=True):
+            state = self._state(key)
+            state.first_answer_due = None
+            search = state.search
+            before = search.rate
+            for window in state.windows:  # refused: the provider did not count it
+                window.refund(dispatched_at)
+            outcome = search.on_rate_limited(now, dispatched_at, ticket.epoch, retry_after_s)
+            if outcome is RateLimitOutcome.ABSORBED:
+                log.debug("pacing key %s: 429 from a call sent before the last cut", key)
+                continue
+            if ticket.concurrency > max(1, state.succeeded_at):
+                # Never seen to succeed this wide: a concurrency cap, not (only) a rate.
+                state.concurrency_bound = ticket.concurrency
+                state.concurrency_bound_at = now
+                state.gate.resize(max(1, min(state.policy.max_concurrency, ticket.concurrency - 1)))
+            # Successes at the failing width or wider are no longer evidence.
+            state.succeeded_at = min(state.succeeded_at, ticket.concurrency - 1)
+            self._sync_limiter(state)
+            pause_s = search.pause_remaining(now)
+            log.warning(
+                "pacing key %s rate-limited by the provider (%s): rate %g -> %g rps, "
+                "paused %.2f s (Retry-After: %s)",
+                key,
+                outcome.value,
+                before,
+                search.rate,
+                pause_s,
+                "none" if retry_after_s is None else f"{retry_after_s:g} s",
+            )
+            if self._fleet is not None:
+                self._fleet.report_cut(key, search.rate, search.floor_rps, pause_s)
+
+    def _on_failure(
+        self,
+        keys: Sequence[str],
+        tickets: Sequence[_Ticket],
+        dispatched_at: float,
+        latency_s: float | None,
+    ) -> None:
+        now = self._clock()
+        for key, ticket in zip(keys, tickets, strict=True):
+            state = self._state(key)
+            state.first_answer_due = None
+            state.failures += 1
+            if latency_s is not None:
+                state.latency.observe(latency_s)
+            # The provider took the request (it spent its budget): evidence for the search.
+            state.search.on_accepted(now, dispatched_at, ticket.epoch)
+
+    def _widen_gate(self, state: _KeyState, now: float) -> None:
+        """Give a narrowed gate one more slot per ``limit`` successes while it binds.
+
+        Not past a concurrency a 429 came at until ``hold_s`` later (then it
+        is probed again, as the rate is).
+        """
+        limit, cap = state.gate.limit, state.policy.max_concurrency
+        if limit >= cap or state.in_flight < limit:
+            return
+        bound = state.concurrency_bound
+        if bound is not None and limit + 1 >= bound:
+            if now - state.concurrency_bound_at < self._search_config.hold_s:
+                return
+            state.concurrency_bound = None
+        state.gate_credit += 1
+        if state.gate_credit >= limit:
+            state.gate_credit = 0
+            state.gate.resize(limit + 1)
 
     # ------------------------------------------------------------------ limits
 
     def suggested_parallelism(self, key: str) -> int:
-        """How many calls to keep in flight for ``key`` (Little's law).
+        """How many calls to keep in flight for ``key`` (Little's law, with headroom).
 
-        ``ceil(rate in force x latency EWMA)``, floored at 1, capped by the
-        key's ``max_concurrency`` and the global ceiling. Before any call of
-        the key completed, the latency is the prior ``LATENCY_PRIOR_S``, so a
-        start-up burst stays small and grows as latencies come in.
+        ``ceil(rate in force x time in flight x WIDTH_HEADROOM)``, floored at 1,
+        capped by ``WIDTH_HEADROOM`` x the key's concurrency gate (calls queued at
+        the gate with their receipts claimed refill it the moment a slot frees)
+        and the global ceiling. The time in flight averages every outcome, so
+        timeouts widen it. Before any call completed it is ``LATENCY_PRIOR_S``.
         """
         state = self._state(key)
-        cap = min(state.policy.max_concurrency, self._global_ceiling)
-        return little_width(state.aimd.rate, state.latency.value, cap=cap)
+        cap = min(math.ceil(state.gate.limit * WIDTH_HEADROOM), self._global_ceiling)
+        rate = state.rate_in_force(self._clock())
+        return little_width(rate * WIDTH_HEADROOM, state.latency.value, cap=cap)
+
+    def blocked_until(self, key: str) -> float | None:
+        """When ``key`` can admit again (Unix epoch seconds), or ``None`` if it can now.
+
+        Blocked means paused by a ``Retry-After``, a quota window full, or a
+        reported quota spent; a key merely waiting for its next rate token is
+        not blocked.
+        """
+        now = self._clock()
+        until = self._state(key).blocked_until(now)
+        if until <= now:
+            return None
+        return self._wall_clock() + (until - now)
 
     def set_limit(
         self,
@@ -348,68 +582,107 @@ class Governor:
         rps: float | None = None,
         max_concurrency: int | None = None,
         burst: int | None = None,
+        per_minute: int | None = None,
+        per_hour: int | None = None,
+        per_day: int | None = None,
+        min_rps: float | None = None,
     ) -> None:
         """Change a key's limits in this process, for waiting and future calls.
 
-        A new ``rps`` becomes both the ceiling and the rate in force (what AIMD
-        had learnt is discarded: the operator has spoken). Lowering
-        ``max_concurrency`` revokes no call in flight; it admits nobody until
-        enough have finished. Fleet-wide limits are set with ``playline
-        limits set`` (:meth:`~playline.pacing.fleet_store.FleetPacer.set_limits`) instead.
+        Fields left ``None`` are kept. A new ``rps`` becomes both the ceiling
+        and the rate in force (what the search had learnt is discarded: the
+        operator has spoken). Lowering ``max_concurrency`` revokes no call in
+        flight. Fleet-wide limits are set with ``playline limits set``
+        (:meth:`~playline.pacing.fleet_store.FleetPacer.set_limits`) instead.
         """
         state = self._state(key)
-        update: dict[str, Any] = {}
-        if rps is not None:
-            update["rps"] = rps
-        if max_concurrency is not None:
-            update["max_concurrency"] = max_concurrency
-        if burst is not None:
-            update["burst"] = burst
+        given = {
+            "rps": rps,
+            "max_concurrency": max_concurrency,
+            "burst": burst,
+            "per_minute": per_minute,
+            "per_hour": per_hour,
+            "per_day": per_day,
+            "min_rps": min_rps,
+        }
+        update = {name: value for name, value in given.items() if value is not None}
         if not update:
             return
-        policy = PacingPolicy.model_validate({**state.policy.model_dump(), **update})
-        state.policy = policy
-        if rps is not None:
-            state.aimd.set_ceiling(policy.rps, self._clock())
+        self._apply_policy(
+            state, PacingPolicy.model_validate({**state.policy.model_dump(), **update})
+        )
+
+    def replace_policy(self, key: str, policy: PacingPolicy) -> None:
+        """Make ``policy`` the key's limits, as a whole (windows it lacks are dropped)."""
+        self._apply_policy(self._state(key), policy)
+
+    def _apply_policy(self, state: _KeyState, policy: PacingPolicy) -> None:
+        old, state.policy = state.policy, policy
+        if policy.rps != old.rps:
+            state.search.set_ceiling(policy.rps, self._clock())
+        if policy.min_rps != old.min_rps:
+            state.search.set_min_rps(policy.min_rps)
+        if policy.windows() != old.windows():
+            kept = {w.window_s: w for w in state.windows}
+            state.windows = []
+            for seconds, limit in policy.windows().items():
+                window = kept.get(seconds) or WindowCap(limit, seconds)
+                window.resize(limit)
+                state.windows.append(window)
         self._sync_limiter(state)
         state.gate.resize(policy.max_concurrency)
+        state.concurrency_bound = None
         log.info(
-            "pacing key %s limits set: %g rps, burst %d, max concurrency %d",
-            key,
+            "pacing key %s limits set: %g rps, burst %d, windows %s, max concurrency %d",
+            state.key,
             policy.rps,
             policy.burst,
+            policy.windows() or "none",
             policy.max_concurrency,
         )
 
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """The state of every configured key and every key used so far.
 
-        Per key: ``rps`` (configured ceiling), ``rate_rps`` (rate in force),
-        ``min_rps``, ``burst``, ``max_concurrency``, ``in_flight``, ``waiting``,
-        ``rate_limited`` (429s recorded), ``cuts``, ``pauses``, ``increases``,
-        ``paused_until`` (seconds from now, or ``None``), ``latency_ewma_s``
-        (``None`` before the first success), ``successes``, ``failures``,
+        Per key: ``rps`` (configured ceiling), ``rate_rps`` (rate in force,
+        every limit together), ``search_rps`` (the search's own rate),
+        ``upper_rps`` / ``lower_rps`` (its bounds), ``min_rps``, ``burst``,
+        ``windows`` (seconds -> limit), ``max_concurrency``, ``concurrency``
+        (the gate now), ``in_flight``, ``waiting``, ``rate_limited`` (429s
+        recorded), ``cuts``, ``pauses``, ``noise``, ``increases``,
+        ``paused_until`` / ``blocked_for_s`` (seconds from now, or ``None``),
+        ``reported`` (the provider's header windows), ``latency_ewma_s``
+        (``None`` before the first outcome), ``successes``, ``failures``,
         ``suggested_parallelism``.
         """
         now = self._clock()
         out: dict[str, dict[str, Any]] = {}
         for key in sorted(self._policies.keys() | self._states.keys()):
             state = self._state(key)
-            aimd = state.aimd
-            remaining = aimd.pause_remaining(now)
+            search = state.search
+            remaining = search.pause_remaining(now)
+            blocked = state.blocked_until(now) - now
             out[key] = {
                 "rps": state.policy.rps,
-                "rate_rps": aimd.rate,
+                "rate_rps": state.rate_in_force(now),
+                "search_rps": search.rate,
+                "upper_rps": search.upper,
+                "lower_rps": search.lower,
                 "min_rps": state.policy.min_rps,
                 "burst": state.policy.burst,
+                "windows": state.policy.windows(),
                 "max_concurrency": state.policy.max_concurrency,
+                "concurrency": state.gate.limit,
                 "in_flight": state.in_flight,
                 "waiting": state.waiting,
-                "rate_limited": aimd.rate_limited,
-                "cuts": aimd.cuts,
-                "pauses": aimd.pauses,
-                "increases": aimd.increases,
+                "rate_limited": search.rate_limited,
+                "cuts": search.cuts,
+                "pauses": search.pauses,
+                "noise": search.noise,
+                "increases": search.increases,
                 "paused_until": remaining if remaining > 0 else None,
+                "blocked_for_s": blocked if blocked > 0 else None,
+                "reported": state.budget.snapshot(now),
                 "latency_ewma_s": state.latency.observed,
                 "successes": state.successes,
                 "failures": state.failures,
@@ -426,21 +699,23 @@ class Governor:
         return key in self._states
 
     def rate_in_force(self, key: str) -> float | None:
-        """The rate in force for ``key``, requests per second."""
-        return self._state(key).aimd.rate
+        """The rate ``key`` is paced at now, every limit together, requests per second."""
+        return self._state(key).rate_in_force(self._clock())
 
     def adopt_rate(self, key: str, rps: float) -> bool:
         """Pace ``key`` at a rate learnt elsewhere (another worker of the fleet).
 
         Clamped to the key's floor and ceiling; a lower rate starts a new epoch
-        (see :meth:`AimdController.adopt`). Returns whether the rate changed.
+        (see :meth:`RateSearch.adopt`). Returns whether the rate changed.
         """
         state = self._state(key)
-        before = state.aimd.rate
-        if not state.aimd.adopt(rps, self._clock()):
+        before = state.search.rate
+        if not state.search.adopt(rps, self._clock()):
             return False
         self._sync_limiter(state)
-        log.info("pacing key %s follows the fleet rate: %g -> %g rps", key, before, state.aimd.rate)
+        log.info(
+            "pacing key %s follows the fleet rate: %g -> %g rps", key, before, state.search.rate
+        )
         return True
 
     async def start(self) -> None:
@@ -463,14 +738,32 @@ class Governor:
             state = _KeyState(
                 key=key,
                 policy=policy,
-                aimd=AimdController(policy.rps, policy.min_rps, self._aimd_config),
-                limiter=AdjustableLimiter(policy.rps, policy.burst),
+                search=RateSearch(policy.rps, policy.min_rps, self._search_config),
+                limiter=AdjustableLimiter(policy.rps, _local_burst(policy.burst)),
                 gate=ResizableGate(policy.max_concurrency),
+                windows=[WindowCap(limit, seconds) for seconds, limit in policy.windows().items()],
             )
             self._states[key] = state
+            self._sync_limiter(state)
             if self._fleet is not None:
                 self._fleet.key_created(key)
         return state
 
     def _sync_limiter(self, state: _KeyState) -> None:
-        state.limiter.reconfigure(state.aimd.rate, state.policy.burst)
+        rate = state.pace_rate(self._clock())
+        limiter = state.limiter
+        burst = _local_burst(state.policy.burst)
+        if not (
+            math.isclose(limiter._rate_per_sec, rate, rel_tol=1e-3) and limiter.max_rate == burst
+        ):
+            limiter.reconfigure(rate, burst)
+
+
+def _local_burst(burst: int) -> int:
+    """The burst this process allows itself: half the provider's, rounded up.
+
+    The provider's bucket must also absorb what the network and a busy event
+    loop do to the spacing (calls admitted apart arriving together); spending
+    all of it locally leaves nothing for that.
+    """
+    return max(1, math.ceil(burst / 2))

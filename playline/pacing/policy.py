@@ -1,29 +1,61 @@
 """``PacingPolicy``: how fast one pacing key may be called.
 
-The catalog declares one per provider (``pacing = {...}``); the governor, the
+The catalog declares one per provider (``pacing = {...}``) and, for providers
+with several API keys, one per key (``key_pacing = {...}``); the governor, the
 fleet store and ``playline limits`` all speak in its terms. It lives here, not in
 the catalog, so that pacing depends on nothing above it.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["PacingPolicy"]
+__all__ = ["WINDOW_FIELDS", "PacingPolicy"]
+
+#: The quota windows a policy can declare, and their length in seconds.
+WINDOW_FIELDS: dict[str, float] = {"per_minute": 60.0, "per_hour": 3600.0, "per_day": 86400.0}
 
 
 class PacingPolicy(BaseModel):
-    """How fast one pacing key (a provider) may be called.
+    """How fast one pacing key (a provider, or one API key of it) may be called.
 
-    ``rps`` is the sustained rate in requests per second, ``burst`` how many
-    requests may go back to back after an idle period, ``max_concurrency`` the
-    most calls in flight at once. ``min_rps`` is the floor adaptive pacing never
-    goes below.
+    Every limit declared is enforced together:
+
+    * ``rps`` - the sustained rate in requests per second, the ceiling adaptive
+      pacing never goes above; ``burst`` how many requests may go back to back
+      after an idle period;
+    * ``per_minute`` / ``per_hour`` / ``per_day`` - at most that many calls in any
+      60 s / 1 h / 24 h (a sliding window, which also keeps every fixed window
+      the provider may count in); unset means no such quota;
+    * ``max_concurrency`` - the most calls in flight at once;
+    * ``min_rps`` - the floor adaptive pacing never goes below.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rps: float = Field(default=10.0, gt=0)
     burst: int = Field(default=1, ge=1)
+    per_minute: int | None = Field(default=None, ge=1)
+    per_hour: int | None = Field(default=None, ge=1)
+    per_day: int | None = Field(default=None, ge=1)
     max_concurrency: int = Field(default=8, ge=1)
     min_rps: float = Field(default=0.5, gt=0)
+
+    @model_validator(mode="after")
+    def _check_rates(self) -> PacingPolicy:
+        if self.rps == float("inf"):
+            raise ValueError("rps must be finite")
+        return self
+
+    def windows(self) -> dict[float, int]:
+        """The declared quota windows: window length in seconds -> calls allowed in it."""
+        out: dict[float, int] = {}
+        for name, seconds in WINDOW_FIELDS.items():
+            limit = getattr(self, name)
+            if limit is not None:
+                out[seconds] = limit
+        return out
+
+    def sustained_rps(self) -> float:
+        """The long-run rate every limit together allows: ``rps`` or a quota, the lowest."""
+        return min([self.rps, *(limit / seconds for seconds, limit in self.windows().items())])

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from playline.pacing.headers import RateLimitReport
 from playline.pacing.pacer import PermitOutcome
 
 __all__ = ["UnpacedGovernor"]
@@ -23,13 +24,16 @@ __all__ = ["UnpacedGovernor"]
 class _NoopPermit:
     """A permit that records nothing."""
 
+    def observe(self, report: RateLimitReport | None) -> None:
+        return None
+
     def record_success(self, latency_s: float) -> None:
         return None
 
     def record_rate_limited(self, retry_after_s: float | None) -> None:
         return None
 
-    def record_failure(self) -> None:
+    def record_failure(self, latency_s: float | None = None) -> None:
         return None
 
 
@@ -45,8 +49,16 @@ class UnpacedGovernor:
         self.keys = sorted(set(keys))
         self.flat_width = flat_width
 
-    def permit(self, keys: Sequence[str]) -> AbstractAsyncContextManager[PermitOutcome]:
+    def permit(
+        self, keys: Sequence[str], *, park_after_s: float | None = None
+    ) -> AbstractAsyncContextManager[PermitOutcome]:
         return self._noop()
+
+    def pick(self, keys: Sequence[str]) -> str:
+        return keys[0]
+
+    def blocked_until(self, key: str) -> float | None:
+        return None
 
     @contextlib.asynccontextmanager
     async def _noop(self) -> AsyncIterator[PermitOutcome]:

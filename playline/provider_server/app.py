@@ -24,16 +24,19 @@ handler awaits between a check and the update it guards.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import hmac
 import json
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -42,6 +45,7 @@ from starlette.routing import Route
 from playline.provider_server import fake_data
 from playline.provider_server.config import FAULT_KINDS, ServerConfig, key_digest
 from playline.provider_server.ledger import Charge, Ledger
+from playline.provider_server.limiters import Decision, Limiter, build_limiter
 
 JSON_TYPE = "application/json"
 
@@ -214,13 +218,17 @@ class ProviderServer:
             provider: TokenBucket(rps, self.config.burst_for(provider))
             for provider, rps in self.config.rate_limit_rps.items()
         }
+        self.limiters: dict[tuple[str, int, str], Limiter] = {}
+        self.key_in_flight: Counter[tuple[str, str]] = Counter()
 
     def reset(self) -> None:
         """Clear the ledger, the idempotency store and the rate limiters; reseed faults."""
         self.ledger.reset()
         self.idempotency.clear()
         self._reseed()
+        in_flight = self.key_in_flight
         self._rebuild_buckets()
+        self.key_in_flight = in_flight  # requests still in flight will leave
 
     def apply_config(self, config: ServerConfig) -> None:
         """Switch to a new config; limiters restart full, the RNGs reseed if the seed changed."""
@@ -229,11 +237,14 @@ class ProviderServer:
         self.ledger.resize(config.max_call_records)
         if config.seed != old.seed:
             self._reseed()
-        if (config.rate_limit_rps, config.rate_limit_burst) != (
+        if (config.rate_limit_rps, config.rate_limit_burst, config.limiters) != (
             old.rate_limit_rps,
             old.rate_limit_burst,
+            old.limiters,
         ):
+            in_flight = self.key_in_flight
             self._rebuild_buckets()
+            self.key_in_flight = in_flight
 
     # -- the request pipeline -----------------------------------------------
 
@@ -241,10 +252,19 @@ class ProviderServer:
         """Serve one provider request and record it in the ledger."""
         in_flight = self.ledger.enter(endpoint.provider)
         outcome = Outcome(error_response(500, "internal error"))
+        scope: tuple[str, str] | None = None
         try:
-            outcome = await self._process(request, endpoint, in_flight)
+            key = self._authenticate(request, endpoint.provider)
+            if isinstance(key, Response):
+                outcome = Outcome(key)
+            else:
+                scope = (endpoint.provider, key_digest(key))
+                self.key_in_flight[scope] += 1
+                outcome = await self._process(request, endpoint, in_flight, scope)
         finally:
             self.ledger.leave(endpoint.provider)
+            if scope is not None:
+                self.key_in_flight[scope] -= 1
             self.ledger.record(
                 endpoint.provider,
                 endpoint.path,
@@ -252,14 +272,25 @@ class ProviderServer:
                 outcome.charged,
                 outcome.items,
                 outcome.duplicate,
+                scope[1] if scope else "",
             )
         return outcome.response
 
-    async def _process(self, request: Request, endpoint: Endpoint, in_flight: int) -> Outcome:
+    async def _process(
+        self, request: Request, endpoint: Endpoint, in_flight: int, scope: tuple[str, str]
+    ) -> Outcome:
         provider = endpoint.provider
-        rejected = self._authenticate(request, provider) or self._admit(provider, in_flight)
+        rejected = self._admit(provider, in_flight)
         if rejected is not None:
             return Outcome(rejected)
+        decisions = self._admit_limiters(scope)
+        if isinstance(decisions, Response):
+            return Outcome(decisions)
+        outcome = await self._pipeline(request, endpoint)
+        self._add_limit_headers(outcome.response.headers, self._describe(scope))
+        return outcome
+
+    async def _pipeline(self, request: Request, endpoint: Endpoint) -> Outcome:
         try:
             call = await self._parse(request, endpoint)
             self._check_idempotency(call)
@@ -275,25 +306,28 @@ class ProviderServer:
             return Outcome(failed)
         return await self._serve(call)
 
-    def _authenticate(self, request: Request, provider: str) -> Response | None:
+    def _authenticate(self, request: Request, provider: str) -> str | Response:
+        """The key the request was sent with, or the 401 response."""
         scheme = PROVIDER_AUTH[provider]
         key = scheme.extract(request)
-        expected = self.config.api_keys.get(provider)
+        expected = self.config.keys_for(provider)
         ok = key is not None and (
-            expected is None or hmac.compare_digest(key.encode(), expected.encode())
+            expected is None or any(hmac.compare_digest(key.encode(), e.encode()) for e in expected)
         )
         if not ok or key is None:
             self.ledger.unauthorized += 1
             headers = {"WWW-Authenticate": "Bearer"} if scheme.scheme else None
             problem = "missing" if key is None else "invalid"
-            return error_response(
-                401, f"{problem} API key for {provider}: send {scheme.describe()}", headers
-            )
+            message = f"{problem} API key for {provider}: send {scheme.describe()}"
+            if key is not None and self.config.echo_key_in_errors:
+                # A badly behaved provider quotes the key back (playline must scrub it).
+                message += f"; the key {key!r} is not valid for this account"
+            return error_response(401, message, headers)
         self.ledger.saw_key(provider, key_digest(key))
-        return None
+        return key
 
     def _admit(self, provider: str, in_flight: int) -> Response | None:
-        """The on-arrival limit decision: a 429 response, or None to go ahead."""
+        """The on-arrival decision of the simple knobs: a 429 response, or None to go ahead."""
         cap = self.config.max_concurrency.get(provider)
         if cap is not None and in_flight > cap:
             return self._too_many(provider, 1.0, f"more than {cap} concurrent requests")
@@ -304,11 +338,75 @@ class ProviderServer:
                 return self._too_many(provider, wait, f"over {bucket.rate:g} requests/s")
         return None
 
-    def _too_many(self, provider: str, wait_s: float, why: str) -> Response:
+    def _limiters(self, scope: tuple[str, str]) -> list[tuple[Limiter, int]]:
+        """The provider's limiters for this key, with the in-flight count each one sees."""
+        provider, digest = scope
+        found = []
+        for index, spec in enumerate(self.config.limiters.get(provider, [])):
+            owner = digest if spec.per_key else ""
+            limiter = self.limiters.get((provider, index, owner))
+            if limiter is None:
+                limiter = self.limiters[(provider, index, owner)] = build_limiter(spec)
+            if spec.per_key:
+                in_flight = self.key_in_flight[scope]
+            else:
+                in_flight = sum(n for (p, _), n in self.key_in_flight.items() if p == provider)
+            found.append((limiter, in_flight))
+        return found
+
+    def _admit_limiters(self, scope: tuple[str, str]) -> list[Decision] | Response:
+        """Every limiter must admit the request; only then does each count it."""
+        now = time.monotonic()
+        limiters = self._limiters(scope)
+        decisions = [limiter.check(now, in_flight) for limiter, in_flight in limiters]
+        refused = [d for d in decisions if not d.allowed]
+        if refused:
+            waits = [d.wait_s for d in refused if d.wait_s is not None]
+            why = ", ".join(f"{d.name}: {d.limit:g}" for d in refused)
+            response = self._too_many(
+                scope[0], max(waits) if waits else None, f"over the limit ({why})"
+            )
+            self._add_limit_headers(response.headers, decisions)
+            return response
+        for limiter, _ in limiters:
+            limiter.commit(now)
+        return decisions
+
+    def _describe(self, scope: tuple[str, str]) -> list[Decision]:
+        now = time.monotonic()
+        return [limiter.describe(now, in_flight) for limiter, in_flight in self._limiters(scope)]
+
+    def _add_limit_headers(self, headers: MutableHeaders, decisions: list[Decision]) -> None:
+        mode = self.config.rate_limit_headers
+        windows = [d for d in decisions if d.window_s > 0]
+        if mode == "none" or not windows:
+            return
+        if mode == "x-ratelimit":
+            tightest = min(windows, key=lambda d: (d.remaining, -d.reset_s))
+            headers["X-RateLimit-Limit"] = f"{tightest.limit:g}"
+            headers["X-RateLimit-Remaining"] = f"{tightest.remaining:g}"
+            headers["X-RateLimit-Reset"] = str(math.ceil(tightest.reset_s))
+            return
+        headers["RateLimit-Policy"] = ", ".join(
+            f'"{d.name}";q={d.limit:g};w={math.ceil(d.window_s)}' for d in windows
+        )
+        headers["RateLimit"] = ", ".join(
+            f'"{d.name}";r={d.remaining:g};t={math.ceil(d.reset_s)}' for d in windows
+        )
+
+    def _too_many(self, provider: str, wait_s: float | None, why: str) -> Response:
         self.ledger.note_rate_limited(provider)
         headers = {}
-        if self.config.retry_after_header:
-            headers["Retry-After"] = str(max(1, math.ceil(wait_s)))
+        mode = self.config.retry_after if self.config.retry_after_header else "none"
+        if wait_s is not None and mode != "none":
+            if mode == "exact":
+                headers["Retry-After"] = f"{max(0.001, wait_s):.3f}"
+            elif mode == "ceil":
+                headers["Retry-After"] = str(max(1, math.ceil(wait_s)))
+            else:  # an HTTP date has whole seconds: round the instant up
+                headers["Retry-After"] = email.utils.formatdate(
+                    math.ceil(time.time() + wait_s), usegmt=True
+                )
         return error_response(429, f"rate limit exceeded for {provider}: {why}", headers)
 
     async def _parse(self, request: Request, endpoint: Endpoint) -> _Call:

@@ -22,6 +22,42 @@ FAULT_KINDS: tuple[FaultKind, ...] = ("429", "5xx", "timeout", "malformed")
 
 LatencyRange = tuple[float, float]
 
+LimiterKind = Literal["token_bucket", "gcra", "fixed_window", "sliding_log", "concurrency", "quota"]
+#: ``Retry-After`` on a 429: exact delta seconds, delta rounded up to whole
+#: seconds (at least 1), an HTTP date, or no header at all.
+RetryAfterMode = Literal["exact", "ceil", "date", "none"]
+#: Rate-limit headers on every response: none, ``X-RateLimit-*``, or the IETF
+#: ``RateLimit`` / ``RateLimit-Policy`` fields (one item per limiter).
+HeaderMode = Literal["none", "x-ratelimit", "ietf"]
+
+
+class LimiterSpec(BaseModel):
+    """One limit of one provider (see :mod:`playline.provider_server.limiters`).
+
+    ``rate`` and ``burst`` describe ``token_bucket`` and ``gcra``; ``limit`` and
+    ``window_s`` the windows (``fixed_window``, ``sliding_log``, ``quota``);
+    ``limit`` alone the ``concurrency`` cap. ``per_key`` counts each API key
+    separately instead of the provider as a whole.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: LimiterKind
+    rate: float | None = Field(default=None, gt=0)
+    burst: int = Field(default=1, ge=1)
+    limit: int | None = Field(default=None, ge=1)
+    window_s: float = Field(default=60.0, gt=0)
+    per_key: bool = False
+    name: str = Field(default="default", pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> LimiterSpec:
+        if self.kind in ("token_bucket", "gcra") and self.rate is None:
+            raise ValueError(f"a {self.kind} limiter needs rate")
+        if self.kind not in ("token_bucket", "gcra") and self.limit is None:
+            raise ValueError(f"a {self.kind} limiter needs limit")
+        return self
+
 
 def _check_range(name: str, value: LatencyRange) -> None:
     low, high = value
@@ -45,6 +81,14 @@ class ServerConfig(BaseModel):
     rate_limit_rps: dict[str, float] = Field(default_factory=dict)
     rate_limit_burst: dict[str, int] = Field(default_factory=dict)
     retry_after_header: bool = True
+    #: how ``Retry-After`` is written (``retry_after_header=False`` omits it regardless)
+    retry_after: RetryAfterMode = "ceil"
+    rate_limit_headers: HeaderMode = "none"
+    #: per provider, the limits every request must pass (all of them), on top of
+    #: ``rate_limit_rps`` (a token bucket) and ``max_concurrency``
+    limiters: dict[str, list[LimiterSpec]] = Field(default_factory=dict)
+    #: a 401 body quotes the key it received (a badly behaved provider)
+    echo_key_in_errors: bool = False
     max_concurrency: dict[str, int] = Field(default_factory=dict)
     fault_rate_5xx: float = Field(default=0.0, ge=0.0, le=1.0)
     fault_rate_timeout: float = Field(default=0.0, ge=0.0, le=1.0)
@@ -52,7 +96,8 @@ class ServerConfig(BaseModel):
     timeout_sleep_s: float = Field(default=30.0, ge=0.0)
     fail_next: dict[FaultKind, int] = Field(default_factory=dict)
     seed: int = 0
-    api_keys: dict[str, str] = Field(default_factory=dict, repr=False)
+    #: per provider, the key(s) accepted (none configured: any non-empty key)
+    api_keys: dict[str, str | list[str]] = Field(default_factory=dict, repr=False)
     bulk_max_items: int = Field(default=100, ge=1)
     max_call_records: int = Field(default=100_000, ge=0)
 
@@ -101,8 +146,18 @@ class ServerConfig(BaseModel):
     def public_dump(self) -> dict[str, Any]:
         """The config as JSON-ready data with API keys replaced by short digests."""
         data = self.model_dump(mode="json")
-        data["api_keys"] = {name: key_digest(key) for name, key in self.api_keys.items()}
+        data["api_keys"] = {
+            name: key_digest(keys) if isinstance(keys, str) else [key_digest(k) for k in keys]
+            for name, keys in self.api_keys.items()
+        }
         return data
+
+    def keys_for(self, provider: str) -> list[str] | None:
+        """The keys ``provider`` accepts, or ``None`` when any key is accepted."""
+        keys = self.api_keys.get(provider)
+        if keys is None:
+            return None
+        return [keys] if isinstance(keys, str) else list(keys)
 
 
 def key_digest(key: str) -> str:

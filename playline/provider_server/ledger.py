@@ -18,10 +18,13 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
-#: ``(t_monotonic, t_wall, provider, path, status, charged, items, duplicate)``
-CallRecord = tuple[float, float, str, str, int, bool, int, bool]
+#: ``(t_monotonic, t_wall, provider, path, status, charged, items, duplicate, key)``;
+#: ``key`` is the API key's digest (``key_digest``), never the key.
+CallRecord = tuple[float, float, str, str, int, bool, int, bool, str]
 
-_RECORD_FIELDS = ("t", "wall", "provider", "path", "status", "charged", "items", "duplicate")
+_RECORD_FIELDS = (
+    "t", "wall", "provider", "path", "status", "charged", "items", "duplicate", "key",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -131,12 +134,12 @@ class Ledger:
         charged: bool,
         items: int = 1,
         duplicate: bool = False,
+        key: str = "",
     ) -> None:
         """Append one per-call record (bounded; the oldest fall off)."""
         if self.max_records:
-            self.records.append(
-                (time.monotonic(), time.time(), provider, path, status, charged, items, duplicate)
-            )
+            now, wall = time.monotonic(), time.time()
+            self.records.append((now, wall, provider, path, status, charged, items, duplicate, key))
 
     def calls_since(self, since: float = 0.0, limit: int | None = None) -> list[dict[str, Any]]:
         """Call records with a monotonic time after ``since``, oldest first."""

@@ -272,7 +272,7 @@ async def test_run_watch_rides_out_a_temporal_restart(
         worker.wait(timeout=20)
     assert result.returncode == 0, result.stderr[-6000:]
     assert "lost contact with Temporal" in result.stderr
-    assert f"rows: {rows} ok, 0 failed" in result.stdout
+    assert f"rows: {rows} ok, 0 failed" in result.stdout, result.stdout
     assert provider.ledger()["double_charged"] == 0
 
 

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,22 @@ def assert_all_ok(result: PlayRunResult, rows: int) -> None:
     assert dataset.stats.rows_failed == 0, dataset.stats.first_error
 
 
+@pytest.fixture(autouse=True)
+def restore_provider(provider_server: Any) -> Iterator[None]:
+    """Give the shared provider server back as the other tests expect it (keys, limits)."""
+    yield
+    provider_server.configure(
+        api_keys={},
+        limiters={},
+        rate_limit_headers="none",
+        retry_after="ceil",
+        echo_key_in_errors=False,
+        rate_limit_rps={},
+        rate_limit_burst={},
+        max_concurrency={},
+    )
+
+
 @pytest.fixture
 async def fleet_prefix() -> AsyncIterator[str]:
     """A fresh table prefix for fleet pacing; its tables are dropped afterwards."""
@@ -104,7 +120,7 @@ async def fleet_prefix() -> AsyncIterator[str]:
     try:
         yield prefix
     finally:
-        for table in ("pacing", "limits"):
+        for table in ("pacing", "limits", "windows"):
             await conn.execute(
                 psycopg.sql.SQL("DROP TABLE IF EXISTS {}").format(
                     psycopg.sql.Identifier(prefix + table)
@@ -177,9 +193,10 @@ async def test_429_with_retry_after_pauses_the_key_then_recovers(
     assert quiet == [], f"{len(quiet)} calls during the pause"
     resumed = [c["t"] for c in calls if c["t"] > t429 + 0.05]
     assert resumed and min(resumed) >= t429 + 0.95
-    # The rate was cut (halved to 10 rps) after the pause: the next second is slower.
+    # One 429 at a rate the run had already proven clean is taken as noise (a clump,
+    # not a lower limit): after the pause the key goes on at its rate, never above it.
     after = [t for t in resumed if t < min(resumed) + 1.0]
-    assert len(after) <= 10 + 2
+    assert len(after) <= 20 + 2
     # The 429'd call was retried, and every row was paid for exactly once.
     ledger = provider.ledger()
     assert ledger["double_charged"] == 0
@@ -276,10 +293,9 @@ async def test_two_worker_processes_share_one_budget(
         assert_all_ok(result, rows)
         assert result.stats.calls_made == rows
     calls = acme_calls(provider)
-    assert len(calls) == 2 * rows, sorted(
-        (c["status"], c["charged"], c["duplicate"]) for c in calls
-    )[-6:]
-    assert [c["status"] for c in calls].count(429) == 0
+    statuses = [c["status"] for c in calls]
+    assert len(calls) == 2 * rows, {s: statuses.count(s) for s in set(statuses)}
+    assert statuses.count(429) == 0
     times = [c["t"] for c in calls]
     # Alone, each worker would go at 20 rps (40 combined); together they get 20.
     assert max_in_window(times) <= rps + burst
@@ -295,7 +311,7 @@ async def test_two_worker_processes_share_one_budget(
 async def test_live_limit_change_takes_effect_without_restart(
     client, provider, worker, task_queue, tmp_path, fleet_prefix
 ) -> None:
-    rows, new_rps, burst = 80, 5, 2
+    rows, new_rps, burst = 120, 5, 2
     provider.configure(latency_ms=[2, 6])
     catalog = write_catalog(tmp_path, rps=20, burst=burst)
     csv_path = leads_csv(tmp_path, rows)
@@ -395,3 +411,160 @@ async def test_fixture_mode_bypasses_pacing_unless_enforced(
     # Paced, 20 calls at 4 rps with a burst of 1 take at least 19 / 4 = 4.75 s.
     assert enforced_s >= (rows - 1) / rps
     assert bypassed_s < 0.5 * (rows - 1) / rps
+
+
+# -- 6. fixture mode's dispatch width comes from the fixture path ---------------
+
+
+async def chunk_inputs(client: Any, workflow_id: str) -> list[dict[str, Any]]:
+    """The inputs of every chunk activity a play (and its child runs) scheduled."""
+    found: list[dict[str, Any]] = []
+    pending = [workflow_id]
+    while pending:
+        history = await client.get_workflow_handle(pending.pop()).fetch_history()
+        for event in history.events:
+            if event.HasField("child_workflow_execution_started_event_attributes"):
+                attrs = event.child_workflow_execution_started_event_attributes
+                pending.append(attrs.workflow_execution.workflow_id)
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                attrs = event.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == "playline.run_chunk":
+                    found.append(json.loads(attrs.input.payloads[0].data))
+    return found
+
+
+async def test_fixture_mode_width_comes_from_the_cpu_not_the_live_pacing(
+    client, provider, worker, task_queue, tmp_path
+) -> None:
+    rows = 60
+    data = {False: [lead(n) for n in range(rows)], True: [lead(500 + n) for n in range(rows)]}
+    fixtures = write_fixtures(tmp_path / "fixtures.jsonl", data[False] + data[True])
+    # Live pacing would give this provider a width of one row: 0.5 rps.
+    catalog = write_catalog(tmp_path, rps=0.5, burst=1, max_concurrency=2)
+    widths = {}
+    async with worker(catalog_path=str(catalog)):
+        for enforce in (False, True):
+            csv_path = write_csv(
+                tmp_path / f"w{enforce}.csv", data[enforce][: rows if not enforce else 3]
+            )
+            workflow_id = new_id("width")
+            options = RunOptions(
+                integration_mode="fixture",
+                fixtures=[str(fixtures)],
+                enforce_fixture_pacing=enforce,
+                chunk_size=30,
+            )
+            result = await run(
+                client,
+                "t_tool_column",
+                {"csv_path": str(csv_path), "dataset": f"w{enforce}"},
+                task_queue=task_queue,
+                options=options,
+                workflow_id=workflow_id,
+            )
+            assert result.datasets[0].stats.rows_failed == 0
+            widths[enforce] = {
+                c["row_concurrency"] for c in await chunk_inputs(client, workflow_id)
+            }
+    assert widths[False] == {30}  # every row of a chunk at once: the fixture path's width
+    assert widths[True] == {1}  # enforced pacing keeps production parity: the live width
+    assert provider.ledger()["received"] == 0
+
+
+# -- 7. headers first: a reported quota is spent without a single 429 ------------
+
+
+async def test_reported_quota_is_spent_evenly_without_429s(
+    client, provider, worker, task_queue, tmp_path
+) -> None:
+    rows, limit, window = 60, 20, 2.0
+    # The catalog says 200 rps; the provider allows 20 per 2-second window and says so.
+    provider.configure(
+        latency_ms=[2, 6],
+        limiters={"acme": [{"kind": "fixed_window", "limit": limit, "window_s": window}]},
+        rate_limit_headers="x-ratelimit",
+        retry_after="date",
+    )
+    catalog = write_catalog(tmp_path, rps=200, burst=5)
+    csv_path = leads_csv(tmp_path, rows)
+    async with worker(catalog_path=str(catalog)):
+        result = await run(
+            client,
+            "t_tool_column",
+            {"csv_path": str(csv_path)},
+            task_queue=task_queue,
+            options=WIDE,
+        )
+
+    assert_all_ok(result, rows)
+    calls = acme_calls(provider)
+    statuses = [c["status"] for c in calls]
+    # At most the first call of the run can be a 429 (nothing was reported before it).
+    assert statuses.count(429) <= 1, statuses.count(429)
+    assert statuses.count(200) == rows
+    # Fixed windows on the wall clock: never more than the limit in one of them.
+    per_window: dict[int, int] = {}
+    for c in calls:
+        if c["status"] == 200:
+            per_window[int(c["wall"] // window)] = per_window.get(int(c["wall"] // window), 0) + 1
+    assert max(per_window.values()) <= limit
+    assert provider.ledger()["double_charged"] == 0
+
+
+# -- 8. per-key budgets: calls spread across a provider's keys -------------------
+
+MULTI_KEY_CATALOG = """
+[providers.acme]
+base_url = "http://127.0.0.1:8787"
+base_url_env = "PLAYLINE_PROVIDER_URL"
+auth = { env = ["ACME_KEY_ONE", "ACME_KEY_TWO"], header = "X-Api-Key" }
+pacing = { rps = 100, burst = 4, max_concurrency = 16, min_rps = 1 }
+key_pacing = { rps = 8, burst = 2, max_concurrency = 8, min_rps = 1 }
+
+[tools.email_finder]
+provider = "acme"
+path = "/acme/v1/email/find"
+input = { first_name = "str", last_name = "str", domain = "str" }
+getters = { email = "email" }
+credits = 1.0
+"""
+
+
+async def test_calls_spread_across_keys_within_each_keys_budget(
+    client, provider, worker, task_queue, tmp_path, monkeypatch
+) -> None:
+    rows = 64
+    keys = {"ACME_KEY_ONE": "acme-account-one", "ACME_KEY_TWO": "acme-account-two"}
+    for name, value in keys.items():
+        monkeypatch.setenv(name, value)
+    # Each account's true limit is its own bucket of 8/s: one key alone would take 8 s.
+    provider.configure(
+        latency_ms=[2, 6],
+        api_keys={"acme": list(keys.values())},
+        limiters={"acme": [{"kind": "token_bucket", "rate": 8, "burst": 3, "per_key": True}]},
+    )
+    catalog = tmp_path / "multi-key.toml"
+    catalog.write_text(MULTI_KEY_CATALOG)
+    csv_path = leads_csv(tmp_path, rows)
+    async with worker(catalog_path=str(catalog)):
+        result = await run(
+            client,
+            "t_tool_column",
+            {"csv_path": str(csv_path)},
+            task_queue=task_queue,
+            options=WIDE,
+        )
+
+    assert_all_ok(result, rows)
+    calls = acme_calls(provider)
+    assert [c["status"] for c in calls].count(429) == 0
+    per_key: dict[str, list[float]] = {}
+    for c in calls:
+        per_key.setdefault(c["key"], []).append(c["t"])
+    assert len(per_key) == 2
+    assert all(len(times) >= rows // 4 for times in per_key.values()), {
+        k: len(v) for k, v in per_key.items()
+    }
+    for times in per_key.values():  # each key within its own budget
+        assert max_in_window(times) <= 8 + 3
+    assert provider.ledger()["double_charged"] == 0

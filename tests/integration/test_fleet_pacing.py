@@ -19,6 +19,7 @@ import pytest
 from playline.cli.limits import add_limits_parser, run_limits
 from playline.pacing.fleet_store import FleetPacer, FleetPacingUnavailable
 from playline.pacing.governor import Governor
+from playline.pacing.pacer import KeyBlocked
 from playline.pacing.policy import PacingPolicy
 from playline.provider_server.ledger import max_in_window
 
@@ -38,7 +39,7 @@ async def prefix() -> AsyncIterator[str]:
     try:
         yield name
     finally:
-        for table in ("pacing", "limits"):
+        for table in ("pacing", "limits", "windows"):
             await conn.execute(
                 psycopg.sql.SQL("DROP TABLE IF EXISTS {}").format(
                     psycopg.sql.Identifier(name + table)
@@ -172,8 +173,9 @@ async def test_limits_set_reaches_a_running_governor_within_a_second(
         assert (snap["rate_rps"], snap["burst"]) == (7, 5)  # burst kept from the fleet row
         state = (await pacers[1].read_state())["acme"]
         assert state.limits is not None and state.rate is not None
-        assert (state.limits.rps, state.limits.max_concurrency, state.limits.burst) == (7, 3, 5)
-        assert state.rate.rps == 7
+        # burst was not set fleet-wide: the limits row leaves it to the workers (5)
+        assert (state.limits.rps, state.limits.max_concurrency, state.limits.burst) == (7, 3, None)
+        assert (state.rate.rps, state.rate.burst) == (7, 5)
     finally:
         await gov.aclose()
 
@@ -213,9 +215,21 @@ async def test_limits_cli_show_and_set(prefix: str, capsys: pytest.CaptureFixtur
     out = io.StringIO()
     assert await run_cli(prefix, "show", out=out) == 0
     lines = out.getvalue().splitlines()
-    assert lines[0].split() == ["KEY", "RPS", "ADAPTED_RPS", "MAX_CONCURRENCY", "BURST", "PAUSED_S"]
-    assert lines[1].split() == ["acme", "12.5", "12.5", "4", "1", "-"]
-    assert lines[2].split() == ["firmo", "3", "3", "2", "2", "-"]
+    assert lines[0].split() == [
+        "KEY", "RPS", "ADAPTED_RPS", "MAX_CONCURRENCY", "BURST",
+        "PER_MINUTE", "PER_HOUR", "PER_DAY", "MIN_RPS", "PAUSED_S",
+    ]  # fmt: skip
+    # burst not set: the shared row's (1, no worker has used the key yet)
+    assert lines[1].split() == ["acme", "12.5", "12.5", "4", "1", "-", "-", "-", "-", "-"]
+    assert lines[2].split() == ["firmo", "3", "3", "2", "2", "-", "-", "-", "-", "-"]
+    # Each limit on its own: a daily quota alone keeps the rest.
+    assert await run_cli(prefix, "set", "acme", "--per-day", "5000", "--min-rps", "2") == 0
+    out = io.StringIO()
+    assert await run_cli(prefix, "show", out=out) == 0
+    acme = out.getvalue().splitlines()[1].split()
+    assert acme == ["acme", "12.5", "12.5", "4", "1", "-", "-", "5000", "2", "-"]
+    assert await run_cli(prefix, "set", "acme") == 2
+    assert "at least one limit" in capsys.readouterr().err
     assert await run_cli(prefix, "set", "acme", "--rps", "0", "--max-concurrency", "4") == 2
     assert "--rps must be" in capsys.readouterr().err
 
@@ -231,3 +245,67 @@ async def run_cli(prefix: str, *argv: str, out: io.StringIO | None = None) -> in
     add_limits_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["limits", "--dsn", DSN, "--table-prefix", prefix, *argv])
     return await asyncio.to_thread(run_limits, args, out=out)
+
+
+# ---------------------------------------------------------------- quota windows, fleet-wide
+
+
+async def test_a_fleet_window_admits_its_limit_across_workers_then_says_how_long(
+    pacers: list[FleetPacer],
+) -> None:
+    a, b = pacers
+    windows = {60.0: 3, 3600.0: 100}
+    admitted = [await p.take_window_slot("acme", windows) for p in (a, b, a)]
+    assert admitted == [0.0, 0.0, 0.0]
+    wait = await b.take_window_slot("acme", windows)  # the minute is full, fleet-wide
+    assert 1.0 <= wait <= 62.0
+    assert await a.take_window_slot("acme", {3600.0: 100}) == 0.0  # the hour has room
+
+
+async def test_governors_share_a_per_minute_quota_through_the_fleet(
+    pacers: list[FleetPacer],
+) -> None:
+    policy = {"acme": PacingPolicy(rps=100, burst=10, per_minute=6, max_concurrency=8)}
+    govs = [Governor(policy, fleet=p) for p in pacers]
+    try:
+        for gov in govs:  # each worker alone would allow 6 in the minute; together, 6
+            for _ in range(3):
+                async with gov.permit(["acme"], park_after_s=5.0):
+                    pass
+        waiter = asyncio.create_task(_one_call(govs[0]))
+        await asyncio.sleep(1.5)
+        assert not waiter.done()  # the seventh call of the minute waits for the fleet
+        waiter.cancel()
+        assert (await asyncio.gather(waiter, return_exceptions=True))[0] is not None
+    finally:
+        for gov in govs:
+            await gov.aclose()
+
+
+async def _one_call(gov: Governor) -> None:
+    async with gov.permit(["acme"]):
+        pass
+
+
+async def test_limits_set_per_day_reaches_a_running_governor(
+    prefix: str, pacers: list[FleetPacer]
+) -> None:
+    gov = Governor({"acme": PacingPolicy(rps=40, burst=5)}, fleet=pacers[0], fleet_refresh_s=0.5)
+    try:
+        async with gov.permit(["acme"]):
+            pass
+        assert await run_cli(prefix, "set", "acme", "--per-day", "2", "--per-minute", "30") == 0
+        await eventually(
+            lambda: gov.snapshot()["acme"]["windows"] == {60.0: 30, 86400.0: 2}, within=1.2
+        )
+        snap = gov.snapshot()["acme"]
+        assert snap["rps"] == 40  # not set fleet-wide: the catalog's stands
+        for _ in range(2):  # the day's two calls (counted from when the quota was set)
+            async with gov.permit(["acme"]):
+                pass
+        assert gov.blocked_until("acme") is not None
+        with pytest.raises(KeyBlocked):
+            async with gov.permit(["acme"], park_after_s=60):
+                pass
+    finally:
+        await gov.aclose()

@@ -53,6 +53,10 @@ def make_app(seen: Recorder) -> Starlette:
         seen.paths.append(request.url.path)
         return RedirectResponse("/ok", status_code=307)
 
+    async def conflict(request: Request) -> Response:
+        seen.paths.append(request.url.path)
+        return JSONResponse({"error": "a request with this Idempotency-Key is in flight"}, 409)
+
     async def slow(request: Request) -> Response:
         seen.paths.append(request.url.path)
         seen.slow_started.set()
@@ -64,6 +68,7 @@ def make_app(seen: Recorder) -> Starlette:
             Route("/ok", ok, methods=["POST"]),
             Route("/redirect", redirect, methods=["POST"]),
             Route("/slow", slow, methods=["POST"]),
+            Route("/conflict", conflict, methods=["POST"]),
         ]
     )
 
@@ -102,6 +107,7 @@ def catalog_for(base_url: str, timeout_s: float = 5.0) -> Catalog:
                 "ok": {"provider": "p", "path": "/ok"},
                 "redirect": {"provider": "p", "path": "/redirect"},
                 "slow": {"provider": "p", "path": "/slow"},
+                "conflict": {"provider": "p", "path": "/conflict"},
             },
         }
     )
@@ -152,6 +158,16 @@ async def test_redirects_are_not_followed(plain: str, seen: Recorder, transport:
         ):
             await client.send(tool(catalog, "redirect"), {}, idempotency_key="idem-2")
     assert seen.paths == ["/redirect"]  # the Location was never requested
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_idempotency_conflict_is_retried_not_rejected(
+    plain: str, seen: Recorder, transport: Transport
+) -> None:
+    catalog = catalog_for(plain)
+    async with provider_client(catalog, transport) as client:
+        with pytest.raises(ProviderTransientError, match=r"answered 409 .*still in flight"):
+            await client.send(tool(catalog, "conflict"), {}, idempotency_key="busy")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

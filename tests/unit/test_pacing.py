@@ -6,14 +6,9 @@ import math
 
 import pytest
 
-from playline.pacing.aimd import (
-    AimdConfig,
-    AimdController,
-    Ewma,
-    RateLimitOutcome,
-    little_width,
-)
 from playline.pacing.gcra import gcra_take
+from playline.pacing.measure import Ewma, little_width
+from playline.pacing.search import RateLimitOutcome, RateSearch, SearchConfig
 
 
 class FakeClock:
@@ -29,178 +24,177 @@ class FakeClock:
         self.now += seconds
 
 
-def controller(ceiling: float = 40.0, min_rps: float = 0.5, **config: float) -> AimdController:
-    """A controller without jitter, so pauses are exact."""
-    return AimdController(ceiling, min_rps, AimdConfig(**{"jitter_fraction": 0.0, **config}))
+def search(ceiling: float = 40.0, min_rps: float = 0.5, **config: float) -> RateSearch:
+    """A search without jitter, so pauses are exact."""
+    return RateSearch(ceiling, min_rps, SearchConfig(**{"jitter_fraction": 0.0, **config}))
 
 
-def succeed_window(c: AimdController, clock: FakeClock) -> bool:
-    """Feed one full window of successes at the current epoch; return whether the rate grew."""
-    clock.advance(c.config.window_s)
-    grew = False
-    for _ in range(math.ceil(c.rate * c.config.window_s)):
-        grew = c.on_success(clock(), c.epoch) or grew
+def run_for(s: RateSearch, clock: FakeClock, seconds: float, rps: float) -> int:
+    """Send at ``rps`` for ``seconds`` (every call accepted); return how many grew the rate."""
+    grew = 0
+    for _ in range(round(seconds * rps)):
+        clock.advance(1 / rps)
+        s.on_dispatch(clock())
+        grew += s.on_accepted(clock(), clock(), s.epoch)
     return grew
 
 
-# ---------------------------------------------------------------------- AIMD
+def limited(s: RateSearch, clock: FakeClock, retry_after: float | None = 1.0) -> RateLimitOutcome:
+    clock.advance(0.001)
+    s.on_dispatch(clock())
+    return s.on_rate_limited(clock(), clock(), s.epoch, retry_after)
 
 
-def test_first_429_halves_the_rate_and_pauses() -> None:
+# ---------------------------------------------------------------------- the limit search
+
+
+def test_a_429_cuts_to_a_fraction_of_the_admitted_rate_not_the_attempted_one() -> None:
     clock = FakeClock()
-    c = controller(40)
-    assert c.rate == 40
-    outcome = c.on_rate_limited(clock(), c.epoch, retry_after_s=None)
-    assert outcome is RateLimitOutcome.CUT
-    assert c.rate == 20
-    assert c.pause_remaining(clock()) == pytest.approx(1.0)  # default pause
-    assert (c.cuts, c.pauses, c.rate_limited) == (1, 1, 1)
+    s = search(100)
+    run_for(s, clock, 2.0, 60)  # the provider took 60 rps while 100 were allowed
+    assert limited(s, clock) is RateLimitOutcome.CUT
+    assert s.rate == pytest.approx(0.9 * 60, rel=0.03)
+    assert s.upper == pytest.approx(60, rel=0.03)
+    assert s.pause_remaining(clock()) == pytest.approx(1.0)
+    assert (s.cuts, s.pauses, s.rate_limited) == (1, 1, 1)
+
+
+def test_a_429_too_early_to_measure_halves_the_rate() -> None:
+    clock = FakeClock()
+    s = search(100)
+    run_for(s, clock, 0.1, 100)
+    limited(s, clock)
+    assert s.rate == 50
+    assert s.upper == 100
 
 
 def test_one_cut_per_burst_of_429s() -> None:
     clock = FakeClock()
-    c = controller(40)
-    dispatched_at = c.epoch
-    # Ten calls were on the wire when the provider started refusing.
-    outcomes = [c.on_rate_limited(clock(), dispatched_at, None) for _ in range(10)]
-    assert outcomes.count(RateLimitOutcome.CUT) == 1
-    assert c.rate == 20
-    assert (c.cuts, c.pauses, c.rate_limited) == (1, 1, 10)
-    # A late 429 from the same burst, after the pause ended: still no new cut.
-    clock.advance(5)
-    assert c.on_rate_limited(clock(), dispatched_at, None) is RateLimitOutcome.ABSORBED
-    assert c.rate == 20
-    assert c.pause_remaining(clock()) == 0
-    # A 429 of a call dispatched after the cut is a new burst.
-    assert c.on_rate_limited(clock(), c.epoch, None) is RateLimitOutcome.CUT
-    assert c.rate == 10
-    assert c.cuts == 2
+    s = search(40)
+    epoch = s.epoch
+    s.on_dispatch(clock())
+    assert s.on_rate_limited(clock(), clock(), epoch, None) is RateLimitOutcome.CUT
+    for _ in range(5):  # the rest of the burst, dispatched before the cut
+        assert s.on_rate_limited(clock(), clock(), epoch, None) is RateLimitOutcome.ABSORBED
+    assert (s.rate, s.cuts, s.rate_limited) == (20, 1, 6)
 
 
 def test_absorbed_429_extends_a_running_pause_to_its_retry_after() -> None:
     clock = FakeClock()
-    c = controller(40)
-    epoch = c.epoch
-    c.on_rate_limited(clock(), epoch, retry_after_s=1.0)
-    clock.advance(0.5)
-    c.on_rate_limited(clock(), epoch, retry_after_s=3.0)
-    assert c.pause_remaining(clock()) == pytest.approx(3.0)
-    assert (c.cuts, c.pauses) == (1, 1)
+    s = search(40)
+    epoch = s.epoch
+    s.on_rate_limited(clock(), clock(), epoch, 1.0)
+    s.on_rate_limited(clock(), clock(), epoch, 3.0)
+    assert s.pause_remaining(clock()) == pytest.approx(3.0)
+    clock.advance(4)
+    s.on_rate_limited(clock(), clock(), epoch, 9.0)  # stale, and no pause running
+    assert s.pause_remaining(clock()) == 0
 
 
-def test_retry_after_pause_is_honoured_and_capped() -> None:
+def test_no_retry_after_pauses_briefly_and_jitter_is_bounded() -> None:
     clock = FakeClock()
-    c = controller(40, max_pause_s=30.0)
-    c.on_rate_limited(clock(), c.epoch, retry_after_s=7.5)
-    assert c.pause_remaining(clock()) == pytest.approx(7.5)
-    clock.advance(7.5)
-    assert c.pause_remaining(clock()) == 0
-    c.on_rate_limited(clock(), c.epoch, retry_after_s=3600)
-    assert c.pause_remaining(clock()) == pytest.approx(30.0)
-    # Nonsense Retry-After values fall back to the default pause.
-    clock.advance(31)
-    c.on_rate_limited(clock(), c.epoch, retry_after_s=-4)
-    assert c.pause_remaining(clock()) == pytest.approx(1.0)
+    s = search(40)
+    limited(s, clock, None)
+    assert s.pause_remaining(clock()) == pytest.approx(0.25)
+    jittered = RateSearch(40, 0.5, SearchConfig(jitter_fraction=0.1), rng=lambda: 0.999)
+    jittered.on_rate_limited(clock(), clock(), 0, 3600.0)  # an hour: jitter is capped at 1 s
+    assert 3600 < jittered.pause_remaining(clock()) < 3601
 
 
-def test_pause_jitter_is_bounded() -> None:
+def test_clean_windows_search_between_the_bounds_then_hold() -> None:
     clock = FakeClock()
-    c = AimdController(40, 0.5, AimdConfig(jitter_fraction=0.1), rng=lambda: 0.999)
-    c.on_rate_limited(clock(), c.epoch, retry_after_s=10)
-    assert 10.0 < c.pause_remaining(clock()) < 11.0
+    s = search(100, hold_s=5.0)
+    s.rate, s.upper, s.lower = 50.0, 60.0, None
+    rates = []
+    for _ in range(8):
+        run_for(s, clock, 1.05, s.rate)
+        rates.append(round(s.rate, 2))
+    # half way up each clean window (50 -> 55 -> 57.5 -> 58.75), then it holds within 3 %
+    assert rates[:3] == [55.0, 57.5, 58.75]
+    assert s.lower == pytest.approx(58.75)
+    assert rates[-1] == rates[-2] < 60
+    run_for(s, clock, 6.0, s.rate)  # held long enough: the upper bound is re-probed
+    assert s.upper == pytest.approx(63.0)
+    assert s.rate > 58.75
 
 
-def test_floor_is_respected() -> None:
+def test_without_an_upper_bound_the_rate_grows_multiplicatively_to_the_ceiling() -> None:
     clock = FakeClock()
-    c = controller(40, min_rps=3)
-    for _ in range(10):
-        c.on_rate_limited(clock(), c.epoch, None)
-    assert c.rate == 3
-    assert c.cuts == 10
+    s = search(100)
+    s.rate = 10.0
+    for expected in (15.0, 22.5, 33.75):
+        run_for(s, clock, 1.2, s.rate)
+        assert s.rate == pytest.approx(expected)
 
 
-def test_floor_above_ceiling_never_raises_the_rate() -> None:
-    c = controller(0.2, min_rps=0.5)
-    assert c.rate == 0.2
-    c.on_rate_limited(0.0, c.epoch, None)
-    assert c.rate == 0.2
-
-
-def test_additive_increase_per_window_up_to_ceiling() -> None:
+def test_an_idle_rate_earns_no_increase() -> None:
+    """A key held back by its dispatch, not its limiter, learns nothing about the limit."""
     clock = FakeClock()
-    c = controller(100)
-    for _ in range(3):
-        c.on_rate_limited(clock(), c.epoch, None)
-    assert c.rate == 12.5
-    assert c.step_rps == 5.0  # 5 % of the ceiling (> the 1 rps floor)
-    assert succeed_window(c, clock)
-    assert c.rate == 17.5
-    for _ in range(100):
-        succeed_window(c, clock)
-    assert c.rate == 100
-    assert c.on_success(clock(), c.epoch) is False  # at the ceiling: no more growth
+    s = search(100)
+    s.rate = 40.0
+    assert run_for(s, clock, 3.0, 10) == 0  # sending at a quarter of the rate
+    assert s.rate == 40.0 and s.lower is None
 
 
-def test_increase_step_has_a_floor_of_one_rps() -> None:
+def test_a_429_at_a_proven_rate_is_noise_once_then_the_limit_moved() -> None:
     clock = FakeClock()
-    c = controller(8)
-    c.on_rate_limited(clock(), c.epoch, None)
-    assert c.rate == 4
-    assert succeed_window(c, clock)
-    assert c.rate == 5
-
-
-def test_no_increase_on_many_successes_within_one_second() -> None:
-    clock = FakeClock()
-    c = controller(100)
-    c.on_rate_limited(clock(), c.epoch, None)
-    for _ in range(500):
-        assert c.on_success(clock(), c.epoch) is False
+    s = search(100)
+    s.rate, s.upper = 60.0, 61.0
+    run_for(s, clock, 1.05, 60)
+    assert s.lower == 60
+    assert limited(s, clock) is RateLimitOutcome.NOISE
+    assert s.rate == 60 and s.lower == 60 and s.pause_remaining(clock()) > 0
     clock.advance(1.0)
-    assert c.on_success(clock(), c.epoch) is True  # now the window has both time and count
+    run_for(s, clock, 2.0, 40)  # the provider now only takes 40
+    assert limited(s, clock) is RateLimitOutcome.CUT  # twice: the limit moved down
+    assert s.lower is None
+    assert s.rate == pytest.approx(0.9 * 60)  # a step below the rate it had proven
+    assert s.upper == pytest.approx(40, rel=0.05)
+    clock.advance(1.0)
+    run_for(s, clock, 2.0, 40)
+    limited(s, clock)  # now measured from what got through
+    assert s.rate == pytest.approx(0.9 * 40, rel=0.05)
 
 
-def test_no_increase_on_too_few_successes() -> None:
+def test_a_long_retry_after_learns_the_window_quota() -> None:
     clock = FakeClock()
-    c = controller(100)
-    c.on_rate_limited(clock(), c.epoch, None)
-    clock.advance(10.0)
-    # rate 50 x window 1 s: 50 successes make a window.
-    assert [c.on_success(clock(), c.epoch) for _ in range(50)] == [False] * 49 + [True]
+    s = search(200)
+    run_for(s, clock, 10.0, 100)  # 1000 calls accepted in 10 s, then the minute's quota is gone
+    assert limited(s, clock, retry_after=40.0) is RateLimitOutcome.CUT
+    assert s.rate == pytest.approx(1000 / 50, rel=0.01)  # its calls over its 50 s
+    assert s.pause_remaining(clock()) == pytest.approx(40)
 
 
-def test_successes_from_before_the_cut_do_not_count() -> None:
+def test_floor_and_ceiling_bound_every_move() -> None:
     clock = FakeClock()
-    c = controller(100)
-    old = c.epoch
-    c.on_rate_limited(clock(), old, None)
-    clock.advance(10)
-    for _ in range(1000):
-        assert c.on_success(clock(), old) is False
-    assert c.rate == 50
+    s = search(40, min_rps=15)
+    for _ in range(5):
+        limited(s, clock, 0.0)
+    assert s.rate == 15
+    low = search(2, min_rps=5)  # a floor above the ceiling never raises the rate
+    limited(low, clock, 0.0)
+    assert low.rate == 2
 
 
 def test_set_ceiling_replaces_the_learnt_rate_and_starts_a_new_epoch() -> None:
     clock = FakeClock()
-    c = controller(40)
-    old = c.epoch
-    c.on_rate_limited(clock(), old, None)
-    c.set_ceiling(5, clock())
-    assert (c.ceiling_rps, c.rate) == (5, 5)
-    assert c.epoch == old + 2  # one for the cut, one for the new limit
-    assert c.on_rate_limited(clock(), old, None) is RateLimitOutcome.ABSORBED
+    s = search(40)
+    limited(s, clock)
+    e = s.epoch
+    s.set_ceiling(10, clock())
+    assert (s.rate, s.ceiling_rps, s.epoch, s.upper, s.lower) == (10, 10, e + 1, None, None)
 
 
 def test_adopt_clamps_and_bumps_the_epoch_only_when_lowering() -> None:
-    c = controller(40, min_rps=2)
-    e = c.epoch
-    assert c.adopt(10, 0.0)
-    assert (c.rate, c.epoch) == (10, e + 1)
-    assert c.adopt(1000, 0.0)
-    assert (c.rate, c.epoch) == (40, e + 1)
-    assert c.adopt(0.1, 0.0)
-    assert c.rate == 2
-    assert c.adopt(2, 0.0) is False
+    s = search(40, min_rps=2)
+    e = s.epoch
+    assert s.adopt(20, 0.0)
+    assert (s.rate, s.epoch) == (20, e + 1)
+    assert s.adopt(80, 0.0)
+    assert (s.rate, s.epoch) == (40, e + 1)
+    assert s.adopt(0.1, 0.0)
+    assert s.rate == 2
+    assert s.adopt(2, 0.0) is False
 
 
 # ---------------------------------------------------------------------- Little's law
@@ -289,50 +283,3 @@ def test_ewma_prior_then_observations() -> None:
     assert e.value == 0.5
     e.observe(float("nan"))
     assert e.samples == 2
-
-
-# ---------------------------------------------------- probing near the learnt limit
-
-
-def test_a_cut_records_the_achieved_rate_as_the_limit_estimate() -> None:
-    clock = FakeClock()
-    c = controller(1000)
-    for _ in range(200):  # the provider let 200 calls through in the last second
-        c.on_success(clock(), c.epoch)
-    assert c.on_rate_limited(clock(), c.epoch, retry_after_s=None) is RateLimitOutcome.CUT
-    assert c.limit_estimate == pytest.approx(200)
-    assert c.rate == 500  # the multiplicative cut itself is unchanged
-
-
-def test_growth_is_full_below_the_knee_gentle_near_the_estimate_full_beyond() -> None:
-    clock = FakeClock()
-    c = controller(1000)  # full step: 5 % of the ceiling = 50 rps
-    c.limit_estimate = 200.0
-    c.rate = 100.0
-    assert succeed_window(c, clock) and c.rate == pytest.approx(150)  # full step
-    assert succeed_window(c, clock) and c.rate == pytest.approx(180)  # stops at the knee
-    assert succeed_window(c, clock) and c.rate == pytest.approx(182)  # 1 % of the estimate
-    c.rate = 225.0  # past estimate / 0.9: the limit has moved, probe fast again
-    assert succeed_window(c, clock) and c.rate == pytest.approx(275)
-
-
-def test_an_idle_rate_earns_no_increase() -> None:
-    """A key held back by its dispatch, not its limiter, learns nothing about the limit."""
-    clock = FakeClock()
-    c = controller(100)
-    c.rate = 20.0
-    needed = math.ceil(c.rate * c.config.window_s)
-    clock.advance(c.config.window_s)
-    for _ in range(needed // 2):
-        c.on_success(clock(), c.epoch)
-    clock.advance(2 * c.config.window_s)  # half the window's successes are now old
-    grew = any(c.on_success(clock(), c.epoch) for _ in range(needed - needed // 2))
-    assert not grew and c.rate == 20.0
-    assert succeed_window(c, clock)  # a busy window does earn it
-
-
-def test_set_ceiling_forgets_the_limit_estimate() -> None:
-    c = controller(1000)
-    c.limit_estimate = 200.0
-    c.set_ceiling(300, FakeClock()())
-    assert c.limit_estimate is None

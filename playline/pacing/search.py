@@ -1,0 +1,336 @@
+"""``RateSearch``: finding a provider's real limit from its 429s, without a 429 storm.
+
+Pure arithmetic: every method takes ``now`` (monotonic seconds) from its caller.
+
+The catalog's ``rps`` is a *ceiling*; the provider's real limit may be lower and
+is learnt from evidence:
+
+* a **429** is an upper bound: the provider would not take the rate that was
+  being sent (the rate in force, or what was really sent if less). The rate
+  goes back to the lower bound when one is known; otherwise it is cut to
+  ``cut_fraction`` of the rate the provider *admitted* over the last
+  ``measure_s`` (what really got through, read from the
+  :class:`~playline.pacing.measure.DispatchLog`), not of the rate attempted,
+  and when too little was sent to measure that, it is halved. Only the first
+  429 of a burst counts (see *epoch* below).
+* a **clean window** (``window_s`` without a 429, at least ``min_window_calls``
+  accepted, the rate actually used) is a lower bound.
+* between the bounds the rate **searches**: half way up after each clean window
+  (multiplicative growth while no upper bound is known), and once the bounds
+  are within ``settle_fraction`` it **holds** at the lower one. After
+  ``hold_s`` clean at the hold the upper bound is raised by ``reprobe_factor``,
+  so a limit that went up is found again, at the price of one 429.
+* a 429 at a rate already proven clean is first taken as **noise** (a busy
+  event loop sends a clump; loopback jitter): the key pauses as the provider
+  asks but the rate stands. A second one within ``noise_window_s`` means the
+  limit moved down: the lower bound is dropped and the rate cut to
+  ``cut_fraction`` of it.
+* a window is **used** when calls went at ``busy_fraction`` of the rate, or
+  when at least half of them had others queued behind them (a worker whose
+  fleet shares the rate sends only its part, but its calls still queue).
+* a 429 whose ``Retry-After`` is at least ``long_pause_s`` means a window quota
+  (a minute, an hour) ran out, not that the rate was too high: the rate becomes
+  the calls admitted since the last such reset over the time until the next.
+
+Vocabulary shared with the governor: the **ceiling** is the configured rate; the
+**rate in force** moves between ``min_rps`` and it; the **epoch** counts cuts, so
+429s of calls already on the wire before a cut are told apart from new evidence.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from playline.pacing.measure import DispatchLog, check_rate
+
+__all__ = ["RateLimitOutcome", "RateSearch", "SearchConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchConfig:
+    """The constants of the limit search (see the module docstring)."""
+
+    cut_fraction: float = 0.9
+    blind_cut_factor: float = 0.5
+    window_s: float = 1.0
+    min_window_calls: int = 5
+    busy_fraction: float = 0.8
+    settle_fraction: float = 0.03
+    hold_s: float = 10.0
+    reprobe_factor: float = 1.05
+    growth_factor: float = 1.5
+    measure_s: float = 2.0
+    min_measure_s: float = 0.5
+    noise_window_s: float = 10.0
+    #: pause after a 429 without ``Retry-After`` (a concurrency cap rarely sends one)
+    default_pause_s: float = 0.25
+    #: a ``Retry-After`` this long or longer means a window quota ran out
+    long_pause_s: float = 5.0
+    #: ``Retry-After`` is honoured up to this (a week: a daily quota is honoured whole)
+    max_pause_s: float = 7 * 86400.0
+    jitter_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not 0 < self.cut_fraction <= 1 or not 0 < self.blind_cut_factor < 1:
+            raise ValueError("cut_fraction must be in (0, 1] and blind_cut_factor in (0, 1)")
+        if self.window_s <= 0 or self.measure_s <= 0 or self.hold_s < 0:
+            raise ValueError("window_s and measure_s must be > 0, hold_s >= 0")
+        if self.growth_factor <= 1 or self.reprobe_factor <= 1:
+            raise ValueError("growth_factor and reprobe_factor must be > 1")
+        if self.default_pause_s < 0 or self.max_pause_s < 0 or self.jitter_fraction < 0:
+            raise ValueError("pauses and jitter must be >= 0")
+
+
+class RateLimitOutcome(enum.Enum):
+    """What :meth:`RateSearch.on_rate_limited` did with one 429."""
+
+    #: New evidence: the rate was cut (or set from a window quota) and the key paused.
+    CUT = "cut"
+    #: A 429 at a rate proven clean, the first in a while: paused, rate kept.
+    NOISE = "noise"
+    #: A 429 of a call sent before the last cut: already accounted for.
+    ABSORBED = "absorbed"
+
+
+@dataclass(slots=True)
+class RateSearch:
+    """The rate in force of one pacing key, searched between learnt bounds.
+
+    Args:
+        ceiling_rps: the configured rate; the rate in force starts there.
+        min_rps: the floor the search never goes below.
+        config: the search constants.
+        rng: returns a float in ``[0, 1)``; injected for the pause jitter.
+    """
+
+    ceiling_rps: float
+    min_rps: float
+    config: SearchConfig = field(default_factory=SearchConfig)
+    rng: Callable[[], float] = random.random
+    rate: float = field(init=False)
+    epoch: int = field(default=0, init=False)
+    paused_until: float = field(default=-math.inf, init=False)
+    #: the lowest rate known to draw 429s (``None``: none yet, or forgotten)
+    upper: float | None = field(default=None, init=False)
+    #: the highest rate known to run clean (``None``: none yet, or disproved)
+    lower: float | None = field(default=None, init=False)
+    rate_limited: int = field(default=0, init=False)
+    cuts: int = field(default=0, init=False)
+    pauses: int = field(default=0, init=False)
+    increases: int = field(default=0, init=False)
+    noise: int = field(default=0, init=False)
+    log: DispatchLog = field(default_factory=DispatchLog, init=False, repr=False)
+    _epoch_started: float = field(default=-math.inf, init=False)
+    _window_start: float | None = field(default=None, init=False)
+    _window_calls: int = field(default=0, init=False)
+    _hold_started: float | None = field(default=None, init=False)
+    _noise_at: float = field(default=-math.inf, init=False)
+    _quota_mark: float | None = field(default=None, init=False)
+    _quota_accepted: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        check_rate(self.ceiling_rps, "ceiling_rps")
+        check_rate(self.min_rps, "min_rps")
+        self.rate = self.ceiling_rps
+
+    @property
+    def floor_rps(self) -> float:
+        """The lowest rate the search may reach: ``min_rps``, unless the ceiling is lower."""
+        return min(self.min_rps, self.ceiling_rps)
+
+    def pause_remaining(self, now: float) -> float:
+        """Seconds until the key may dispatch again; ``0.0`` when it is not paused."""
+        return max(0.0, self.paused_until - now)
+
+    # ------------------------------------------------------------------ evidence
+
+    def on_dispatch(self, now: float, *, backlogged: bool = False) -> None:
+        """A call was just dispatched; ``backlogged`` when others were waiting behind it."""
+        self.log.sent(now, backlogged=backlogged)
+        if self._quota_mark is None:
+            self._quota_mark = now
+        if self._epoch_started == -math.inf:
+            self._epoch_started = now  # nothing before the first call is evidence
+
+    def on_accepted(self, now: float, dispatched_at: float, dispatch_epoch: int) -> bool:
+        """The provider took a call (success, 5xx, timeout); return whether the rate grew."""
+        self.log.accepted(dispatched_at, now)
+        self._quota_accepted += 1
+        if dispatch_epoch != self.epoch or dispatched_at < self._epoch_started:
+            return False
+        if self._window_start is None:
+            self._window_start = dispatched_at
+        self._window_calls += 1
+        cfg = self.config
+        if now - self._window_start < cfg.window_s or self._window_calls < cfg.min_window_calls:
+            return False
+        start, self._window_start, self._window_calls = self._window_start, now, 0
+        sent, _ = self.log.count(start, now)
+        backlogged = self.log.backlogged(start, now)
+        # The rate was used if it was sent at, or if calls queued for it (a fleet's
+        # share of a shared rate is less than the rate, but its calls still queue).
+        if sent < cfg.busy_fraction * self.rate * (now - start) and backlogged < sent / 2:
+            return False  # the rate was not used: no evidence about the limit
+        self.lower = self.rate if self.lower is None else max(self.lower, self.rate)
+        return self._step_up(now)
+
+    def _step_up(self, now: float) -> bool:
+        cfg = self.config
+        if self.rate >= self.ceiling_rps:
+            return False
+        upper, lower = self.upper, self.lower
+        assert lower is not None
+        if upper is None:
+            target = self.rate * cfg.growth_factor
+        elif upper - lower > cfg.settle_fraction * upper:
+            target = (lower + upper) / 2
+        else:
+            if self._hold_started is None:
+                self._hold_started = now
+            elif now - self._hold_started >= cfg.hold_s:
+                self.upper = upper * cfg.reprobe_factor
+                self._hold_started = None
+            return False
+        new = min(self.ceiling_rps, max(self.rate, target))
+        if new <= self.rate:
+            return False
+        self.rate = new
+        self.increases += 1
+        return True
+
+    def on_rate_limited(
+        self,
+        now: float,
+        dispatched_at: float,
+        dispatch_epoch: int,
+        retry_after_s: float | None,
+    ) -> RateLimitOutcome:
+        """Account for one 429 of a call dispatched at ``dispatched_at`` in ``dispatch_epoch``."""
+        self.rate_limited += 1
+        pause_s = self._pause_for(retry_after_s)
+        if dispatch_epoch != self.epoch:
+            if self.paused_until > now:
+                self.paused_until = max(self.paused_until, now + pause_s)
+            return RateLimitOutcome.ABSORBED
+        cfg = self.config
+        outcome = RateLimitOutcome.CUT
+        if retry_after_s is not None and retry_after_s >= cfg.long_pause_s:
+            self._learn_quota(now, pause_s)
+        else:
+            outcome = self._cut(now, dispatched_at)
+        self.epoch += 1
+        self.pauses += 1
+        self.paused_until = max(self.paused_until, now + pause_s)
+        self._epoch_started = self.paused_until
+        self._window_start, self._window_calls = None, 0
+        return outcome
+
+    def _cut(self, now: float, dispatched_at: float) -> RateLimitOutcome:
+        cfg = self.config
+        start = max(self._epoch_started, dispatched_at - cfg.measure_s)
+        span = dispatched_at - start
+        measured = span >= cfg.min_measure_s
+        admitted: float | None = None
+        attempted = self.rate
+        if measured:
+            sent, accepted = self.log.count(start, dispatched_at)
+            attempted = min(self.rate, sent / span)
+            admitted = accepted / span
+        lower = self.lower
+        if lower is not None and attempted <= lower * 1.001:
+            if now - self._noise_at > cfg.noise_window_s:
+                self._noise_at = now
+                self.noise += 1
+                return RateLimitOutcome.NOISE
+            # A proven rate failed twice: the limit moved down (or the clumps are real).
+            self.upper = attempted if self.upper is None else min(self.upper, attempted)
+            self.lower = None
+            self.rate = max(self.floor_rps, min(self.rate, cfg.cut_fraction * lower))
+            self.cuts += 1
+            self._hold_started = None
+            return RateLimitOutcome.CUT
+        self.upper = attempted if self.upper is None else min(self.upper, attempted)
+        if lower is not None and lower < self.upper:
+            target = lower  # back to the proven rate; the search goes on between the bounds
+        elif admitted is not None:
+            target = cfg.cut_fraction * admitted
+        else:
+            target = cfg.blind_cut_factor * self.rate
+        self.rate = max(self.floor_rps, min(self.rate, target))
+        self.cuts += 1
+        self._hold_started = None
+        return RateLimitOutcome.CUT
+
+    def _learn_quota(self, now: float, pause_s: float) -> None:
+        """A window quota ran out: pace at what it admitted per window from now on."""
+        mark = self._quota_mark if self._quota_mark is not None else now
+        learnt = self._quota_accepted / max(now - mark + pause_s, 1e-9)
+        if learnt < self.rate:
+            self.rate = max(self.floor_rps, learnt)
+            self.upper = self.rate * (1 + self.config.settle_fraction)
+            self.lower = None
+            self.cuts += 1
+        self._quota_mark = now + pause_s
+        self._quota_accepted = 0
+
+    # ------------------------------------------------------------------ operator
+
+    def set_ceiling(self, ceiling_rps: float, now: float) -> None:
+        """Apply a new configured rate: the ceiling *and* the rate in force become it.
+
+        An explicit limit change is an operator's statement about the provider,
+        so it replaces whatever the search had learnt; the epoch moves on so
+        429s of calls sent under the old limit do not cut the new one.
+        """
+        check_rate(ceiling_rps, "ceiling_rps")
+        self.ceiling_rps = ceiling_rps
+        self.rate = ceiling_rps
+        self.upper = self.lower = None
+        self._new_epoch(now)
+
+    def set_min_rps(self, min_rps: float) -> None:
+        """Change the floor; the rate in force is raised to it if needed."""
+        check_rate(min_rps, "min_rps")
+        self.min_rps = min_rps
+        self.rate = min(self.ceiling_rps, max(self.rate, self.floor_rps))
+
+    def adopt(self, rate: float, now: float) -> bool:
+        """Take over a rate learnt elsewhere (another worker, via the fleet store).
+
+        Clamped to ``[floor_rps, ceiling_rps]``; adopting a lower rate starts a
+        new epoch (the burst that caused it was accounted for by whoever cut).
+        Returns whether the rate in force changed.
+        """
+        new = min(self.ceiling_rps, max(self.floor_rps, rate))
+        if math.isclose(new, self.rate, rel_tol=1e-9, abs_tol=1e-9):
+            return False
+        lowered = new < self.rate
+        self.rate = new
+        if lowered:
+            self.upper = (
+                new if self.upper is None else min(self.upper, new / self.config.cut_fraction)
+            )
+            if self.lower is not None and self.lower > new:
+                self.lower = new
+            self._new_epoch(now)
+        return True
+
+    def _new_epoch(self, now: float) -> None:
+        self.epoch += 1
+        self._epoch_started = now
+        self._window_start, self._window_calls = None, 0
+        self._hold_started = None
+
+    def _pause_for(self, retry_after_s: float | None) -> float:
+        cfg = self.config
+        if retry_after_s is None or not math.isfinite(retry_after_s) or retry_after_s < 0:
+            base = cfg.default_pause_s
+        else:
+            base = retry_after_s
+        base = min(base, cfg.max_pause_s)
+        # Jitter spreads workers paused by one burst; at most a second of it.
+        return base + min(cfg.jitter_fraction * base, 1.0) * self.rng()

@@ -1,0 +1,139 @@
+"""The HTTP client against the real provider server: secrets, timeouts, reports, keys."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from playline.calls.attempt import Attempt
+from playline.calls.catalog import Catalog
+from playline.calls.http import ProviderClient, SecretScrubber
+from playline.calls.live import PacedSender
+from playline.errors import ProviderRejected, ProviderTimeout
+from playline.pacing.governor import Governor
+from playline.provider_server import ServerConfig, ThreadedProviderServer, start_in_thread
+from playline.stores.receipts_sqlite import SqliteReceiptStore
+
+PERSON = {"first_name": "Ada", "last_name": "Lovelace", "domain": "example.com"}
+
+
+def catalog(base_url: str, *, envs: list[str], timeout_s: float | None = None) -> Catalog:
+    tool = {
+        "provider": "acme",
+        "path": "/acme/v1/email/find",
+        "input": {"first_name": "str", "last_name": "str", "domain": "str"},
+    }
+    if timeout_s is not None:
+        tool["timeout_s"] = timeout_s
+    return Catalog.model_validate(
+        {
+            "providers": {
+                "acme": {
+                    "base_url": base_url,
+                    "auth": {"env": envs, "header": "X-Api-Key"},
+                    "pacing": {"rps": 100, "burst": 10},
+                    "key_pacing": {"rps": 100, "burst": 10, "per_day": 2},
+                },
+                "firmo": {"base_url": base_url, "auth": {"env": "FIRMO_KEY"}},
+            },
+            "tools": {"email_finder": tool},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ThreadedProviderServer]:
+    handle = start_in_thread(ServerConfig(latency_ms=(0.0, 1.0)))
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture
+async def http(server: ThreadedProviderServer) -> AsyncIterator[httpx.AsyncClient]:
+    server.configure(**ServerConfig(latency_ms=(0.0, 1.0)).model_dump())
+    server.reset()
+    async with httpx.AsyncClient() as client:
+        yield client
+
+
+async def test_a_key_echoed_in_an_error_body_never_reaches_the_error(
+    server: ThreadedProviderServer, http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    environ = {"ACME_KEY": "sk-live-0123456789abcdef", "FIRMO_KEY": "firmo-secret-value"}
+    server.configure(api_keys={"acme": "another-account"}, echo_key_in_errors=True)
+    cat = catalog(server.base_url, envs=["ACME_KEY"])
+    client = ProviderClient(cat, http, environ=environ)
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(ProviderRejected) as rejected:
+        await client.send(cat.tool("email_finder"), PERSON, idempotency_key="k1")
+    message = str(rejected.value)
+    assert "401" in message and "[redacted]" in message  # the body was quoted, scrubbed
+    for secret in environ.values():
+        assert secret not in message
+        assert secret not in caplog.text
+
+
+def test_the_scrubber_knows_every_form_and_leaves_short_values() -> None:
+    scrub = SecretScrubber(["ab", "k/ey+1=="])
+    assert scrub("got k/ey+1== and k%2Fey%2B1%3D%3D, ab") == "got [redacted] and [redacted], ab"
+    assert scrub.headers({"X-Api-Key": "k/ey+1=="}) == {"X-Api-Key": "[redacted]"}
+
+
+async def test_a_tool_timeout_overrides_the_provider_one(
+    server: ThreadedProviderServer, http: httpx.AsyncClient
+) -> None:
+    server.configure(fail_next={"timeout": 1}, timeout_sleep_s=5.0)
+    cat = catalog(server.base_url, envs=["ACME_KEY"], timeout_s=0.3)
+    client = ProviderClient(cat, http, environ={"ACME_KEY": "k-123456"})
+    started = time.monotonic()
+    with pytest.raises(ProviderTimeout, match=r"within 0\.3s"):
+        await client.send(cat.tool("email_finder"), PERSON, idempotency_key="k2")
+    assert time.monotonic() - started < 2.0
+
+
+async def test_rate_limit_headers_come_back_with_the_answer(
+    server: ThreadedProviderServer, http: httpx.AsyncClient
+) -> None:
+    server.configure(
+        limiters={"acme": [{"kind": "fixed_window", "limit": 50, "window_s": 3600}]},
+        rate_limit_headers="x-ratelimit",
+    )
+    cat = catalog(server.base_url, envs=["ACME_KEY"])
+    client = ProviderClient(cat, http, environ={"ACME_KEY": "k-123456"})
+    exchange = await client.exchange(cat.tool("email_finder"), PERSON, idempotency_key="k3")
+    assert exchange.status == 200 and exchange.result()["email"]
+    (quota,) = exchange.report.quotas
+    assert (quota.limit, quota.remaining) == (50, 49)
+
+
+async def test_calls_spread_across_keys_and_each_key_keeps_its_budget(
+    server: ThreadedProviderServer, http: httpx.AsyncClient, tmp_path
+) -> None:
+    environ = {"KEY_A": "key-aaaa-1111", "KEY_B": "key-bbbb-2222"}
+    server.configure(
+        api_keys={"acme": list(environ.values())},
+        limiters={"acme": [{"kind": "quota", "limit": 2, "window_s": 86400, "per_key": True}]},
+    )
+    cat = catalog(server.base_url, envs=["KEY_A", "KEY_B"])
+    client = ProviderClient(cat, http, environ=environ)
+    governor = Governor(cat.pacing_policies())
+    receipts = SqliteReceiptStore(tmp_path / "r.db")
+    attempt = Attempt(receipts=receipts, owner="t", lease_id="l", lease_ttl_s=30)
+    sender = PacedSender(attempt, governor, client)
+    tool = cat.tool("email_finder")
+    for n in range(4):  # each key's daily budget is 2 (key_pacing.per_day): 4 in all
+        await sender.send(tool, {**PERSON, "first_name": f"A{n}"}, f"idem-{n}", credits=1)
+    ok = [c for c in server.calls() if c["status"] == 200]
+    assert len(ok) == 4 and server.ledger()["rate_limited"] == 0
+    per_key = {}
+    for call in ok:
+        per_key[call["key"]] = per_key.get(call["key"], 0) + 1
+    assert sorted(per_key.values()) == [2, 2]
+    snap = governor.snapshot()
+    assert snap["acme:key=KEY_A"]["successes"] == snap["acme:key=KEY_B"]["successes"] == 2
+    assert governor.blocked_until("acme:key=KEY_A") is not None
+    await receipts.close()
