@@ -39,6 +39,7 @@ from playline.errors import PlaylineError, format_validation_errors
 from playline.services import Services
 from playline.stores.export import export_run
 from playline.worker import connect
+from playline.workflows.status import play_static
 
 #: The SDK's message when a worker is asked to run a workflow type it lacks.
 NOT_REGISTERED = "is not registered on this worker"
@@ -212,6 +213,7 @@ async def execute(
 ) -> PlayRunResult:
     """Start a play, follow it (optionally with a progress bar), print its summary."""
     workflow_id = workflow_id or f"{play}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    summary, details = play_static(play, input, options)
     try:
         handle = await client.start_workflow(
             play,
@@ -219,6 +221,8 @@ async def execute(
             id=workflow_id,
             task_queue=task_queue,
             result_type=PlayRunResult,
+            static_summary=summary,
+            static_details=details,
             # An id names one run: `runs get|export ID` must not become ambiguous.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
