@@ -81,6 +81,7 @@ class DatasetRunWorkflow:
         self._control = DispatchControl()
         self._woken = False  # a control arrived since the loop last looked
         self._cancelling = False
+        self._ended: RunStatus | None = None
         self._width = Width(chunks_in_flight=1, row_concurrency=1)
         self._waits: list[ProviderWait] = []
         self._started_at: datetime | None = None
@@ -176,10 +177,14 @@ class DatasetRunWorkflow:
         except ActivityError as err:
             for task in pending:
                 task.cancel()
-            raise as_failure(err) from err
+            failure = as_failure(err)
+            self._ended = "failed"
+            self._show()
+            raise failure from err
         if self._cancelling:
             # Everything in flight settled: the play learns the final counts, then the
             # run ends as cancelled.
+            self._ended = "cancelled"
             self._show()
             self._report(force=True)
             await self._reports_sent()
@@ -187,6 +192,9 @@ class DatasetRunWorkflow:
                 "cancelled: no new chunk started, in-flight chunks settled"
             )
         await self._reports_sent()
+        if next_start >= total:
+            self._ended = "completed"
+            self._show()
         if next_start < total:
             workflow.continue_as_new(
                 DatasetRunInput(
@@ -251,6 +259,8 @@ class DatasetRunWorkflow:
         )
 
     def _status(self) -> RunStatus:
+        if self._ended is not None:
+            return self._ended
         if self._cancelling:
             return "cancelling"
         if self._control.paused:

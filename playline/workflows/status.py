@@ -158,10 +158,10 @@ def _providers(
     lines = []
     waiting = {w.provider: w for w in waits if w.until > now}
     for pace in paces:
-        rate = f"{pace.rate_rps:.3g} rps" if pace.rate_rps is not None else "not paced"
+        rate = f"{pace.rate_rps:.3g} rps in force" if pace.rate_rps is not None else "not paced"
         wait = waiting.pop(pace.provider, None)
         suffix = f", waiting for {wait.reason} until {_at(wait.until, now)}" if wait else ""
-        lines.append(f"- {pace.provider}: {rate} in force{suffix}")
+        lines.append(f"- {pace.provider}: {rate}{suffix}")
     for wait in waiting.values():
         lines.append(f"- {wait.provider}: waiting for {wait.reason} until {_at(wait.until, now)}")
     return lines
@@ -173,11 +173,17 @@ def _ranges(ranges: Sequence[tuple[int, int]]) -> str:
     return f"rows {shown}{more}"
 
 
-def _window(state: DatasetRunState) -> str:
+#: Statuses of a run that has ended: nothing is in flight any more.
+ENDED = ("completed", "failed", "cancelled")
+
+
+def _window(state: DatasetRunState) -> list[str]:
+    if state.status in ENDED:
+        return []
     flight = f"{state.chunks_in_flight} of {state.window} chunks in flight"
     if state.ranges:
         flight += f" ({_ranges(state.ranges)})"
-    return f"- {flight}"
+    return [f"- {flight}"]
 
 
 def dataset_current_details(state: DatasetRunState, now: datetime) -> str:
@@ -193,11 +199,11 @@ def dataset_current_details(state: DatasetRunState, now: datetime) -> str:
             s.rows_cached,
         ),
         "",
-        _window(state),
+        *_window(state),
         *_calls(s),
         *_providers(state.paces, state.waits, now),
     ]
-    if state.paused:
+    if state.paused and state.status not in ENDED:
         lines.append("- dispatch paused: chunks in flight finish, no new ones start (resume)")
     if s.first_error:
         lines.append(f"- first row error: {s.first_error}")
@@ -225,15 +231,16 @@ def play_current_details(
     if failure:
         lines.append(f"- failed: {failure}")
     current = state.current
-    if current is not None and state.status not in ("completed", "failed", "cancelled"):
-        lines.append(_window(current))
+    if current is not None and state.status not in ENDED:
+        lines += _window(current)
     lines += _calls(totals, state.calls_made)
-    if current is not None:
-        lines += _providers(current.paces, current.waits, now)
-    if state.paused:
-        lines.append("- dispatch paused: chunks in flight finish, no new ones start (resume)")
-    elif state.window is not None:
-        lines.append(f"- window: at most {state.window} chunks in flight (set_window)")
+    if state.status not in ENDED:
+        if current is not None:
+            lines += _providers(current.paces, current.waits, now)
+        if state.paused:
+            lines.append("- dispatch paused: chunks in flight finish, no new ones start (resume)")
+        elif state.window is not None:
+            lines.append(f"- window: at most {state.window} chunks in flight (set_window)")
     if totals.first_error:
         lines.append(f"- first row error: {totals.first_error}")
     lines.append(f"- updated {_at(now, now)}")
