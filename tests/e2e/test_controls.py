@@ -13,11 +13,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import (
     Client,
+    WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
@@ -282,3 +284,33 @@ async def test_a_namespace_without_the_search_attributes_still_runs_plays(
         assert any("playline setup" in line for line in state.log)
     finally:
         await env.shutdown()
+
+
+async def test_a_paused_play_calls_no_tool_until_resumed(
+    client, provider, worker, task_queue
+) -> None:
+    """Paused before its first command (update-with-start), ``ctx.tool`` waits."""
+    start = WithStartWorkflowOperation(
+        "t_scalar",
+        args=[{"domain": "co1.example"}, None],
+        id=new_id("scalar-paused"),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        result_type=PlayRunResult,
+    )
+    async with worker():
+        paused = await client.execute_update_with_start_workflow(
+            "pause", start_workflow_operation=start, result_type=ControlState
+        )
+        assert paused.paused
+        handle = await start.workflow_handle()
+        state = await eventually(lambda: play_state(handle), lambda s: s.status == "paused")
+        assert state.paused
+        await asyncio.sleep(1)  # however long it stays paused, no tool is called
+        history = await handle.fetch_history()
+        assert not events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+        assert provider.ledger()["charged"] == 0
+        await handle.execute_update("resume", result_type=ControlState)
+        result = await handle.result()
+    assert result.output is not None and result.output["company_name"]
+    assert provider.ledger()["charged"] == 1
