@@ -34,6 +34,7 @@ from temporalio.client import Client, WorkflowHandle
 from playline.contract import PlayRunResult, RunOptions
 from playline.errors import InvalidPlayInput, format_validation_errors
 from playline.workflows.play import PlayWorkflow
+from playline.workflows.status import play_static
 
 __all__ = ["DEFAULT_TASK_QUEUE", "PlayHandle", "execute_play", "get_play_handle", "start_play"]
 
@@ -82,12 +83,18 @@ async def start_play(
         id: the workflow id; default ``PLAY-timestamp-random``.
         task_queue: the queue the workers poll (default ``playline``).
         start_options: passed to ``Client.start_workflow`` (``execution_timeout``,
-            ``id_conflict_policy``, ``search_attributes``...).
+            ``id_conflict_policy``, ``search_attributes``...). ``static_summary`` and
+            ``static_details`` default to the play, its input file and its mode, as
+            the Temporal UI shows them.
     """
     checked = _validated(play, input)
+    options = options or RunOptions()
+    summary, details = play_static(play.play_name, checked.model_dump(mode="json"), options)
+    start_options.setdefault("static_summary", summary)
+    start_options.setdefault("static_details", details)
     handle: PlayHandle[InputT, OutputT] = await client.start_workflow(
         play.run,
-        args=[checked, options or RunOptions()],
+        args=[checked, options],
         id=id or new_workflow_id(play),
         task_queue=task_queue,
         **start_options,

@@ -12,6 +12,7 @@ This module imports only pydantic: workflows, activities and stores all use it.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Generic, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -101,11 +102,22 @@ class WidthInput(BaseModel):
     options: RunOptions
 
 
+class ProviderPace(BaseModel):
+    """A provider as the governor of the worker that answered sees it: the rate in force
+    and, while a ``Retry-After`` holds its calls, how long until they go again."""
+
+    provider: str
+    rate_rps: float | None = None
+    paused_s: float | None = None
+
+
 class Width(BaseModel):
     """How wide to dispatch: chunks in the workflow's window, rows in flight per chunk."""
 
     chunks_in_flight: int
     row_concurrency: int
+    #: the pace of each provider the run calls, for the run's status (not a decision input)
+    paces: list[ProviderPace] = Field(default_factory=list)
 
 
 class PreparedRun(BaseModel):
@@ -157,6 +169,27 @@ class ChunkStats(BaseModel):
                 setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
+#: The most chunks a run may be told to keep in flight (``set_window``).
+MAX_WINDOW = 64
+
+
+class DispatchControl(BaseModel):
+    """What the play's controls ask of a dataset run's dispatch (the ``playline.control``
+    signal, and the state a new or continued run starts from)."""
+
+    paused: bool = False
+    #: chunks in flight at most; None leaves it to the options and the governor
+    window: int | None = Field(default=None, ge=1, le=MAX_WINDOW)
+
+
+class ProviderWait(BaseModel):
+    """A provider the run is waiting for, and until when (a ``Retry-After``, a quota)."""
+
+    provider: str
+    until: datetime
+    reason: str = "rate limited"
+
+
 class DatasetRunInput(BaseModel):
     """Input of the ``playline.DatasetRun`` child workflow; carries state across continue-as-new."""
 
@@ -168,6 +201,12 @@ class DatasetRunInput(BaseModel):
     stats: ChunkStats = Field(default_factory=ChunkStats)
     #: the time-sized chunk length learnt so far (None: not learnt yet, or pinned)
     chunk_rows: int | None = None
+    #: pause and window as the play's controls left them
+    control: DispatchControl = Field(default_factory=DispatchControl)
+    #: when the first run of this dataset run started (progress reports space out with age)
+    started_at: datetime | None = None
+    #: the source file, for the run's status (None: inline rows or an earlier result)
+    source_path: str | None = None
 
 
 class FinalizeInput(BaseModel):
@@ -217,28 +256,70 @@ class StepInput(BaseModel):
     args: list[Any] = Field(default_factory=list)
 
 
-class PlayState(BaseModel):
-    """The ``state`` query: a small progress snapshot for the CLI and the UI."""
-
-    play: str
-    phase: str = "starting"
-    rows_total: int = 0
-    rows_done: int = 0
-    rows_failed: int = 0
-    calls_made: int = 0
-    calls_cached: int = 0
-    credits: float = 0.0
-    current_dataset: str | None = None
-    current_child_id: str | None = None
-    log: list[str] = Field(default_factory=list)
+#: Where a play or dataset run is; ``PlaylineStatus`` holds the same word.
+RunStatus = Literal[
+    "starting", "running", "paused", "waiting", "cancelling", "completed", "failed", "cancelled"
+]
 
 
 class DatasetRunState(BaseModel):
+    """A dataset run's ``state`` query, and the progress report it signals its play."""
+
     dataset: str
     rows_total: int
     rows_done: int
     chunks_in_flight: int
     stats: ChunkStats
+    status: RunStatus = "running"
+    #: chunks in flight at most right now (the control's window, else the governor's)
+    window: int = 0
+    paused: bool = False
+    paces: list[ProviderPace] = Field(default_factory=list)
+    waits: list[ProviderWait] = Field(default_factory=list)
+    #: row ranges of the chunks in flight, ``[start, end)``
+    ranges: list[tuple[int, int]] = Field(default_factory=list)
+    #: the report's number within the run (a play keeps the latest)
+    seq: int = 0
+
+
+class ControlState(BaseModel):
+    """What an update (``pause``, ``resume``, ``set_window``) left in force."""
+
+    status: RunStatus
+    paused: bool
+    window: int | None
+    dataset: str | None = None
+
+
+class PlayState(BaseModel):
+    """The ``state`` query: a small progress snapshot for the CLI and the UI.
+
+    ``rows_done`` and the counts include the current dataset run's last progress
+    report (``current``); ``phase`` says in words what the play is doing.
+    """
+
+    play: str
+    phase: str = "starting"
+    status: RunStatus = "starting"
+    rows_total: int = 0
+    rows_done: int = 0
+    rows_failed: int = 0
+    rows_cached: int = 0
+    calls_made: int = 0
+    calls_cached: int = 0
+    calls_shared: int = 0
+    credits: float = 0.0
+    paused: bool = False
+    window: int | None = None
+    current_dataset: str | None = None
+    current_child_id: str | None = None
+    #: the current dataset run's last progress report
+    current: DatasetRunState | None = None
+    #: run references of every dataset run started, in order (``runs export`` reads the last)
+    run_refs: list[str] = Field(default_factory=list)
+    #: playline's search attributes this namespace has registered (the play upserts these)
+    search_attributes: list[str] = Field(default_factory=list)
+    log: list[str] = Field(default_factory=list)
 
 
 class PlayRunResult(BaseModel, Generic[OutputT]):

@@ -30,6 +30,7 @@ from playline.activities import (
     ChunkActivities,
     DatasetActivities,
     ScalarActivities,
+    VisibilityActivities,
     WidthActivities,
 )
 from playline.codec import AesGcmCodec
@@ -71,6 +72,7 @@ class PlaylinePlugin(SimplePlugin):
         datasets = DatasetActivities(self.holder)
         scalar = ScalarActivities(self.holder)
         width = WidthActivities(self.holder)
+        visibility = VisibilityActivities()
         activities: list[Callable[..., Any]] = [
             chunk.run_chunk,
             datasets.load_csv,
@@ -82,6 +84,7 @@ class PlaylinePlugin(SimplePlugin):
             scalar.call_tool,
             scalar.run_step,
             width.suggest_width,
+            visibility.registered_search_attributes,
         ]
 
         def workflows(existing: Sequence[type] | None) -> list[type]:

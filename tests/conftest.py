@@ -34,6 +34,7 @@ from playline.config import Settings
 from playline.pacing.governor import Governor
 from playline.pacing.pacer import Pacer
 from playline.provider_server.process import ProviderServerProcess
+from playline.search_attributes import ALL_KEYS
 from playline.stores.receipts import ReceiptStore
 from playline.worker import build_worker, connect, import_plays
 
@@ -47,6 +48,8 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         dev_server_log_level="error",
+        # playline's search attributes, as `playline dev` registers them
+        search_attributes=list(ALL_KEYS),
     )
     try:
         yield env

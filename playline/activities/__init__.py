@@ -3,7 +3,8 @@
 * :mod:`~playline.activities.chunk` - ``playline.run_chunk``: resolvers over a range of rows;
 * :mod:`~playline.activities.datasets` - loads, run preparation, finalize, peek, export;
 * :mod:`~playline.activities.scalar` - ``ctx.tool`` and ``ctx.step``;
-* :mod:`~playline.activities.width` - the governor's dispatch width (a local activity).
+* :mod:`~playline.activities.width` - the governor's dispatch width (a local activity);
+* :mod:`~playline.activities.visibility` - which search attributes the namespace has (local).
 
 Each class takes the worker's ``ServicesHolder``; ``PlaylinePlugin`` registers
 their methods. Workflows call them by reference to these methods
@@ -15,6 +16,13 @@ from __future__ import annotations
 from playline.activities.chunk import ChunkActivities
 from playline.activities.datasets import DatasetActivities
 from playline.activities.scalar import ScalarActivities
+from playline.activities.visibility import VisibilityActivities
 from playline.activities.width import WidthActivities
 
-__all__ = ["ChunkActivities", "DatasetActivities", "ScalarActivities", "WidthActivities"]
+__all__ = [
+    "ChunkActivities",
+    "DatasetActivities",
+    "ScalarActivities",
+    "VisibilityActivities",
+    "WidthActivities",
+]

@@ -10,7 +10,7 @@ import os
 
 from temporalio import activity
 
-from playline.contract import MAX_CHUNK_ROWS, RunOptions, Width, WidthInput
+from playline.contract import MAX_CHUNK_ROWS, ProviderPace, RunOptions, Width, WidthInput
 from playline.pacing.pacer import Pacer
 from playline.services import ServicesHolder
 
@@ -61,5 +61,26 @@ class WidthActivities:
 
     @activity.defn(name="playline.suggest_width")
     async def suggest_width(self, input: WidthInput) -> Width:
-        """The governor's current dispatch width (a local activity: its answer is recorded)."""
-        return dispatch_width(self._holder.services.governor, input.providers, input.options)
+        """The governor's current dispatch width (a local activity: its answer is recorded),
+        with each provider's pace for the run's status."""
+        governor = self._holder.services.governor
+        width = dispatch_width(governor, input.providers, input.options)
+        width.paces = provider_paces(governor, input.providers)
+        return width
+
+
+def provider_paces(pacer: Pacer, providers: list[str]) -> list[ProviderPace]:
+    """The rate in force and any ``Retry-After`` pause of each provider, from the pacer."""
+    snapshot = pacer.snapshot()
+    paces = []
+    for provider in providers:
+        known = snapshot.get(provider, {})
+        paused = known.get("paused_until")
+        paces.append(
+            ProviderPace(
+                provider=provider,
+                rate_rps=pacer.rate_in_force(provider),
+                paused_s=round(float(paused), 1) if paused else None,
+            )
+        )
+    return paces

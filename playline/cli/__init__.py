@@ -4,7 +4,10 @@ Errors are rendered here, once: a ``PlaylineError`` or a failed play prints its
 message and exits 1; nothing prints a traceback a user did not ask for.
 
 * :mod:`~playline.cli.stack` - ``demo``, ``dev``, ``worker``;
-* :mod:`~playline.cli.run` - ``run``, ``runs get|export|stop``;
+* :mod:`~playline.cli.run` - ``run``;
+* :mod:`~playline.cli.runs` - ``runs get|export|list|pause|resume|window|cancel|stop``;
+* :mod:`~playline.cli.plays` - ``plays list``;
+* :mod:`~playline.cli.setup` - ``setup`` (playline's search attributes in a namespace);
 * :mod:`~playline.cli.limits` - ``limits show|set``;
 * :mod:`~playline.cli.replay` - ``replay`` (recorded histories against the current code);
 * :mod:`~playline.cli.codec_server` - ``codec-server`` (the Temporal UI's payload decoder);
@@ -36,7 +39,10 @@ Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 def build_parser() -> argparse.ArgumentParser:
     from playline.cli.codec_server import add_codec_server_parser
     from playline.cli.limits import add_limits_parser
+    from playline.cli.plays import add_plays_parser
     from playline.cli.replay import add_replay_parser
+    from playline.cli.runs import add_runs_parser
+    from playline.cli.setup import add_setup_parser
 
     parser = argparse.ArgumentParser(
         prog="playline", description="Durable data-enrichment plays on Temporal."
@@ -113,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--id", help="workflow id (default PLAY-timestamp-random)")
     run.add_argument("--watch", action="store_true", help="show a progress bar")
     run.add_argument(
+        "--json", action="store_true", help="print the result (or failure) as one JSON document"
+    )
+    run.add_argument(
         "--reconnect-timeout",
         type=float,
         default=60.0,
@@ -120,24 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep waiting this long while Temporal is unreachable (default 60)",
     )
 
-    runs = sub.add_parser("runs", help="inspect, export or stop a run")
-    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
-    for name, text in (
-        ("get", "status, progress, summary or failure"),
-        ("export", "write rows"),
-        ("stop", "cancel (or terminate) a running play"),
-    ):
-        p = runs_sub.add_parser(name, help=text)
-        common(p)
-        p.add_argument("id", help="workflow id")
-        if name == "export":
-            p.add_argument("--out", required=True, help="CSV file to write")
-        if name == "stop":
-            p.add_argument(
-                "--terminate",
-                action="store_true",
-                help="end it at once instead of requesting cancellation",
-            )
+    add_runs_parser(sub, common)
+    add_plays_parser(sub, common)
+    add_setup_parser(sub, common)
 
     sub.add_parser("provider-server", help="run the local provider server", add_help=False)
     add_limits_parser(sub)
@@ -148,8 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _commands() -> dict[str, Command]:
     from playline.cli.codec_server import cmd_codec_server
+    from playline.cli.plays import cmd_plays
     from playline.cli.replay import cmd_replay
-    from playline.cli.run import cmd_run, cmd_runs
+    from playline.cli.run import cmd_run
+    from playline.cli.runs import cmd_runs
+    from playline.cli.setup import cmd_setup
     from playline.cli.stack import cmd_demo, cmd_dev, cmd_worker
 
     return {
@@ -158,6 +155,8 @@ def _commands() -> dict[str, Command]:
         "worker": cmd_worker,
         "run": cmd_run,
         "runs": cmd_runs,
+        "plays": cmd_plays,
+        "setup": cmd_setup,
         "replay": cmd_replay,
         "codec-server": cmd_codec_server,
     }

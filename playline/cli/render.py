@@ -1,12 +1,15 @@
-"""What the ``playline`` command prints: UI links, progress bars, run summaries."""
+"""What the ``playline`` command prints: UI links, progress bars, run summaries, JSON."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import sys
 from typing import Any
 from urllib.parse import quote
 
+from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from temporalio.client import Client, WorkflowHandle
@@ -75,14 +78,18 @@ async def progress(client: Client, handle: WorkflowHandle[Any, Any], play: str) 
                 state: PlayState = await handle.query("state", result_type=PlayState)
                 done, total = state.rows_done, state.rows_total
                 if state.current_child_id:
+                    # The play's count holds the run's last (spaced-out) report; the
+                    # run itself knows its rows to the chunk.
+                    before = done - (state.current.rows_done if state.current else 0)
                     child = client.get_workflow_handle(state.current_child_id)
                     with contextlib.suppress(RPCError):
                         cs: DatasetRunState = await child.query(
                             "state", result_type=DatasetRunState
                         )
-                        done = state.rows_done + cs.rows_done
-                bar.update(task, completed=done, total=total or None, description=state.phase)
-                if state.phase == "completed":
+                        done = before + cs.rows_done
+                description = state.phase + (" (paused)" if state.paused else "")
+                bar.update(task, completed=done, total=total or None, description=description)
+                if state.status in ("completed", "failed", "cancelled"):
                     return
             except RPCError:
                 pass
@@ -110,3 +117,44 @@ def print_summary(
     console_out.print(f"  credits spent: {s.credits:g}")
     if s.first_error:
         console_out.print(f"  first row error: {s.first_error}")
+
+
+class RunDocument(BaseModel):
+    """What ``--json`` prints for one run (``run``, ``runs get``, ``runs cancel``)."""
+
+    workflow_id: str
+    run_id: str | None = None
+    play: str
+    #: Temporal's execution status: RUNNING, COMPLETED, FAILED, CANCELED, TERMINATED...
+    status: str
+    ui_url: str
+    #: the ``state`` query, when a worker answered it
+    state: PlayState | None = None
+    result: PlayRunResult | None = None
+    #: the root cause of a failure: its ``type`` and ``message``
+    failure: dict[str, str] | None = None
+    search_attributes: dict[str, Any] = Field(default_factory=dict)
+    #: ``{"path": ..., "rows": ...}`` when rows were exported
+    exported: dict[str, Any] | None = None
+
+    def completed(self, result: PlayRunResult) -> RunDocument:
+        return self.model_copy(update={"status": "COMPLETED", "result": result})
+
+    def failed(self, err: BaseException) -> RunDocument:
+        cause = root_cause(err)
+        kind = getattr(cause, "type", None) or type(cause).__name__
+        message = getattr(cause, "message", None) or str(cause)
+        status = "CANCELED" if kind == "CancelledError" else "FAILED"
+        return self.model_copy(
+            update={"status": status, "failure": {"type": kind, "message": message}}
+        )
+
+
+def print_json(document: BaseModel | list[Any] | dict[str, Any]) -> None:
+    """One JSON document on stdout, nothing else (for scripts and ``jq``)."""
+    if isinstance(document, BaseModel):
+        text = document.model_dump_json(indent=2)
+    else:
+        text = json.dumps(document, indent=2, default=str)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()

@@ -1,4 +1,4 @@
-"""``playline run`` and ``playline runs get|export|stop``: start, follow and inspect plays.
+"""``playline run``: start a play, follow it, print its summary (or ``--json``), export it.
 
 Every way a run can go wrong ends in one line: a play no worker knows is
 terminated within seconds with the plays that do exist; a duplicate id names the
@@ -24,7 +24,6 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
 )
@@ -32,14 +31,23 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from playline.cli.render import console, out, print_failure, print_summary, progress, ui_url
+from playline.cli.render import (
+    RunDocument,
+    console,
+    out,
+    print_json,
+    print_summary,
+    progress,
+    ui_url,
+)
 from playline.config import Settings
-from playline.contract import PlayRunResult, PlayState, RunOptions
+from playline.contract import PlayRunResult, RunOptions
 from playline.errors import PlaylineError, format_validation_errors
 from playline.stores.backends import open_stores
 from playline.stores.export import export_run
 from playline.stores.sources import store_source, upload_csv
 from playline.worker import connect
+from playline.workflows.status import play_static
 
 #: The SDK's message when a worker is asked to run a workflow type it lacks.
 NOT_REGISTERED = "is not registered on this worker"
@@ -218,9 +226,12 @@ async def execute(
     watch: bool,
     out_path: str | None,
     reconnect_s: float = 60.0,
+    json_out: bool = False,
 ) -> PlayRunResult:
-    """Start a play, follow it (optionally with a progress bar), print its summary."""
+    """Start a play, follow it (optionally with a progress bar), print its summary
+    (or, with ``json_out``, one JSON document on stdout: the result or the failure)."""
     workflow_id = workflow_id or f"{play}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    summary, details = play_static(play, input, options)
     try:
         handle = await client.start_workflow(
             play,
@@ -228,6 +239,8 @@ async def execute(
             id=workflow_id,
             task_queue=task_queue,
             result_type=PlayRunResult,
+            static_summary=summary,
+            static_details=details,
             # An id names one run: `runs get|export ID` must not become ambiguous.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
@@ -240,18 +253,35 @@ async def execute(
     console.print(f"  Temporal UI: {ui_url(settings, workflow_id, handle.result_run_id)}")
     await refuse_unknown_play(client, handle, play, task_queue)
     watcher = asyncio.ensure_future(progress(client, handle, play)) if watch else None
+    document = RunDocument(
+        workflow_id=workflow_id,
+        run_id=handle.result_run_id,
+        play=play,
+        status="RUNNING",
+        ui_url=ui_url(settings, workflow_id, handle.result_run_id),
+    )
     try:
         result = await wait_for_result(handle, settings, reconnect_s)
+    except WorkflowFailureError as err:
+        if json_out:
+            print_json(document.failed(err))
+        raise
     finally:
         if watcher is not None:
             await asyncio.sleep(0.4)
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-    print_summary(result, settings, workflow_id, handle.result_run_id)
+    document = document.completed(result)
+    if not json_out:
+        print_summary(result, settings, workflow_id, handle.result_run_id)
     if out_path:
         count = await export_result(result, out_path, settings)
-        out().print(f"  wrote {count} rows to {out_path}")
+        document.exported = {"path": out_path, "rows": count}
+        if not json_out:
+            out().print(f"  wrote {count} rows to {out_path}")
+    if json_out:
+        print_json(document)
     return result
 
 
@@ -272,49 +302,6 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         watch=args.watch,
         out_path=args.out,
         reconnect_s=args.reconnect_timeout,
+        json_out=args.json,
     )
     return 0
-
-
-async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
-    client = await connect(settings=settings)
-    handle = client.get_workflow_handle(args.id, result_type=PlayRunResult)
-    try:
-        desc = await handle.describe()
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise PlaylineError(
-                f"no run with id {args.id!r} in namespace {settings.temporal_namespace}"
-            ) from None
-        raise
-    if args.runs_command == "stop":
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            raise PlaylineError(f"run {args.id} is not running ({_status(desc.status)})")
-        if args.terminate:
-            await handle.terminate(reason="playline runs stop --terminate")
-            out().print(f"terminated {args.id}")
-        else:
-            await handle.cancel()
-            out().print(f"cancellation requested for {args.id}")
-        return 0
-    if args.runs_command == "get":
-        out().print(f"{args.id}: {desc.workflow_type} {_status(desc.status)}")
-        with contextlib.suppress(RPCError):
-            state = await handle.query("state", result_type=PlayState)
-            out().print_json(state.model_dump_json())
-        if desc.status == WorkflowExecutionStatus.COMPLETED:
-            print_summary(await handle.result(), settings, args.id, desc.run_id)
-        elif desc.status == WorkflowExecutionStatus.FAILED:
-            try:
-                await handle.result()
-            except WorkflowFailureError as err:
-                print_failure(err)
-        return 0
-    result = await handle.result()
-    count = await export_result(result, args.out, settings)
-    out().print(f"wrote {count} rows to {args.out}")
-    return 0
-
-
-def _status(status: WorkflowExecutionStatus | None) -> str:
-    return status.name if status else "UNKNOWN"

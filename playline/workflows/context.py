@@ -3,17 +3,30 @@
 Every method turns into Temporal commands (activities, child workflows) whose
 results are recorded in history, so a play replays exactly. Nothing here touches a
 file, a socket or the clock directly.
+
+The context also keeps the play visible: its ``state`` (the query), its current
+details in the Temporal UI and its search attributes are refreshed by
+:meth:`PlayContext.publish` at every phase change and at every progress report of
+the dataset run in flight (which the run spaces out), never per row or per chunk.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.common import SearchAttributeUpdate
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
+    from playline import search_attributes as sa
     from playline.activities.datasets import DatasetActivities
     from playline.activities.scalar import ScalarActivities
     from playline.contract import (
@@ -21,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         DatasetRef,
         DatasetResult,
         DatasetRunInput,
+        DatasetRunState,
         FinalizeInput,
         LoadCsvInput,
         LoadRowsInput,
@@ -30,27 +44,58 @@ with workflow.unsafe.imports_passed_through():
         PrepareRunInput,
         RunMode,
         RunOptions,
+        RunStatus,
         StepInput,
         ToolCallInput,
     )
     from playline.resolvers import registered_name
+    from playline.workflows.controls import PlayControls
     from playline.workflows.dataset import SHORT_ACTIVITY, DatasetBuilder, DatasetHandle
     from playline.workflows.dataset_run import DatasetRunWorkflow
     from playline.workflows.failures import SETUP_RETRY, as_failure
+    from playline.workflows.status import dataset_static, play_current_details
 
 LOG_LINES_KEPT = 50
+#: The memo key listing the run references of a play's dataset runs (``runs export``).
+RUN_REFS_MEMO = "playline_run_refs"
 
 
 class PlayContext:
     """The ``ctx`` a play function receives."""
 
-    def __init__(self, play: str, options: RunOptions) -> None:
+    def __init__(
+        self,
+        play: str,
+        options: RunOptions,
+        controls: PlayControls | None = None,
+        *,
+        search_attributes: Sequence[str] = (),
+        memo: bool = False,
+    ) -> None:
+        """
+        Args:
+            play: the play's name (its workflow type).
+            options: how it runs.
+            controls: the play's dispatch controls (its updates change them).
+            search_attributes: names of playline's search attributes the namespace
+                has registered; only these are upserted.
+            memo: whether to record the dataset runs' references in the memo (runs
+                recorded before it existed must replay without it).
+        """
         self.play = play
         self.options = options
+        self.controls = controls or PlayControls(play)
         self.state = PlayState(play=play)
+        self.state.search_attributes = list(search_attributes)
         self.datasets: list[DatasetResult] = []
         self.stats = ChunkStats()
+        #: the root cause of the play's failure, once it failed
+        self.failure: str | None = None
         self._uses: dict[str, int] = {}
+        self._memo = memo
+        self._rows_finished = 0
+        self._sources: dict[str, str] = {}  # source dataset id -> the file it was loaded from
+        self._upserted: dict[str, Any] = {}
 
     def _unique(self, kind: str, key: str) -> str:
         """``key``, or ``key#n`` for its n-th use in this play: deterministic ids."""
@@ -66,12 +111,15 @@ class PlayContext:
     ) -> DatasetHandle:
         """Load a CSV file (on the worker) into the sheet store; returns a handle."""
         self.state.phase = f"loading {key}"
+        self.publish()
         ref = await workflow.execute_activity_method(
             DatasetActivities.load_csv,
             LoadCsvInput(key=key, path=path, required_columns=list(required_columns)),
             start_to_close_timeout=SHORT_ACTIVITY,
             retry_policy=SETUP_RETRY,
+            summary=f"load {_file_name(path)} as {key}",
         )
+        self._sources[ref.id] = path
         self.log(f"loaded {ref.count} rows into {ref.id}")
         return DatasetHandle(ref)
 
@@ -99,6 +147,7 @@ class PlayContext:
             LoadRowsInput(key=builder.key, rows=list(builder.inline_rows)),
             start_to_close_timeout=SHORT_ACTIVITY,
             retry_policy=SETUP_RETRY,
+            summary=f"load {len(builder.inline_rows)} inline rows as {builder.key}",
         )
 
     async def run_dataset(
@@ -115,6 +164,7 @@ class PlayContext:
         run_ref = f"{info.workflow_id}/{info.run_id}/{name}"
         columns = list(builder.columns)
         self.state.phase = f"preparing {name}"
+        self.publish()
         source = await self._source_of(builder)
         prepared = await workflow.execute_activity_method(
             DatasetActivities.prepare_run,
@@ -129,9 +179,13 @@ class PlayContext:
             ),
             start_to_close_timeout=SHORT_ACTIVITY,
             retry_policy=SETUP_RETRY,
+            summary=f"prepare {name}: {source.count} rows of {source.id} ({mode})",
         )
         self.state.rows_total += prepared.admitted
         self.state.current_dataset = name
+        self.state.run_refs.append(run_ref)
+        if self._memo:
+            workflow.upsert_memo({RUN_REFS_MEMO: self.state.run_refs})
         self.log(
             f"dataset {name}: {prepared.admitted} of {prepared.total} rows admitted"
             + (f", {prepared.duplicates} duplicate keys" if prepared.duplicates else "")
@@ -140,19 +194,48 @@ class PlayContext:
         child_id = f"{info.workflow_id}/dataset/{name}"
         self.state.current_child_id = child_id
         self.state.phase = f"running {name}"
+        source_path = self._sources.get(source.id)
+        summary, details = dataset_static(
+            play=self.play,
+            name=name,
+            prepared=prepared,
+            source_id=source.id,
+            source_path=source_path,
+            mode=mode,
+            key_fields=key_fields,
+            columns=columns,
+            options=self.options,
+        )
+        self.publish()
+        sent = self.controls.dispatch
+        cancelled = False
         try:
-            stats = await workflow.execute_child_workflow(
+            child = await workflow.start_child_workflow(
                 DatasetRunWorkflow.run,
                 DatasetRunInput(
                     prepared=prepared,
                     columns=columns,
                     on_row_error=on_row_error,
                     options=self.options,
+                    control=sent,
+                    source_path=source_path,
                 ),
                 id=child_id,
+                static_summary=summary,
+                static_details=details,
             )
+            self.controls.child = child
+            if self.controls.dispatch != sent:  # changed while the run was starting
+                await self.controls.apply()
+            stats = await child
         except ChildWorkflowError as err:
-            raise as_failure(err) from err
+            if not (is_cancelled_exception(err) and workflow.cancellation_reason() is not None):
+                raise as_failure(err) from err
+            # Cancelled gracefully: the run settled its chunks and reported its counts.
+            cancelled = True
+            stats = self.state.current.stats if self.state.current else ChunkStats()
+        finally:
+            self.controls.child = None
         result = await workflow.execute_activity_method(
             DatasetActivities.finalize_run,
             FinalizeInput(
@@ -162,18 +245,23 @@ class PlayContext:
             ),
             start_to_close_timeout=SHORT_ACTIVITY,
             retry_policy=SETUP_RETRY,
+            summary=f"finalize {name}: counts and {self.options.preview_rows} preview rows",
         )
         stats.rows_ok, stats.rows_failed = result.stats.rows_ok, result.stats.rows_failed
         result.stats = stats
         self.stats.add(stats)
         self.datasets.append(result)
         self.state.current_child_id = None
-        self.state.rows_done += prepared.admitted
-        self.state.rows_failed += stats.rows_failed
-        self.state.calls_made += stats.calls_made
-        self.state.calls_cached += stats.calls_cached
-        self.state.credits += stats.credits
+        self.state.current = None
+        if cancelled:
+            done = stats.rows_ok + stats.rows_failed
+            self._rows_finished += done
+            self.state.phase = f"cancelled {name}"
+            self.log(f"dataset {name}: cancelled after {done} of {prepared.admitted} rows")
+            raise asyncio.CancelledError(f"cancelled after {done} of {prepared.admitted} rows")
+        self._rows_finished += prepared.admitted
         self.state.phase = f"finished {name}"
+        self.publish()
         return DatasetHandle(result.ref, result)
 
     # -- scalar work --------------------------------------------------------
@@ -187,6 +275,7 @@ class PlayContext:
         stale_after_seconds: float | None = None,
     ) -> Any:
         """One tool call outside a dataset (through receipts and the governor)."""
+        await self.dispatch_allowed()
         try:
             data = await workflow.execute_activity_method(
                 ScalarActivities.call_tool,
@@ -199,13 +288,15 @@ class PlayContext:
                 ),
                 start_to_close_timeout=SHORT_ACTIVITY,
                 retry_policy=SETUP_RETRY,
+                summary=f"tool {tool_id}",
             )
         except ActivityError as err:
-            raise as_failure(err) from err
+            raise _failure_or_cancel(err) from err
         return data
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a registered function once as an activity; replays return its stored result."""
+        await self.dispatch_allowed()
         try:
             return await workflow.execute_activity_method(
                 ScalarActivities.run_step,
@@ -215,7 +306,7 @@ class PlayContext:
                 summary=name,
             )
         except ActivityError as err:
-            raise as_failure(err) from err
+            raise _failure_or_cancel(err) from err
 
     async def run_play(
         self, play: str | type, input: Any, *, options: RunOptions | None = None
@@ -233,7 +324,7 @@ class PlayContext:
                 result_type=PlayRunResult,
             )
         except ChildWorkflowError as err:
-            raise as_failure(err) from err
+            raise _failure_or_cancel(err) from err
         self.stats.add(result.stats)
         return result
 
@@ -242,3 +333,102 @@ class PlayContext:
         workflow.logger.info("%s: %s", self.play, message)
         self.state.log.append(message)
         del self.state.log[:-LOG_LINES_KEPT]
+
+    # -- controls and visibility -------------------------------------------------
+
+    async def dispatch_allowed(self) -> None:
+        """Return at once, or (paused) when the play is resumed: no new work while paused."""
+        if self.controls.dispatch.paused:
+            self.publish()
+            await workflow.wait_condition(lambda: not self.controls.dispatch.paused)
+            self.publish()
+
+    def on_progress(self, report: DatasetRunState) -> None:
+        """The dataset run in flight reported its progress (``playline.progress``)."""
+        if self.state.current_child_id is None:
+            return  # a late report of a run already accounted for
+        self.state.current = report
+        self.publish()
+
+    def end(self, status: RunStatus, failure: str | None = None) -> None:
+        """The play completed, failed or was cancelled: say so in the UI and its attributes."""
+        self.controls.ended = status
+        self.failure = failure
+        if status != "completed":
+            self.state.current_child_id = None
+        self.state.phase = status
+        self.publish()
+
+    def totals(self) -> ChunkStats:
+        """The finished datasets' stats plus the running one's last report."""
+        totals = self.stats.model_copy()
+        if self.state.current is not None:
+            totals.add(self.state.current.stats)
+        return totals
+
+    def _status(self) -> RunStatus:
+        ended = self.controls.ended
+        if ended in ("completed", "failed", "cancelled"):
+            return ended  # type: ignore[return-value]
+        if workflow.cancellation_reason() is not None:
+            return "cancelling"
+        if self.controls.dispatch.paused:
+            return "paused"
+        if self.state.current is not None and self.state.current.status == "waiting":
+            return "waiting"
+        return "running"
+
+    def publish(self) -> None:
+        """Refresh the ``state`` counts, the UI's current details and the search attributes.
+
+        Current details are not a command; search attributes are upserted only when a
+        value changed, and this runs at phase changes and progress reports only.
+        """
+        state, totals = self.state, self.totals()
+        current = state.current
+        state.status = self._status()
+        state.paused = self.controls.dispatch.paused
+        state.window = self.controls.dispatch.window
+        state.rows_done = self._rows_finished + (current.rows_done if current else 0)
+        state.rows_failed = totals.rows_failed
+        state.rows_cached = totals.rows_cached
+        state.calls_made = totals.calls_made
+        state.calls_cached = totals.calls_cached
+        state.calls_shared = totals.calls_shared
+        state.credits = totals.credits
+        workflow.set_current_details(
+            play_current_details(state, totals, workflow.now(), self.failure)
+        )
+        self._upsert()
+
+    def _upsert(self) -> None:
+        registered = set(self.state.search_attributes)
+        if not registered:
+            return
+        state = self.state
+        values: list[tuple[Any, Any]] = [
+            (sa.PLAY, self.play),
+            (sa.STATUS, state.status),
+            (sa.ROWS_TOTAL, state.rows_total),
+            (sa.ROWS_DONE, state.rows_done),
+            (sa.ROWS_FAILED, state.rows_failed),
+            (sa.CREDITS, round(state.credits, 6)),
+        ]
+        updates: list[SearchAttributeUpdate[Any]] = []
+        for key, value in values:
+            if key.name in registered and self._upserted.get(key.name) != value:
+                updates.append(key.value_set(value))
+                self._upserted[key.name] = value
+        if updates:
+            workflow.upsert_search_attributes(updates)
+
+
+def _file_name(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _failure_or_cancel(err: ActivityError | ChildWorkflowError) -> BaseException:
+    """The play's cancellation stays a cancellation; any other failure its root cause."""
+    if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
+        return asyncio.CancelledError(str(err))
+    return as_failure(err)

@@ -7,15 +7,26 @@ unless ``chunk_size`` pins them. History stays bounded however large the dataset
 ``chunks_per_workflow_run`` chunks it lets the window drain and continues as new,
 carrying ``offset`` (every row before it is done) and the summed stats in its input.
 A play starts it as a child workflow with id ``{play id}/dataset/{key}``.
+
+Its play steers it with the ``playline.control`` signal (the play's ``pause``,
+``resume`` and ``set_window`` updates forward it): paused, it starts no chunk and
+waits (no timer, no activity attempt) while the chunks in flight finish and are
+recorded; a window caps the chunks in flight. Cancelled (the play's cancellation
+reaches it, or someone cancels it), it starts no chunk, lets those in flight
+settle, reports its final counts to the play and ends as cancelled.
+
+It reports its progress to the play by signal, at phase changes and at most every
+``report_interval`` (10 s, growing with the run's age so a long run's play history
+stays small), and keeps its own current details in the Temporal UI after every chunk.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from playline.activities.chunk import ChunkActivities
@@ -25,14 +36,37 @@ with workflow.unsafe.imports_passed_through():
         ChunkStats,
         DatasetRunInput,
         DatasetRunState,
+        DispatchControl,
+        ProviderWait,
+        RunStatus,
         Width,
         WidthInput,
     )
     from playline.workflows.chunk_sizing import FIRST_CHUNK_ROWS, ChunkSizer
     from playline.workflows.failures import CHUNK_RETRY, as_failure
+    from playline.workflows.status import dataset_current_details, waits_of
 
 #: Ask the governor for a fresh dispatch width after this many completed chunks.
 WIDTH_REFRESH_CHUNKS = 8
+#: Signal names between a play and its dataset run.
+CONTROL_SIGNAL = "playline.control"
+PROGRESS_SIGNAL = "playline.progress"
+#: Progress reports to the play: at most one per this interval...
+REPORT_MIN_INTERVAL = timedelta(seconds=10)
+#: ...or per this fraction of the run's age, when that is longer...
+REPORT_AGE_FRACTION = 50
+#: ...and at least one per this interval.
+REPORT_MAX_INTERVAL = timedelta(minutes=10)
+
+
+def report_interval(age: timedelta) -> timedelta:
+    """How long to wait between progress reports to the play, for a run ``age`` old.
+
+    A fixed interval would add a signal and an upsert to the play's history every few
+    seconds for hours; spacing them out with age keeps that to a few hundred events
+    for a day-long run while a short run still reports every 10 s.
+    """
+    return min(REPORT_MAX_INTERVAL, max(REPORT_MIN_INTERVAL, age / REPORT_AGE_FRACTION))
 
 
 @workflow.defn(name="playline.DatasetRun")
@@ -43,12 +77,31 @@ class DatasetRunWorkflow:
         self._input: DatasetRunInput | None = None
         self._stats = ChunkStats()
         self._rows_done = 0
-        self._in_flight = 0
+        self._pending: dict[asyncio.Task[ChunkStats], tuple[int, int]] = {}
+        self._control = DispatchControl()
+        self._woken = False  # a control arrived since the loop last looked
+        self._cancelling = False
+        self._ended: RunStatus | None = None
+        self._width = Width(chunks_in_flight=1, row_concurrency=1)
+        self._waits: list[ProviderWait] = []
+        self._started_at: datetime | None = None
+        self._reporting = False
+        self._reported_at: datetime | None = None
+        self._reported_status: RunStatus | None = None
+        self._reports: list[asyncio.Task[None]] = []
+
+    @workflow.signal(name=CONTROL_SIGNAL)
+    def control(self, control: DispatchControl) -> None:
+        """Pause, resume or resize dispatch (the play's updates forward them)."""
+        self._control = control
+        self._woken = True
 
     @workflow.run
     async def run(self, input: DatasetRunInput) -> ChunkStats:
         self._input = input
         self._stats = input.stats.model_copy()
+        self._control = input.control
+        self._started_at = input.started_at or workflow.now()
         prepared = input.prepared
         total = prepared.admitted
         pinned = input.options.chunk_size
@@ -57,47 +110,91 @@ class DatasetRunWorkflow:
         sizer = ChunkSizer(input.options.target_chunk_seconds)
         if input.chunk_rows is not None:
             sizer.size = input.chunk_rows
-        width = Width(
+        self._width = Width(
             chunks_in_flight=prepared.suggested_chunks_in_flight,
             row_concurrency=prepared.suggested_row_concurrency,
         )
         adaptive = workflow.patched("governor-dispatch-width")
+        # Histories from before progress reports and row-range activity ids have neither.
+        visible = workflow.patched("dataset-run-progress")
+        self._reporting = visible and workflow.info().parent is not None
         self._rows_done = input.offset
         next_start = input.offset
         launched = 0
         refreshed_at: int | None = None
-        pending: dict[asyncio.Task[ChunkStats], tuple[int, int]] = {}
+        pending = self._pending
         try:
             while True:
+                dispatching = not self._cancelling and not self._control.paused
                 due = refreshed_at is None or launched - refreshed_at >= WIDTH_REFRESH_CHUNKS
-                if adaptive and due and next_start < total:
-                    width = await self._current_width(input)
+                if adaptive and due and dispatching and next_start < total:
+                    try:
+                        self._set_width(await self._current_width(input))
+                    except (asyncio.CancelledError, ActivityError) as err:
+                        self._on_cancel(err)
+                        continue
                     refreshed_at = launched
                 while (
-                    len(pending) < width.chunks_in_flight
+                    not self._cancelling
+                    and not self._control.paused
+                    and len(pending) < self._window()
                     and next_start < total
                     and launched < input.options.chunks_per_workflow_run
                 ):
                     size = sizer.size if sized_by_time else (pinned or FIRST_CHUNK_ROWS)
                     end = min(next_start + size, total)
-                    task = self._start_chunk(input, next_start, end, width.row_concurrency)
+                    task = self._start_chunk(input, next_start, end, visible)
                     pending[task] = (next_start, end)
                     next_start = end
                     launched += 1
-                self._in_flight = len(pending)
+                self._show()
                 if not pending:
-                    break
-                done, _ = await workflow.wait(pending.keys(), return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
+                    finished = next_start >= total
+                    if (
+                        finished
+                        or self._cancelling
+                        or launched >= input.options.chunks_per_workflow_run
+                    ):
+                        break
+                # Here dispatch waits: for a chunk to finish, or (nothing in flight) for
+                # the play to resume it. A provider's quota parking would wait here too,
+                # as status "waiting" with its ``ProviderWait`` in ``self._waits``.
+                try:
+                    await workflow.wait_condition(
+                        lambda: self._woken or any(task.done() for task in pending)
+                    )
+                except asyncio.CancelledError as err:
+                    self._on_cancel(err)
+                    continue
+                self._woken = False
+                for task in [t for t in pending if t.done()]:
                     start, end = pending.pop(task)
                     chunk = task.result()
                     self._stats.add(chunk)
                     self._rows_done += end - start
                     sizer.observe(end - start, chunk.elapsed_s)
+                self._report()
         except ActivityError as err:
             for task in pending:
                 task.cancel()
-            raise as_failure(err) from err
+            failure = as_failure(err)
+            self._ended = "failed"
+            self._show()
+            raise failure from err
+        if self._cancelling:
+            # Everything in flight settled: the play learns the final counts, then the
+            # run ends as cancelled.
+            self._ended = "cancelled"
+            self._show()
+            self._report(force=True)
+            await self._reports_sent()
+            raise asyncio.CancelledError(
+                "cancelled: no new chunk started, in-flight chunks settled"
+            )
+        await self._reports_sent()
+        if next_start >= total:
+            self._ended = "completed"
+            self._show()
         if next_start < total:
             workflow.continue_as_new(
                 DatasetRunInput(
@@ -108,9 +205,25 @@ class DatasetRunWorkflow:
                     offset=next_start,
                     stats=self._stats,
                     chunk_rows=sizer.size if sized_by_time else None,
+                    control=self._control,
+                    started_at=self._started_at,
+                    source_path=input.source_path,
                 )
             )
         return self._stats
+
+    def _on_cancel(self, err: BaseException) -> None:
+        """A cancellation request becomes "stop dispatching"; anything else is raised."""
+        if not is_cancelled_exception(err) or workflow.cancellation_reason() is None:
+            raise err
+        self._cancelling = True
+
+    def _window(self) -> int:
+        return self._control.window or self._width.chunks_in_flight
+
+    def _set_width(self, width: Width) -> None:
+        self._width = width
+        self._waits = waits_of(width.paces, workflow.now())
 
     async def _current_width(self, input: DatasetRunInput) -> Width:
         """The governor's width now, as a local activity so replay sees the same answer."""
@@ -118,10 +231,11 @@ class DatasetRunWorkflow:
             WidthActivities.suggest_width,
             WidthInput(providers=input.prepared.providers, options=input.options),
             start_to_close_timeout=timedelta(seconds=10),
+            summary=f"dispatch width for {', '.join(input.prepared.providers) or 'no provider'}",
         )
 
     def _start_chunk(
-        self, input: DatasetRunInput, start: int, end: int, row_concurrency: int
+        self, input: DatasetRunInput, start: int, end: int, named_by_rows: bool
     ) -> asyncio.Task[ChunkStats]:
         return asyncio.ensure_future(
             workflow.execute_activity_method(
@@ -133,14 +247,52 @@ class DatasetRunWorkflow:
                     columns=input.columns,
                     on_row_error=input.on_row_error,
                     options=input.options,
-                    row_concurrency=row_concurrency,
+                    row_concurrency=self._width.row_concurrency,
                 ),
                 start_to_close_timeout=timedelta(hours=2),
                 heartbeat_timeout=timedelta(seconds=input.options.heartbeat_timeout_s),
                 retry_policy=CHUNK_RETRY,
                 summary=f"rows {start}-{end - 1}",
+                # The UI's pending activities list ids, not summaries: name the rows.
+                activity_id=f"rows-{start}-{end - 1}" if named_by_rows else None,
             )
         )
+
+    def _status(self) -> RunStatus:
+        if self._ended is not None:
+            return self._ended
+        if self._cancelling:
+            return "cancelling"
+        if self._control.paused:
+            return "paused"
+        return "running"
+
+    def _show(self) -> None:
+        """Refresh the run's current details in the UI (not a command: free)."""
+        workflow.set_current_details(dataset_current_details(self.state(), workflow.now()))
+
+    def _report(self, *, force: bool = False) -> None:
+        """Signal the play a progress report, at phase changes and at a bounded rate."""
+        if not self._reporting or self._started_at is None:
+            return
+        now = workflow.now()
+        status = self._status()
+        due = self._reported_at is None or now - self._reported_at >= report_interval(
+            now - self._started_at
+        )
+        if not (force or due or status != self._reported_status):
+            return
+        parent = workflow.info().parent
+        assert parent is not None  # _reporting says so
+        self._reported_at, self._reported_status = now, status
+        handle = workflow.get_external_workflow_handle(parent.workflow_id)
+        self._reports.append(asyncio.ensure_future(handle.signal(PROGRESS_SIGNAL, self.state())))
+
+    async def _reports_sent(self) -> None:
+        """Wait for the reports in flight: the play has them before this run ends."""
+        if self._reports:
+            await asyncio.gather(*self._reports, return_exceptions=True)
+            self._reports.clear()
 
     @workflow.query(name="state")
     def state(self) -> DatasetRunState:
@@ -149,6 +301,12 @@ class DatasetRunWorkflow:
             dataset=prepared.dataset if prepared else "",
             rows_total=prepared.admitted if prepared else 0,
             rows_done=self._rows_done,
-            chunks_in_flight=self._in_flight,
+            chunks_in_flight=len(self._pending),
             stats=self._stats,
+            status=self._status(),
+            window=self._window(),
+            paused=self._control.paused,
+            paces=self._width.paces,
+            waits=self._waits,
+            ranges=sorted(self._pending.values()),
         )

@@ -20,17 +20,40 @@ time the workflow still decodes its input as plain JSON and validates it itself
 (see ``play``), and clients decode the result with the play's output model.
 """
 
+import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    FailureError,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
-    from playline.contract import PlayRunResult, PlayState, RunOptions
-    from playline.errors import InvalidPlayInput, format_validation_errors
+    from playline.activities.visibility import VisibilityActivities
+    from playline.contract import (
+        ControlState,
+        DatasetRunState,
+        PlayRunResult,
+        PlayState,
+        RunOptions,
+    )
+    from playline.errors import (
+        InvalidPlayInput,
+        PlaylineError,
+        format_validation_errors,
+        root_cause,
+    )
     from playline.workflows.context import PlayContext
+    from playline.workflows.controls import PlayControls
+    from playline.workflows.dataset_run import PROGRESS_SIGNAL
     from playline.workflows.failures import as_failure
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -63,19 +86,29 @@ class PlayWorkflow(Generic[InputT, OutputT]):
 
     def __init__(self) -> None:
         self._ctx: PlayContext | None = None
+        self._controls = PlayControls(self.play_name)
 
     async def _execute(self, raw_input: Any, options: RunOptions | None) -> PlayRunResult:
         options = options or RunOptions()
+        # Runs recorded before the play kept itself visible (search attributes, memo)
+        # replay without those commands.
+        visible = workflow.patched("play-visibility")
+        registered = await self._registered_search_attributes() if visible else []
+        ctx = self._ctx = PlayContext(
+            self.play_name, options, self._controls, search_attributes=registered, memo=visible
+        )
         try:
             play_input = self.input_model.model_validate(raw_input if raw_input is not None else {})
         except ValidationError as err:
             problems = format_validation_errors(err.errors())
-            raise ApplicationError(
-                f"invalid input for play {self.play_name!r}: {problems}",
-                type="InvalidPlayInput",
-                non_retryable=True,
-            ) from None
-        ctx = self._ctx = PlayContext(self.play_name, options)
+            message = f"invalid input for play {self.play_name!r}: {problems}"
+            ctx.end("failed", message)
+            raise ApplicationError(message, type="InvalidPlayInput", non_retryable=True) from None
+        if not registered and visible:
+            ctx.log(
+                "playline's search attributes are not registered in this namespace: the "
+                "play is not searchable by them (register them with `playline setup`)"
+            )
         if options.integration_mode == "fixture":
             ctx.log(
                 "Fixture mode: provider pacing explicitly enforced for production-parity testing."
@@ -84,14 +117,26 @@ class PlayWorkflow(Generic[InputT, OutputT]):
                 "dispatched."
             )
         ctx.state.phase = "running"
+        ctx.publish()
         try:
             output = await type(self).play_fn(ctx, play_input)
         except (ActivityError, ChildWorkflowError) as err:
+            if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
+                ctx.end("cancelled")
+                raise
             # The play's failure says what went wrong (the root cause's type and
             # message), not "Activity task failed".
-            ctx.state.phase = "failed"
-            raise as_failure(err) from err
-        ctx.state.phase = "completed"
+            failure = as_failure(err)
+            ctx.end("failed", failure.message)
+            raise failure from err
+        except asyncio.CancelledError:
+            if workflow.cancellation_reason() is not None:
+                ctx.end("cancelled")
+            raise
+        except (FailureError, PlaylineError) as err:
+            ctx.end("failed", str(getattr(root_cause(err), "message", err)))
+            raise
+        ctx.end("completed")
         return PlayRunResult(
             play=self.play_name,
             output=output.model_dump(mode="json") if output is not None else None,
@@ -100,10 +145,73 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             integration_mode=options.integration_mode,
         )
 
+    async def _registered_search_attributes(self) -> list[str]:
+        """Which of playline's search attributes the namespace has (a local activity)."""
+        try:
+            return await workflow.execute_local_activity_method(
+                VisibilityActivities.registered_search_attributes,
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary="which playline search attributes this namespace has",
+            )
+        except ActivityError as err:
+            workflow.logger.warning("%s: search attributes unknown: %s", self.play_name, err)
+            return []
+
     def _state(self) -> PlayState:
         if self._ctx is None:
             return PlayState(play=self.play_name)
         return self._ctx.state
+
+    # -- controls (updates validated before they enter history) ------------------
+
+    def _control_state(self) -> ControlState:
+        state = self._state()
+        return ControlState(
+            status=state.status,
+            paused=self._controls.dispatch.paused,
+            window=self._controls.dispatch.window,
+            dataset=state.current_dataset if state.current_child_id else None,
+        )
+
+    async def _controlled(self, **changes: Any) -> ControlState:
+        await self._controls.apply(**changes)
+        if self._ctx is not None:
+            self._ctx.publish()
+        return self._control_state()
+
+    @workflow.update(name="pause")
+    async def pause(self) -> ControlState:
+        """Stop starting chunks (and tool calls); those in flight finish and are recorded."""
+        return await self._controlled(paused=True)
+
+    @pause.validator
+    def _validate_pause(self) -> None:
+        self._controls.check_pause()
+
+    @workflow.update(name="resume")
+    async def resume(self) -> ControlState:
+        """Start chunks again after ``pause``."""
+        return await self._controlled(paused=False)
+
+    @resume.validator
+    def _validate_resume(self) -> None:
+        self._controls.check_resume()
+
+    @workflow.update(name="set_window")
+    async def set_window(self, window: int) -> ControlState:
+        """Keep at most ``window`` chunks in flight (1 to 64), instead of the governor's width."""
+        return await self._controlled(window=window)
+
+    @set_window.validator
+    def _validate_set_window(self, window: int) -> None:
+        self._controls.check_window(window)
+
+    @workflow.signal(name=PROGRESS_SIGNAL)
+    def _progress(self, report: DatasetRunState) -> None:
+        """The dataset run in flight reports its progress (spaced out by the run)."""
+        if self._ctx is not None:
+            self._ctx.on_progress(report)
 
 
 _PLAYS: dict[str, type[PlayWorkflow[Any, Any]]] = {}

@@ -2,14 +2,18 @@
 
 Run it after changing workflow code on purpose (and say so in the commit):
 
-    python tests/histories/record.py
+    python tests/histories/record.py             # enrich_leads.json, dataset_run.json
+    python tests/histories/record.py --suffix _v3 --controls
 
-It starts a dev server and the provider server, runs the example play over 12
-leads and stores the play's and its dataset run's histories as JSON here.
+It starts a dev server (with playline's search attributes) and the provider server,
+runs the example play over 12 leads and stores the play's and its dataset run's
+histories as JSON here. ``--controls`` also pauses the play as it starts, narrows its
+window and resumes it, so the history holds the updates and the control signal.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import csv
 import json
@@ -29,10 +33,11 @@ from playline.config import Settings  # noqa: E402
 from playline.contract import PlayRunResult, RunOptions  # noqa: E402
 from playline.demo import LEADS_CSV  # noqa: E402
 from playline.provider_server.process import ProviderServerProcess  # noqa: E402
+from playline.search_attributes import ALL_KEYS  # noqa: E402
 from playline.worker import build_worker, connect, import_plays  # noqa: E402
 
 
-async def main() -> None:
+async def main(suffix: str, controls: bool) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="playline-record-"))
     leads = tmp / "leads12.csv"
     rows = list(csv.reader(LEADS_CSV.open()))[:13]
@@ -41,7 +46,9 @@ async def main() -> None:
         os.environ["PLAYLINE_PROVIDER_URL"] = provider.base_url
         os.environ.setdefault("ACME_API_KEY", "record-acme")
         os.environ.setdefault("FIRMO_API_KEY", "record-firmo")
-        env = await WorkflowEnvironment.start_local(dev_server_existing_path=temporal_binary())
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_binary(), search_attributes=list(ALL_KEYS)
+        )
         try:
             address = env.client.service_client.config.target_host
             import_plays([])
@@ -55,10 +62,15 @@ async def main() -> None:
                     task_queue="record",
                     result_type=PlayRunResult,
                 )
+                if controls:
+                    await handle.execute_update("pause")
+                    await handle.execute_update("set_window", 1)
+                    await asyncio.sleep(1)
+                    await handle.execute_update("resume")
                 await handle.result()
             for workflow_id, name in (
-                ("record-enrich-leads", "enrich_leads.json"),
-                ("record-enrich-leads/dataset/enriched_leads", "dataset_run.json"),
+                ("record-enrich-leads", f"enrich_leads{suffix}.json"),
+                ("record-enrich-leads/dataset/enriched_leads", f"dataset_run{suffix}.json"),
             ):
                 history = await client.get_workflow_handle(workflow_id).fetch_history()
                 document = {"workflow_id": workflow_id, "history": history.to_json_dict()}
@@ -69,4 +81,8 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suffix", default="", help="file name suffix, e.g. _v3")
+    parser.add_argument("--controls", action="store_true", help="pause, narrow, resume")
+    cli = parser.parse_args()
+    asyncio.run(main(cli.suffix, cli.controls))

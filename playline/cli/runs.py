@@ -1,0 +1,377 @@
+"""``playline runs get|export|list|pause|resume|window|cancel|stop``: one run, or many.
+
+Controls are the play's Temporal updates (``pause``, ``resume``, ``set_window``): a
+request the play's validators reject (resume a play that is not paused, a window
+of 0) fails here in one line and never enters the play's history. ``cancel`` is
+Temporal's cancellation, which the play handles gracefully: no new chunk starts,
+the chunks in flight settle, and the play ends cancelled; ``--out`` then exports
+what was done. ``list`` searches by playline's search attributes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from playline import search_attributes as sa
+from playline.cli.render import (
+    RunDocument,
+    console,
+    out,
+    print_failure,
+    print_json,
+    print_summary,
+    ui_url,
+)
+from playline.cli.run import export_result
+from playline.cli.setup import registered_search_attributes
+from playline.config import Settings
+from playline.contract import ControlState, PlayRunResult, PlayState
+from playline.errors import PlaylineError
+from playline.services import Services
+from playline.stores.export import export_run
+from playline.worker import connect
+from playline.workflows.context import RUN_REFS_MEMO
+
+#: What each control command asks of the play (its update) and says when done.
+CONTROLS = {
+    "pause": ("pause", "paused {id}: chunks in flight finish, no new ones start"),
+    "resume": ("resume", "resumed {id}"),
+    "window": ("set_window", "{id} keeps at most {window} chunks in flight"),
+}
+#: How long ``runs get`` waits for a worker to answer the ``state`` query.
+QUERY_TIMEOUT = timedelta(seconds=10)
+#: ``--status`` values of ``runs list`` (PlaylineStatus)
+STATUSES = ("running", "paused", "waiting", "cancelling", "completed", "failed", "cancelled")
+
+
+def add_runs_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: Any,
+) -> None:
+    runs = sub.add_parser("runs", help="inspect, control, export or list runs")
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    for name, text in (
+        ("get", "status, progress, summary or failure"),
+        ("export", "write the rows (of a finished, failed or cancelled run: what was done)"),
+        ("pause", "stop starting chunks; those in flight finish"),
+        ("resume", "start chunks again"),
+        ("window", "change how many chunks may be in flight"),
+        ("cancel", "cancel gracefully: settle the chunks in flight, end cancelled"),
+        ("stop", "request cancellation without waiting (or --terminate at once)"),
+    ):
+        p = runs_sub.add_parser(name, help=text)
+        common(p)
+        p.add_argument("id", help="workflow id")
+        if name == "export":
+            p.add_argument("--out", required=True, help="CSV file to write")
+        if name == "window":
+            p.add_argument("chunks", type=int, help="chunks in flight at most (1 to 64)")
+        if name == "cancel":
+            p.add_argument("--out", help="then write the rows done to this CSV file")
+            p.add_argument(
+                "--no-wait", action="store_true", help="return once cancellation is requested"
+            )
+        if name == "stop":
+            p.add_argument(
+                "--terminate",
+                action="store_true",
+                help="end it at once instead of requesting cancellation",
+            )
+        if name in ("get", "cancel", "pause", "resume", "window"):
+            p.add_argument("--json", action="store_true", help="print one JSON document")
+    listing = runs_sub.add_parser("list", help="list plays, newest first")
+    common(listing)
+    listing.add_argument("--play", help="only this play")
+    listing.add_argument("--status", choices=STATUSES, help="only runs in this status")
+    listing.add_argument("--query", help="a Temporal list query, ANDed with the above")
+    listing.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    listing.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings=settings)
+    if args.runs_command == "list":
+        return await list_runs(client, args, settings)
+    handle = client.get_workflow_handle(args.id, result_type=PlayRunResult)
+    try:
+        desc = await handle.describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise PlaylineError(
+                f"no run with id {args.id!r} in namespace {settings.temporal_namespace}"
+            ) from None
+        raise
+    command = args.runs_command
+    if command == "get":
+        return await get_run(handle, desc, args, settings)
+    if command == "export":
+        count = await export_done(handle, desc, args.out, settings)
+        out().print(f"wrote {count} rows to {args.out}")
+        return 0
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        raise PlaylineError(f"run {args.id} is not running ({_status(desc.status)})")
+    if command in CONTROLS:
+        return await control(handle, args)
+    if command == "cancel":
+        return await cancel(handle, desc, args, settings)
+    if args.terminate:
+        await handle.terminate(reason="playline runs stop --terminate")
+        out().print(f"terminated {args.id}")
+    else:
+        await handle.cancel()
+        out().print(f"cancellation requested for {args.id}")
+    return 0
+
+
+async def control(handle: WorkflowHandle[Any, Any], args: argparse.Namespace) -> int:
+    """Send one control update; a rejection is one line (and nothing entered history)."""
+    update, done = CONTROLS[args.runs_command]
+    update_args = [args.chunks] if update == "set_window" else []
+    try:
+        state = await handle.execute_update(update, args=update_args, result_type=ControlState)
+    except WorkflowUpdateFailedError as err:
+        reason = getattr(err.cause, "message", None) or str(err.cause)
+        raise PlaylineError(f"{args.runs_command} refused: {reason}") from None
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:  # ended meanwhile
+            raise PlaylineError(f"run {args.id} is not running any more") from None
+        raise
+    if args.json:
+        print_json(state)
+    else:
+        out().print(done.format(id=args.id, window=getattr(args, "chunks", "")))
+    return 0
+
+
+async def cancel(
+    handle: WorkflowHandle[Any, PlayRunResult],
+    desc: WorkflowExecutionDescription,
+    args: argparse.Namespace,
+    settings: Settings,
+) -> int:
+    """Request cancellation; unless ``--no-wait``, wait for the play to settle and say
+    how far it got (and export what was done with ``--out``)."""
+    await handle.cancel()
+    if args.no_wait:
+        out().print(f"cancellation requested for {args.id}")
+        return 0
+    console.print(f"cancelling {args.id}: no new chunk starts, those in flight settle")
+    document = RunDocument(
+        workflow_id=args.id,
+        run_id=desc.run_id,
+        play=desc.workflow_type,
+        status="RUNNING",
+        ui_url=ui_url(settings, args.id, desc.run_id),
+    )
+    try:
+        document = document.completed(await handle.result())  # it finished meanwhile
+    except WorkflowFailureError as err:
+        document = document.failed(err)
+    document.state = await _state(handle)
+    if args.out:
+        count = await export_done(handle, await handle.describe(), args.out, settings)
+        document.exported = {"path": args.out, "rows": count}
+    if args.json:
+        print_json(document)
+        return 0
+    state = document.state
+    progress = f"{state.rows_done} of {state.rows_total} rows done" if state else "see its state"
+    out().print(f"{document.status.lower()} {args.id}: {progress}")
+    if document.exported:
+        out().print(f"  wrote {document.exported['rows']} rows to {args.out}")
+    return 0
+
+
+async def get_run(
+    handle: WorkflowHandle[Any, PlayRunResult],
+    desc: WorkflowExecutionDescription,
+    args: argparse.Namespace,
+    settings: Settings,
+) -> int:
+    state = await _state(handle)
+    if args.json:
+        document = RunDocument(
+            workflow_id=args.id,
+            run_id=desc.run_id,
+            play=desc.workflow_type,
+            status=_status(desc.status),
+            ui_url=ui_url(settings, args.id, desc.run_id),
+            state=state,
+            search_attributes=_attributes(desc),
+        )
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            document = document.completed(await handle.result())
+        elif desc.status in (WorkflowExecutionStatus.FAILED, WorkflowExecutionStatus.CANCELED):
+            try:
+                await handle.result()
+            except WorkflowFailureError as err:
+                document = document.failed(err)
+        print_json(document)
+        return 0
+    out().print(f"{args.id}: {desc.workflow_type} {_status(desc.status)}")
+    if state is not None:
+        out().print_json(state.model_dump_json())
+    if desc.status == WorkflowExecutionStatus.COMPLETED:
+        print_summary(await handle.result(), settings, args.id, desc.run_id)
+    elif desc.status == WorkflowExecutionStatus.FAILED:
+        try:
+            await handle.result()
+        except WorkflowFailureError as err:
+            print_failure(err)
+    return 0
+
+
+async def export_done(
+    handle: WorkflowHandle[Any, PlayRunResult],
+    desc: WorkflowExecutionDescription,
+    path: str,
+    settings: Settings,
+) -> int:
+    """Export a completed play's result, or what a failed or cancelled play had done
+    (its last dataset run, named in the memo)."""
+    if desc.status == WorkflowExecutionStatus.COMPLETED:
+        return await export_result(await handle.result(), path, settings)
+    refs: list[str] = []
+    with contextlib.suppress(KeyError):
+        refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
+    if not refs:
+        raise PlaylineError(
+            f"run {handle.id} ({_status(desc.status)}) has no dataset run to export yet"
+        )
+    services = await Services.open(settings)
+    try:
+        return await export_run(services.sheet, refs[-1], path)
+    finally:
+        await services.close()
+
+
+async def list_runs(client: Client, args: argparse.Namespace, settings: Settings) -> int:
+    registered = set(await registered_search_attributes(client))
+    searchable = {k.name for k in sa.ALL_KEYS} <= registered
+    clauses = []
+    if searchable:
+        clauses.append("PlaylinePlay IS NOT NULL")
+        if args.play:
+            clauses.append(f"PlaylinePlay = {_quoted(args.play)}")
+        if args.status:
+            clauses.append(f"PlaylineStatus = {_quoted(args.status)}")
+    else:
+        console.print(
+            "[yellow]warning:[/] playline's search attributes are not registered in "
+            f"namespace {settings.temporal_namespace}; listing by workflow type only "
+            "(register them with `playline setup`)"
+        )
+        clauses.append("WorkflowType != 'playline.DatasetRun'")
+        if args.play:
+            clauses.append(f"WorkflowType = {_quoted(args.play)}")
+        if args.status:
+            clauses.append(f"ExecutionStatus = {_quoted(_EXECUTION.get(args.status, 'Running'))}")
+    if args.query:
+        clauses.append(f"({args.query})")
+    query = " AND ".join(clauses)
+    rows = []
+    try:
+        async for execution in client.list_workflows(query, limit=max(1, args.limit)):
+            rows.append(_row(execution, settings))
+    except RPCError as err:
+        raise PlaylineError(f"cannot list runs ({query}): {err.message}") from None
+    if args.json:
+        print_json({"query": query, "runs": rows})
+        return 0
+    if not rows:
+        out().print(f"no runs match {query}")
+        return 0
+    header = ("ID", "PLAY", "STATUS", "ROWS", "FAILED", "CREDITS", "STARTED")
+    lines = [header]
+    for row in rows:
+        done, total = row["rows_done"], row["rows_total"]
+        lines.append(
+            (
+                row["workflow_id"],
+                row["play"],
+                row["status"],
+                f"{done}/{total}" if total is not None else "-",
+                str(row["rows_failed"]) if row["rows_failed"] is not None else "-",
+                f"{row['credits']:g}" if row["credits"] is not None else "-",
+                row["started"] or "-",
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        text = "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+        out().print(text.rstrip(), highlight=False, markup=False)
+    return 0
+
+
+#: PlaylineStatus to Temporal's ExecutionStatus, when the attributes are not registered.
+_EXECUTION = {
+    "running": "Running",
+    "paused": "Running",
+    "waiting": "Running",
+    "cancelling": "Running",
+    "completed": "Completed",
+    "failed": "Failed",
+    "cancelled": "Canceled",
+}
+_CLOSED_BY_TEMPORAL = {
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed out",
+    WorkflowExecutionStatus.CONTINUED_AS_NEW: "continued as new",
+}
+
+
+def _row(execution: WorkflowExecution, settings: Settings) -> dict[str, Any]:
+    attrs = execution.typed_search_attributes
+    status = attrs.get(sa.STATUS) or _status(execution.status).lower()
+    if execution.status in _CLOSED_BY_TEMPORAL:  # ended without a chance to say so
+        status = _CLOSED_BY_TEMPORAL[execution.status]
+    started: datetime | None = execution.start_time
+    return {
+        "workflow_id": execution.id,
+        "run_id": execution.run_id,
+        "play": attrs.get(sa.PLAY) or execution.workflow_type,
+        "status": status,
+        "rows_total": attrs.get(sa.ROWS_TOTAL),
+        "rows_done": attrs.get(sa.ROWS_DONE),
+        "rows_failed": attrs.get(sa.ROWS_FAILED),
+        "credits": attrs.get(sa.CREDITS),
+        "started": started.strftime("%Y-%m-%d %H:%M:%S UTC") if started else None,
+        "ui_url": ui_url(settings, execution.id, execution.run_id),
+    }
+
+
+def _attributes(desc: WorkflowExecutionDescription) -> dict[str, Any]:
+    attrs = desc.typed_search_attributes
+    return {key.name: attrs.get(key) for key in sa.ALL_KEYS if attrs.get(key) is not None}
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+async def _state(handle: WorkflowHandle[Any, Any]) -> PlayState | None:
+    """The play's ``state`` query, if a worker answers it."""
+    with contextlib.suppress(RPCError):
+        state: PlayState = await handle.query(
+            "state", result_type=PlayState, rpc_timeout=QUERY_TIMEOUT
+        )
+        return state
+    return None
+
+
+def _status(status: WorkflowExecutionStatus | None) -> str:
+    return status.name if status else "UNKNOWN"

@@ -1,0 +1,247 @@
+"""What the Temporal UI shows of a play and a dataset run, as short Markdown.
+
+Two kinds of text, both built here from small models so the UI tells the story
+without anyone opening a payload:
+
+* **static** summary and details, fixed when the workflow starts (the starter of a
+  play passes them, a play passes its dataset run's): what runs, on which file,
+  how many rows, in which mode;
+* **current details** (``workflow.set_current_details``), replaced as the run goes:
+  status, rows done / failed / cached of the total, calls made and saved, credits,
+  the rate in force and any wait per provider, the chunks in flight.
+
+Pure functions of their arguments (``now`` included), so they are deterministic in
+a workflow and unit-tested without a server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from playline.contract import (
+    ChunkStats,
+    ColumnSpec,
+    DatasetRunState,
+    IntegrationMode,
+    PlayState,
+    PreparedRun,
+    ProviderPace,
+    ProviderWait,
+    RunMode,
+    RunOptions,
+)
+
+__all__ = [
+    "dataset_current_details",
+    "dataset_static",
+    "play_current_details",
+    "play_static",
+    "waits_of",
+]
+
+#: The longest input shown in a play's static details (the rest is elided).
+MAX_INPUT_CHARS = 300
+#: The most in-flight row ranges listed.
+MAX_RANGES = 6
+
+
+def _file_name(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _mode(integration_mode: IntegrationMode) -> str:
+    return "fixture mode" if integration_mode == "fixture" else "live"
+
+
+def _chunking(options: RunOptions) -> str:
+    if options.chunk_size is not None:
+        return f"{options.chunk_size} rows per chunk"
+    return f"chunks sized to about {options.target_chunk_seconds:g} s"
+
+
+def play_static(play: str, input: Mapping[str, Any], options: RunOptions) -> tuple[str, str]:
+    """A play's static summary and details: the play, its input file, its mode."""
+    csv_path = input.get("csv_path")
+    source = f" · {_file_name(csv_path)}" if isinstance(csv_path, str) and csv_path else ""
+    summary = f"{play}{source} · {_mode(options.integration_mode)}"
+    shown = json.dumps(dict(input), default=str, ensure_ascii=False)
+    if len(shown) > MAX_INPUT_CHARS:
+        shown = shown[: MAX_INPUT_CHARS - 1] + "…"
+    lines = [f"**play** `{play}` ({_mode(options.integration_mode)})", ""]
+    if isinstance(csv_path, str) and csv_path:
+        lines.append(f"- input file: `{csv_path}`")
+    lines.append(f"- input: `{shown}`")
+    lines.append(f"- chunks: {_chunking(options)}")
+    if options.integration_mode == "fixture":
+        lines.append(f"- fixtures: {', '.join(_file_name(f) for f in options.fixtures)}")
+    return summary, "\n".join(lines)
+
+
+def dataset_static(
+    *,
+    play: str,
+    name: str,
+    prepared: PreparedRun,
+    source_id: str,
+    source_path: str | None,
+    mode: RunMode,
+    key_fields: Sequence[str],
+    columns: Sequence[ColumnSpec],
+    options: RunOptions,
+) -> tuple[str, str]:
+    """A dataset run's static summary and details: rows, source file, mode, columns."""
+    source = _file_name(source_path) if source_path else source_id
+    summary = (
+        f"{name}: {prepared.admitted} rows of {source} ({mode}, {_mode(options.integration_mode)})"
+    )
+    skipped = []
+    if prepared.duplicates:
+        skipped.append(f"{prepared.duplicates} duplicate keys")
+    if prepared.seen_before:
+        skipped.append(f"{prepared.seen_before} seen before")
+    lines = [f"**dataset run** `{name}` of play `{play}`", ""]
+    if source_path:
+        lines.append(f"- input file: `{source_path}` (source `{source_id}`)")
+    else:
+        lines.append(f"- source: `{source_id}`")
+    lines.append(
+        f"- rows: {prepared.admitted} admitted of {prepared.total}"
+        + (f" ({', '.join(skipped)})" if skipped else "")
+    )
+    lines.append(
+        f"- mode: {mode}, {_mode(options.integration_mode)}; key: "
+        + (", ".join(key_fields) if key_fields else "row position")
+    )
+    lines.append(f"- columns: {', '.join(c.name for c in columns)}")
+    lines.append(f"- providers: {', '.join(prepared.providers) or 'none'}")
+    lines.append(f"- chunks: {_chunking(options)}")
+    return summary, "\n".join(lines)
+
+
+def _at(moment: datetime, now: datetime) -> str:
+    """``14:05:09 UTC`` today, ``Dec 4 00:00 UTC`` on another day."""
+    if moment.date() == now.date():
+        return moment.strftime("%H:%M:%S UTC")
+    return f"{moment:%b} {moment.day} {moment:%H:%M} UTC"
+
+
+def waits_of(paces: Sequence[ProviderPace], at: datetime) -> list[ProviderWait]:
+    """The ``Retry-After`` pauses among ``paces`` (measured at ``at``) as waits."""
+    return [
+        ProviderWait(provider=p.provider, until=at + timedelta(seconds=p.paused_s))
+        for p in paces
+        if p.paused_s
+    ]
+
+
+def _progress(status: str, what: str, done: int, total: int, failed: int, cached: int) -> str:
+    extra = f" ({failed} failed, {cached} cached)" if failed or cached else ""
+    return f"**{status}** {what} · {done} of {total} rows done{extra}"
+
+
+def _calls(stats: ChunkStats, calls_made: int | None = None) -> list[str]:
+    made = stats.calls_made if calls_made is None else calls_made
+    saved = stats.calls_cached + stats.calls_shared
+    return [
+        f"- calls: {made} made, {saved} saved ({stats.calls_cached} receipt hits, "
+        f"{stats.calls_shared} shared)",
+        f"- credits: {stats.credits:g}",
+    ]
+
+
+def _providers(
+    paces: Sequence[ProviderPace], waits: Sequence[ProviderWait], now: datetime
+) -> list[str]:
+    lines = []
+    waiting = {w.provider: w for w in waits if w.until > now}
+    for pace in paces:
+        rate = f"{pace.rate_rps:.3g} rps in force" if pace.rate_rps is not None else "not paced"
+        wait = waiting.pop(pace.provider, None)
+        suffix = f", waiting for {wait.reason} until {_at(wait.until, now)}" if wait else ""
+        lines.append(f"- {pace.provider}: {rate}{suffix}")
+    for wait in waiting.values():
+        lines.append(f"- {wait.provider}: waiting for {wait.reason} until {_at(wait.until, now)}")
+    return lines
+
+
+def _ranges(ranges: Sequence[tuple[int, int]]) -> str:
+    shown = ", ".join(f"{start}-{end - 1}" for start, end in ranges[:MAX_RANGES])
+    more = f" and {len(ranges) - MAX_RANGES} more" if len(ranges) > MAX_RANGES else ""
+    return f"rows {shown}{more}"
+
+
+#: Statuses of a run that has ended: nothing is in flight any more.
+ENDED = ("completed", "failed", "cancelled")
+
+
+def _window(state: DatasetRunState) -> list[str]:
+    if state.status in ENDED:
+        return []
+    flight = f"{state.chunks_in_flight} of {state.window} chunks in flight"
+    if state.ranges:
+        flight += f" ({_ranges(state.ranges)})"
+    return [f"- {flight}"]
+
+
+def dataset_current_details(state: DatasetRunState, now: datetime) -> str:
+    """A dataset run's current details."""
+    s = state.stats
+    lines = [
+        _progress(
+            state.status,
+            state.dataset,
+            state.rows_done,
+            state.rows_total,
+            s.rows_failed,
+            s.rows_cached,
+        ),
+        "",
+        *_window(state),
+        *_calls(s),
+        *_providers(state.paces, state.waits, now),
+    ]
+    if state.paused and state.status not in ENDED:
+        lines.append("- dispatch paused: chunks in flight finish, no new ones start (resume)")
+    if s.first_error:
+        lines.append(f"- first row error: {s.first_error}")
+    lines.append(f"- updated {_at(now, now)}")
+    return "\n".join(lines)
+
+
+def play_current_details(
+    state: PlayState, totals: ChunkStats, now: datetime, failure: str | None = None
+) -> str:
+    """A play's current details: its status, its rows and calls so far, its providers."""
+    what = state.current_dataset or state.play
+    lines = [
+        _progress(
+            state.status,
+            what,
+            state.rows_done,
+            state.rows_total,
+            state.rows_failed,
+            state.rows_cached,
+        ),
+        "",
+        f"- phase: {state.phase}",
+    ]
+    if failure:
+        lines.append(f"- failed: {failure}")
+    current = state.current
+    if current is not None and state.status not in ENDED:
+        lines += _window(current)
+    lines += _calls(totals, state.calls_made)
+    if state.status not in ENDED:
+        if current is not None:
+            lines += _providers(current.paces, current.waits, now)
+        if state.paused:
+            lines.append("- dispatch paused: chunks in flight finish, no new ones start (resume)")
+        elif state.window is not None:
+            lines.append(f"- window: at most {state.window} chunks in flight (set_window)")
+    if totals.first_error:
+        lines.append(f"- first row error: {totals.first_error}")
+    lines.append(f"- updated {_at(now, now)}")
+    return "\n".join(lines)

@@ -1,0 +1,182 @@
+"""What the Temporal UI shows of a play and a dataset run: the Markdown, and the spacing
+of progress reports, as pure functions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from playline.contract import (
+    ChunkStats,
+    ColumnSpec,
+    DatasetRunState,
+    PlayState,
+    PreparedRun,
+    ProviderPace,
+    ProviderWait,
+    RunOptions,
+)
+from playline.search_attributes import ALL_KEYS, dev_server_flags, type_name
+from playline.workflows.dataset_run import report_interval
+from playline.workflows.status import (
+    dataset_current_details,
+    dataset_static,
+    play_current_details,
+    play_static,
+    waits_of,
+)
+
+NOW = datetime(2026, 12, 3, 14, 5, 9, tzinfo=UTC)
+
+
+def run_state(**changes: object) -> DatasetRunState:
+    state = DatasetRunState(
+        dataset="enriched_leads",
+        rows_total=240,
+        rows_done=120,
+        chunks_in_flight=2,
+        window=4,
+        stats=ChunkStats(
+            rows_ok=117,
+            rows_failed=3,
+            rows_cached=40,
+            calls_made=230,
+            calls_cached=70,
+            calls_shared=10,
+            credits=245.5,
+        ),
+        ranges=[(120, 145), (145, 170)],
+        paces=[ProviderPace(provider="acme", rate_rps=20.0), ProviderPace(provider="firmo")],
+    )
+    return state.model_copy(update=changes)
+
+
+def test_a_play_summary_names_the_play_its_file_and_mode() -> None:
+    summary, details = play_static(
+        "enrich_leads", {"csv_path": "/data/leads.csv", "mode": "upsert"}, RunOptions()
+    )
+    assert summary == "enrich_leads · leads.csv · live"
+    assert "- input file: `/data/leads.csv`" in details
+    assert '- input: `{"csv_path": "/data/leads.csv", "mode": "upsert"}`' in details
+    assert "- chunks: chunks sized to about 5 s" in details
+    fixture, _ = play_static(
+        "p", {"x": 1}, RunOptions(integration_mode="fixture", fixtures=["/f/a.jsonl"])
+    )
+    assert fixture == "p · fixture mode"
+
+
+def test_a_long_input_is_elided_in_the_static_details() -> None:
+    _, details = play_static("p", {"csv_path": "x" * 1000}, RunOptions(chunk_size=50))
+    line = next(line for line in details.splitlines() if line.startswith("- input: "))
+    assert len(line) < 320 and line.endswith("…`")
+    assert "- chunks: 50 rows per chunk" in details
+
+
+def test_a_dataset_run_summary_has_its_rows_source_and_mode() -> None:
+    prepared = PreparedRun(
+        run_ref="r",
+        dataset="enriched_leads",
+        total=240,
+        admitted=236,
+        duplicates=4,
+        seen_before=0,
+        providers=["acme", "firmo"],
+    )
+    summary, details = dataset_static(
+        play="enrich_leads",
+        name="enriched_leads",
+        prepared=prepared,
+        source_id="leads@ab",
+        source_path="/data/leads.csv",
+        mode="upsert",
+        key_fields=["lead_id"],
+        columns=[ColumnSpec(name="work_email", resolver="m.work_email")],
+        options=RunOptions(),
+    )
+    assert summary == "enriched_leads: 236 rows of leads.csv (upsert, live)"
+    assert "- rows: 236 admitted of 240 (4 duplicate keys)" in details
+    assert "- mode: upsert, live; key: lead_id" in details
+    assert "- providers: acme, firmo" in details
+
+
+def test_current_details_of_a_running_dataset_run() -> None:
+    text = dataset_current_details(run_state(), NOW)
+    assert text.splitlines()[0] == (
+        "**running** enriched_leads · 120 of 240 rows done (3 failed, 40 cached)"
+    )
+    assert "- 2 of 4 chunks in flight (rows 120-144, 145-169)" in text
+    assert "- calls: 230 made, 80 saved (70 receipt hits, 10 shared)" in text
+    assert "- credits: 245.5" in text
+    assert "- acme: 20 rps in force" in text and "- firmo: not paced in force" not in text
+    assert "- firmo: not paced" in text
+    assert text.endswith("- updated 14:05:09 UTC")
+
+
+def test_a_wait_is_shown_per_provider_with_its_end() -> None:
+    paces = [ProviderPace(provider="acme", rate_rps=10.0, paused_s=12.0)]
+    waits = waits_of(paces, NOW)
+    assert waits == [ProviderWait(provider="acme", until=NOW + timedelta(seconds=12))]
+    text = dataset_current_details(run_state(paces=paces, waits=waits), NOW)
+    assert "- acme: 10 rps in force, waiting for rate limited until 14:05:21 UTC" in text
+    quota = ProviderWait(provider="acme", until=datetime(2026, 12, 4, tzinfo=UTC), reason="quota")
+    parked = dataset_current_details(
+        run_state(status="waiting", paces=[], waits=[quota], chunks_in_flight=0, ranges=[]), NOW
+    )
+    assert parked.startswith("**waiting** enriched_leads")
+    assert "- acme: waiting for quota until Dec 4 00:00 UTC" in parked
+
+
+def test_an_ended_run_shows_no_window_and_a_paused_one_says_how_to_go_on() -> None:
+    done = dataset_current_details(run_state(status="completed", rows_done=240), NOW)
+    assert "chunks in flight" not in done and done.startswith("**completed**")
+    paused = dataset_current_details(run_state(status="paused", paused=True), NOW)
+    assert "- dispatch paused: chunks in flight finish, no new ones start (resume)" in paused
+
+
+def test_current_details_of_a_play_include_its_runs_report_and_its_failure() -> None:
+    state = PlayState(
+        play="enrich_leads",
+        phase="running enriched_leads",
+        status="running",
+        rows_total=240,
+        rows_done=120,
+        current_dataset="enriched_leads",
+        current=run_state(),
+        window=3,
+    )
+    text = play_current_details(state, run_state().stats, NOW)
+    assert text.splitlines()[0] == "**running** enriched_leads · 120 of 240 rows done"
+    assert "- 2 of 4 chunks in flight (rows 120-144, 145-169)" in text
+    assert "- acme: 20 rps in force" in text
+    assert "- window: at most 3 chunks in flight (set_window)" in text
+    failed = state.model_copy(update={"status": "failed", "phase": "failed"})
+    text = play_current_details(failed, ChunkStats(), NOW, "row 'T1' failed: boom")
+    assert "- failed: row 'T1' failed: boom" in text and "chunks in flight" not in text
+
+
+def test_progress_reports_space_out_as_a_run_ages() -> None:
+    assert report_interval(timedelta(seconds=5)) == timedelta(seconds=10)
+    assert report_interval(timedelta(minutes=50)) == timedelta(minutes=1)
+    assert report_interval(timedelta(days=1)) == timedelta(minutes=10)
+    # A day-long run reports a few hundred times, not once every 10 seconds (8640).
+    age, reports = timedelta(0), 0
+    while age < timedelta(days=1):
+        age += report_interval(age)
+        reports += 1
+    assert reports < 400
+
+
+def test_search_attribute_keys_and_their_dev_server_flags() -> None:
+    assert [(k.name, type_name(k)) for k in ALL_KEYS] == [
+        ("PlaylinePlay", "Keyword"),
+        ("PlaylineStatus", "Keyword"),
+        ("PlaylineRowsTotal", "Int"),
+        ("PlaylineRowsDone", "Int"),
+        ("PlaylineRowsFailed", "Int"),
+        ("PlaylineCredits", "Double"),
+    ]
+    assert dev_server_flags()[:4] == [
+        "--search-attribute",
+        "PlaylinePlay=Keyword",
+        "--search-attribute",
+        "PlaylineStatus=Keyword",
+    ]
