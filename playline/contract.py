@@ -143,6 +143,15 @@ class ChunkInput(BaseModel):
     row_concurrency: int = 8
 
 
+class ParkedRows(BaseModel):
+    """Rows a chunk left pending because a provider's quota is spent until ``until``."""
+
+    provider: str
+    #: when the provider admits calls again (Unix epoch seconds, wall clock)
+    until: float
+    rows: int
+
+
 class ChunkStats(BaseModel):
     """What a chunk (or a whole dataset run) did; summed upward."""
 
@@ -160,13 +169,25 @@ class ChunkStats(BaseModel):
     #: wall seconds the chunk activities took (summed): with rows, the chunk sizer's input
     elapsed_s: float = 0.0
     first_error: str | None = None
+    #: rows left pending for a parked provider (a dataset run re-runs them after the reset)
+    parked: ParkedRows | None = None
 
     def add(self, other: ChunkStats) -> None:
         for name in type(self).model_fields:
             if name == "first_error":
                 self.first_error = self.first_error or other.first_error
+            elif name == "parked":
+                self.parked = merge_parked(self.parked, other.parked)
             else:
                 setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def merge_parked(a: ParkedRows | None, b: ParkedRows | None) -> ParkedRows | None:
+    """Both parkings as one: the rows add up, the later reset wins."""
+    if a is None or b is None:
+        return a or b
+    later = a if a.until >= b.until else b
+    return ParkedRows(provider=later.provider, until=later.until, rows=a.rows + b.rows)
 
 
 #: The most chunks a run may be told to keep in flight (``set_window``).

@@ -11,6 +11,8 @@ worker, for activities and local activities alike.
 from __future__ import annotations
 
 import logging
+import time
+from datetime import timedelta
 from typing import Any
 
 from temporalio.exceptions import ApplicationError
@@ -20,7 +22,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from playline.errors import PlaylineError
+from playline.errors import PlaylineError, ProviderQuotaExhausted
 
 __all__ = ["ErrorTranslation", "to_application_error"]
 
@@ -28,8 +30,21 @@ logger = logging.getLogger("playline.activities")
 
 
 def to_application_error(err: PlaylineError) -> ApplicationError:
-    """The ``ApplicationError`` Temporal records for a playline error."""
-    return ApplicationError(str(err), type=type(err).__name__, non_retryable=not err.retryable)
+    """The ``ApplicationError`` Temporal records for a playline error.
+
+    A provider whose quota is spent until a reset is retried after the reset, on
+    Temporal's own durable retry timer (a scalar ``ctx.tool`` call; chunks park
+    their rows in the dataset run instead).
+    """
+    delay = None
+    if isinstance(err, ProviderQuotaExhausted):
+        delay = timedelta(seconds=max(1.0, err.resume_at - time.time() + 1.0))
+    return ApplicationError(
+        str(err),
+        type=type(err).__name__,
+        non_retryable=not err.retryable,
+        next_retry_delay=delay,
+    )
 
 
 class _TranslatingInbound(ActivityInboundInterceptor):

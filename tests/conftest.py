@@ -80,11 +80,18 @@ def provider_server() -> Iterator[ProviderServerProcess]:
 
 @pytest.fixture
 def provider(provider_server: ProviderServerProcess) -> ProviderServerProcess:
-    """The provider server with an empty ledger and default behaviour."""
+    """The provider server with an empty ledger and default behaviour (every knob reset)."""
     provider_server.reset()
     provider_server.configure(
         latency_ms=[1, 3],
         rate_limit_rps={},
+        rate_limit_burst={},
+        max_concurrency={},
+        limiters={},
+        rate_limit_headers="none",
+        retry_after="ceil",
+        api_keys={},
+        echo_key_in_errors=False,
         fault_rate_5xx=0.0,
         fault_rate_timeout=0.0,
         fault_rate_malformed=0.0,

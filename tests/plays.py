@@ -63,6 +63,16 @@ async def t_undeclared_unknown(row: Mapping[str, Any], rc: RowContext) -> Any:
 
 
 @resolver
+def t_even_lead(row: Mapping[str, Any]) -> bool:
+    """Leads with an even number need an email (``run_if``); the odd ones do not call acme."""
+    return int(row["lead_id"][1:]) % 2 == 0
+
+
+class TwoProvidersInput(BaseModel):
+    csv_path: str
+
+
+@resolver
 def t_add(a: int, b: int) -> dict[str, int]:
     """A step function (run by ``ctx.step``)."""
     return {"sum": a + b}
@@ -134,6 +144,18 @@ async def t_scalar(ctx: PlayContext, input: ScalarInput) -> ScalarOutput:
     step = await ctx.step("add", t_add, input.a, input.b)
     return ScalarOutput(
         company_name=company.get("name"), industry=company.get("industry"), step=step
+    )
+
+
+@play(name="t_two_providers")
+async def t_two_providers(ctx: PlayContext, input: TwoProvidersInput) -> None:
+    """Every row's company (firmo); the even rows' email too (acme)."""
+    source = await ctx.csv("src", input.csv_path)
+    await (
+        ctx.dataset("t_two", source)
+        .with_column("company", t_company)
+        .with_column("email", t_email, run_if=t_even_lead)
+        .run(key="lead_id")
     )
 
 

@@ -38,8 +38,8 @@ from playline.calls.dispatch import Dispatcher
 from playline.calls.fixtures import FixtureDispatcher
 from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.runner import ToolResult, ToolRunner
-from playline.contract import ChunkInput, ChunkStats, ColumnSpec, RunOptions
-from playline.errors import InvalidPlayInput, PlaylineError, RowFailed
+from playline.contract import ChunkInput, ChunkStats, ColumnSpec, ParkedRows, RunOptions
+from playline.errors import InvalidPlayInput, PlaylineError, ProviderQuotaExhausted, RowFailed
 from playline.services import Services, ServicesHolder
 from playline.stores.sheet import RowResult, RunRow
 from playline.telemetry import ProviderMetrics, RowMetrics
@@ -89,6 +89,9 @@ def make_runner(services: Services, options: RunOptions, *, lease_ttl_s: float) 
         owner=f"{info.workflow_id}/{info.activity_id}#{info.attempt}",
         lease_id=uuid.uuid4().hex,
         lease_ttl_s=lease_ttl_s,
+        # A provider blocked for longer than a heartbeat budget (a spent daily quota, a
+        # Retry-After of minutes) is parked durably by the workflow, not waited for here.
+        park_after_s=lease_ttl_s,
         metrics=ProviderMetrics(),
     )
     dispatcher: Dispatcher
@@ -181,6 +184,7 @@ class ChunkActivities:
 
         gate = asyncio.Semaphore(max(1, input.row_concurrency))
         fatal: list[BaseException] = []
+        parked: list[ProviderQuotaExhausted] = []
         row_metrics = RowMetrics()
 
         async def run_row(row: RunRow) -> None:
@@ -198,6 +202,11 @@ class ChunkActivities:
                         cells[spec.name] = value if ran else data.get(spec.name)
                         data[spec.name] = cells[spec.name]
                 except Exception as err:
+                    if isinstance(err, ProviderQuotaExhausted):
+                        # Nothing was sent and its receipt was released: the row stays
+                        # pending, and the run re-runs it after the provider's reset.
+                        parked.append(err)
+                        return
                     if _is_chunk_fatal(err):
                         fatal.append(err)
                         return
@@ -254,6 +263,19 @@ class ChunkActivities:
             raise latch.error()  # with everything held back counted, not just the first
         if fatal:
             raise fatal[0]
+        if parked:
+            latest = max(parked, key=lambda err: err.resume_at)
+            stats.parked = ParkedRows(
+                provider=latest.provider, until=latest.resume_at, rows=len(parked)
+            )
+            activity.logger.info(
+                "chunk %s-%s: %d row(s) parked until %s (%s)",
+                input.start,
+                input.end - 1,
+                len(parked),
+                latest.resume_at,
+                latest.provider,
+            )
         stats.elapsed_s = time.monotonic() - started
         return stats_from(runner, stats)
 

@@ -15,6 +15,13 @@ recorded; a window caps the chunks in flight. Cancelled (the play's cancellation
 reaches it, or someone cancels it), it starts no chunk, lets those in flight
 settle, reports its final counts to the play and ends as cancelled.
 
+A chunk that meets a provider whose quota is spent until a reset further away than
+its heartbeat budget (a daily quota, a ``Retry-After`` of minutes) settles what it can
+and returns with those rows left pending (``ChunkStats.parked``); the other chunks keep
+going. Once nothing else is in flight, the run waits for the reset on a durable timer
+(status "waiting", "waiting for acme quota until 00:00 UTC" in the UI), then re-runs
+the parked ranges: no activity attempt is spent and nothing busy-loops.
+
 It reports its progress to the play by signal, at phase changes and at most every
 ``report_interval`` (10 s, growing with the run's age so a long run's play history
 stays small), and keeps its own current details in the Temporal UI after every chunk.
@@ -23,7 +30,7 @@ stays small), and keeps its own current details in the Temporal UI after every c
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
@@ -37,15 +44,19 @@ with workflow.unsafe.imports_passed_through():
         DatasetRunInput,
         DatasetRunState,
         DispatchControl,
+        ParkedRows,
         ProviderWait,
         RunStatus,
         Width,
         WidthInput,
+        merge_parked,
     )
     from playline.workflows.chunk_sizing import FIRST_CHUNK_ROWS, ChunkSizer
     from playline.workflows.failures import CHUNK_RETRY, as_failure
     from playline.workflows.status import dataset_current_details, waits_of
 
+#: Parked rows resume this long after the provider's announced reset (clock skew).
+RESET_MARGIN = timedelta(seconds=1)
 #: Ask the governor for a fresh dispatch width after this many completed chunks.
 WIDTH_REFRESH_CHUNKS = 8
 #: Signal names between a play and its dataset run.
@@ -84,6 +95,7 @@ class DatasetRunWorkflow:
         self._ended: RunStatus | None = None
         self._width = Width(chunks_in_flight=1, row_concurrency=1)
         self._waits: list[ProviderWait] = []
+        self._waiting = False  # on the durable timer of a parked provider
         self._started_at: datetime | None = None
         self._reporting = False
         self._reported_at: datetime | None = None
@@ -123,6 +135,11 @@ class DatasetRunWorkflow:
         launched = 0
         refreshed_at: int | None = None
         pending = self._pending
+        # Ranges whose rows a spent quota left pending, and the parking that holds them.
+        parked_ranges: list[tuple[int, int]] = []
+        parking: ParkedRows | None = None
+        redo: list[tuple[int, int]] = []
+        resumed = 0
         try:
             while True:
                 dispatching = not self._cancelling and not self._control.paused
@@ -138,9 +155,16 @@ class DatasetRunWorkflow:
                     not self._cancelling
                     and not self._control.paused
                     and len(pending) < self._window()
-                    and next_start < total
-                    and launched < input.options.chunks_per_workflow_run
+                    and (
+                        redo
+                        or (next_start < total and launched < input.options.chunks_per_workflow_run)
+                    )
                 ):
+                    if redo:
+                        start, end = redo.pop(0)
+                        task = self._start_chunk(input, start, end, visible, resumed)
+                        pending[task] = (start, end)
+                        continue
                     size = sizer.size if sized_by_time else (pinned or FIRST_CHUNK_ROWS)
                     end = min(next_start + size, total)
                     task = self._start_chunk(input, next_start, end, visible)
@@ -148,6 +172,16 @@ class DatasetRunWorkflow:
                     next_start = end
                     launched += 1
                 self._show()
+                if not pending and parking is not None and not self._cancelling:
+                    # Everything else is done: wait for the provider's reset, durably.
+                    try:
+                        await self._wait_for_reset(parking)
+                    except asyncio.CancelledError as err:
+                        self._on_cancel(err)
+                        continue
+                    redo, parked_ranges, parking = parked_ranges, [], None
+                    resumed += 1
+                    continue
                 if not pending:
                     finished = next_start >= total
                     if (
@@ -157,8 +191,7 @@ class DatasetRunWorkflow:
                     ):
                         break
                 # Here dispatch waits: for a chunk to finish, or (nothing in flight) for
-                # the play to resume it. A provider's quota parking would wait here too,
-                # as status "waiting" with its ``ProviderWait`` in ``self._waits``.
+                # the play to resume it. A parked provider waits above, on its timer.
                 try:
                     await workflow.wait_condition(
                         lambda: self._woken or any(task.done() for task in pending)
@@ -170,9 +203,15 @@ class DatasetRunWorkflow:
                 for task in [t for t in pending if t.done()]:
                     start, end = pending.pop(task)
                     chunk = task.result()
+                    held = chunk.parked
+                    if held is not None:
+                        parked_ranges.append((start, end))
+                        parking = merge_parked(parking, held)
+                        chunk = chunk.model_copy(update={"parked": None})
                     self._stats.add(chunk)
-                    self._rows_done += end - start
-                    sizer.observe(end - start, chunk.elapsed_s)
+                    self._rows_done += end - start - (held.rows if held else 0)
+                    if held is None:
+                        sizer.observe(end - start, chunk.elapsed_s)
                 self._report()
         except ActivityError as err:
             for task in pending:
@@ -212,6 +251,26 @@ class DatasetRunWorkflow:
             )
         return self._stats
 
+    async def _wait_for_reset(self, parking: ParkedRows) -> None:
+        """Sleep on a durable timer until ``parking``'s provider admits calls again."""
+        until = datetime.fromtimestamp(parking.until, tz=UTC) + RESET_MARGIN
+        self._waits = [
+            ProviderWait(provider=parking.provider, until=until, reason=f"{parking.provider} quota")
+        ]
+        self._waiting = True
+        self._show()
+        self._report(force=True)
+        try:
+            delay = until - workflow.now()
+            if delay > timedelta(0):
+                await workflow.sleep(
+                    delay, summary=f"{parking.provider} quota: {parking.rows} rows wait"
+                )
+        finally:
+            self._waiting = False
+            self._waits = []
+        self._show()
+
     def _on_cancel(self, err: BaseException) -> None:
         """A cancellation request becomes "stop dispatching"; anything else is raised."""
         if not is_cancelled_exception(err) or workflow.cancellation_reason() is None:
@@ -235,8 +294,14 @@ class DatasetRunWorkflow:
         )
 
     def _start_chunk(
-        self, input: DatasetRunInput, start: int, end: int, named_by_rows: bool
+        self,
+        input: DatasetRunInput,
+        start: int,
+        end: int,
+        named_by_rows: bool,
+        resumed: int = 0,
     ) -> asyncio.Task[ChunkStats]:
+        activity_id = f"rows-{start}-{end - 1}" + (f"-resumed-{resumed}" if resumed else "")
         return asyncio.ensure_future(
             workflow.execute_activity_method(
                 ChunkActivities.run_chunk,
@@ -254,7 +319,7 @@ class DatasetRunWorkflow:
                 retry_policy=CHUNK_RETRY,
                 summary=f"rows {start}-{end - 1}",
                 # The UI's pending activities list ids, not summaries: name the rows.
-                activity_id=f"rows-{start}-{end - 1}" if named_by_rows else None,
+                activity_id=activity_id if named_by_rows else None,
             )
         )
 
@@ -263,6 +328,8 @@ class DatasetRunWorkflow:
             return self._ended
         if self._cancelling:
             return "cancelling"
+        if self._waiting:
+            return "waiting"
         if self._control.paused:
             return "paused"
         return "running"
