@@ -141,7 +141,13 @@ def worker(temporal_address: str, task_queue: str, home: Path) -> WorkerFactory:
 
 
 def start_worker_process(
-    address: str, task_queue: str, home: Path, log: Path, env: dict[str, str] | None = None
+    address: str,
+    task_queue: str,
+    home: Path,
+    log: Path,
+    env: dict[str, str] | None = None,
+    *,
+    verbose: bool = False,
 ) -> subprocess.Popen[bytes]:
     """A ``playline worker`` process (plays from tests.plays) logging to ``log``."""
     return subprocess.Popen(
@@ -149,6 +155,7 @@ def start_worker_process(
             sys.executable,
             "-m",
             "playline",
+            *(["-v"] if verbose else []),
             "worker",
             "--address",
             address,

@@ -270,7 +270,9 @@ def _classify(exchange: Exchange) -> Any:
             status=status,
         )
     try:
-        return json.loads(exchange.body)
+        # A provider may echo the key in a result too: scrub it before it can reach a
+        # receipt, the sheet, an export or history (a JSON string stays a JSON string).
+        return json.loads(exchange.scrub(exchange.body.decode("utf-8", errors="replace")))
     except ValueError:
         raise ProviderTransientError(
             f"{tool.id}: {tool.provider} answered {status} with a body that is not JSON",

@@ -82,6 +82,24 @@ async def test_a_worker_with_a_missing_plays_module_or_catalog_exits_with_the_ca
     one_clear_line(no_file, "does not exist")
 
 
+async def test_a_worker_whose_store_is_unreachable_exits_with_the_cause(
+    temporal_address: str, task_queue: str, tmp_path: Path
+) -> None:
+    dead = f"postgresql://postgres:s3cret@127.0.0.1:{free_port()}/test"
+    result = await playline(
+        "worker",
+        "--address",
+        temporal_address,
+        "--task-queue",
+        task_queue,
+        home=tmp_path,
+        env={"PLAYLINE_STORE_URL": dead},
+    )
+    line = one_clear_line(result, "127.0.0.1")
+    assert "s3cret" not in result.stderr + result.stdout  # the password is never printed
+    print(line)
+
+
 async def test_demo_with_a_bad_catalog_reports_it_instead_of_waiting(
     temporal_address: str, tmp_path: Path
 ) -> None:

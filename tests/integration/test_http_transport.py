@@ -53,6 +53,10 @@ def make_app(seen: Recorder) -> Starlette:
         seen.paths.append(request.url.path)
         return RedirectResponse("/ok", status_code=307)
 
+    async def echo_key(request: Request) -> Response:
+        seen.paths.append(request.url.path)
+        return JSONResponse({"you_sent": request.headers.get("x-api-key"), "email": "a@b.c"})
+
     async def conflict(request: Request) -> Response:
         seen.paths.append(request.url.path)
         return JSONResponse({"error": "a request with this Idempotency-Key is in flight"}, 409)
@@ -69,6 +73,7 @@ def make_app(seen: Recorder) -> Starlette:
             Route("/redirect", redirect, methods=["POST"]),
             Route("/slow", slow, methods=["POST"]),
             Route("/conflict", conflict, methods=["POST"]),
+            Route("/echo-key", echo_key, methods=["POST"]),
         ]
     )
 
@@ -108,6 +113,7 @@ def catalog_for(base_url: str, timeout_s: float = 5.0) -> Catalog:
                 "redirect": {"provider": "p", "path": "/redirect"},
                 "slow": {"provider": "p", "path": "/slow"},
                 "conflict": {"provider": "p", "path": "/conflict"},
+                "echo": {"provider": "p", "path": "/echo-key"},
             },
         }
     )
@@ -158,6 +164,16 @@ async def test_redirects_are_not_followed(plain: str, seen: Recorder, transport:
         ):
             await client.send(tool(catalog, "redirect"), {}, idempotency_key="idem-2")
     assert seen.paths == ["/redirect"]  # the Location was never requested
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_key_echoed_in_a_result_is_scrubbed_before_anyone_keeps_it(
+    plain: str, seen: Recorder, transport: Transport
+) -> None:
+    catalog = catalog_for(plain)
+    async with provider_client(catalog, transport) as client:
+        data = await client.send(tool(catalog, "echo"), {}, idempotency_key="echo")
+    assert data == {"you_sent": "[redacted]", "email": "a@b.c"}
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
