@@ -23,7 +23,9 @@ the ``temporal`` CLI: ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_A
 | ``PLAYLINE_FLEET_PREFIX`` | ``fleet_table_prefix`` | ``playline_`` |
 | ``PLAYLINE_PACING`` | ``pacing`` | ``governor`` (``off``: the unpaced baseline) |
 | ``PLAYLINE_UI_URL`` | ``ui_url`` | derived from the Temporal address |
+| ``PLAYLINE_TASK_QUEUE`` | ``task_queue`` | ``playline`` |
 | ``PLAYLINE_METRICS_HOST`` | ``metrics_host`` | ``127.0.0.1`` (``0.0.0.0`` in a container) |
+| ``PLAYLINE_METRICS_PORT`` | ``metrics_port`` | unset: no metrics endpoint |
 | ``PLAYLINE_HTTP_TRANSPORT`` | ``http_transport`` | ``aiohttp`` (``httpx``: httpcore's pool) |
 | ``PLAYLINE_CODEC_KEYS`` | ``codec_keys`` | unset: payloads are not encrypted |
 | (catalog-named) | ``environ`` | API keys (``ACME_API_KEY``...) and ``base_url_env`` overrides |
@@ -43,10 +45,38 @@ from temporalio.service import TLSConfig
 
 from playline.errors import PlaylineError
 
-__all__ = ["Settings"]
+__all__ = ["ENV_VARIABLES", "Settings"]
+
+#: Every variable ``Settings.from_env`` reads besides the catalog-named ones (API keys,
+#: ``base_url_env``) and Temporal's own profile file: checked against deployments.
+ENV_VARIABLES = (
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_NAMESPACE",
+    "TEMPORAL_API_KEY",
+    "TEMPORAL_TLS",
+    "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+    "TEMPORAL_TLS_SERVER_NAME",
+    "TEMPORAL_PROFILE",
+    "TEMPORAL_CONFIG_FILE",
+    "PLAYLINE_HOME",
+    "PLAYLINE_STORE_URL",
+    "PLAYLINE_CATALOG",
+    "PLAYLINE_PG_DSN",
+    "PLAYLINE_FLEET_PREFIX",
+    "PLAYLINE_PACING",
+    "PLAYLINE_UI_URL",
+    "PLAYLINE_TASK_QUEUE",
+    "PLAYLINE_METRICS_HOST",
+    "PLAYLINE_METRICS_PORT",
+    "PLAYLINE_HTTP_TRANSPORT",
+    "PLAYLINE_CODEC_KEYS",
+)
 
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
+DEFAULT_TASK_QUEUE = "playline"
 DEFAULT_HOME = ".playline"
 DEFAULT_FLEET_PREFIX = "playline_"
 PACING_MODES = ("governor", "off")
@@ -87,8 +117,12 @@ class Settings:
     pacing: str = "governor"
     #: The Temporal UI's base URL for links; None derives it from the address.
     ui_url: str | None = None
+    #: The task queue workers poll and plays are started on.
+    task_queue: str = DEFAULT_TASK_QUEUE
     #: Where ``--metrics-port`` binds: loopback, or 0.0.0.0 in a container.
     metrics_host: str = "127.0.0.1"
+    #: Serve Prometheus metrics on this port (``None``: serve none).
+    metrics_port: int | None = None
     http_max_connections: int = 256
     http_max_keepalive: int = 32
     #: "aiohttp" (httpx's API over aiohttp, the default) or "httpx" (httpcore's pool).
@@ -121,7 +155,9 @@ class Settings:
             fleet_table_prefix=env.get("PLAYLINE_FLEET_PREFIX") or DEFAULT_FLEET_PREFIX,
             pacing=env.get("PLAYLINE_PACING") or "governor",
             ui_url=env.get("PLAYLINE_UI_URL") or None,
+            task_queue=env.get("PLAYLINE_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
             metrics_host=env.get("PLAYLINE_METRICS_HOST") or "127.0.0.1",
+            metrics_port=_port(env.get("PLAYLINE_METRICS_PORT")),
             http_transport="httpx" if env.get("PLAYLINE_HTTP_TRANSPORT") == "httpx" else "aiohttp",
             codec_keys=env.get("PLAYLINE_CODEC_KEYS") or None,
             environ=MappingProxyType(env),
@@ -205,6 +241,14 @@ class Settings:
             "URL> to keep both stores and fleet pacing in that database (PLAYLINE_PG_DSN "
             "alone still paces the fleet there while the stores stay in SQLite)"
         ]
+
+
+def _port(value: str | None) -> int | None:
+    if not value:
+        return None
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise PlaylineError(f"PLAYLINE_METRICS_PORT must be a port number, got {value!r}")
+    return int(value)
 
 
 def _temporal_profile(env: Mapping[str, str]) -> dict[str, Any]:

@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--namespace", help="Temporal namespace (default: $TEMPORAL_NAMESPACE or default)"
         )
-        p.add_argument("--task-queue", default="playline", help="task queue (default playline)")
+        p.add_argument(
+            "--task-queue", help="task queue (default: $PLAYLINE_TASK_QUEUE or playline)"
+        )
 
     def run_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", help="write the result rows to this CSV file")
@@ -104,7 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--plays", nargs="*", default=[], help="modules declaring plays")
     worker.add_argument("--home", help="state directory (default $PLAYLINE_HOME or .playline)")
     worker.add_argument(
-        "--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics"
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on $PLAYLINE_METRICS_HOST (127.0.0.1):PORT/metrics "
+        "(default: $PLAYLINE_METRICS_PORT; unset serves none)",
     )
 
     run = sub.add_parser("run", help="start a play and wait for it")
@@ -179,6 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             temporal_namespace=getattr(args, "namespace", None),
             home=getattr(args, "home", None),
         )
+        if hasattr(args, "task_queue") and args.task_queue is None:
+            args.task_queue = settings.task_queue
+        if hasattr(args, "metrics_port") and args.metrics_port is None:
+            args.metrics_port = settings.metrics_port
         if args.command == "limits":
             from playline.cli.limits import run_limits
 

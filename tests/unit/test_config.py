@@ -93,3 +93,16 @@ def test_pg_dsn_is_a_deprecated_alias_that_says_what_to_set() -> None:
     assert both.fleet_dsn == "postgresql://db/pl"
     [warning] = both.deprecations()
     assert "ignored" in warning and "unset PLAYLINE_PG_DSN" in warning
+
+
+def test_every_variable_read_is_listed_and_documented() -> None:
+    """``ENV_VARIABLES`` (what deployments are checked against) is what from_env reads."""
+    import re
+
+    import playline.config as config
+
+    source = Path(config.__file__).read_text()
+    read = set(re.findall(r'env\.get\("([A-Z_]+)"\)', source))
+    assert read and read <= set(config.ENV_VARIABLES)
+    for name in read:
+        assert f"``{name}``" in (config.__doc__ or ""), f"{name} is not in the table"
