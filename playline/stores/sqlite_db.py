@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -77,7 +78,7 @@ class SqliteDatabase:
             conn = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
         try:
             if create:
-                conn.execute("PRAGMA journal_mode=WAL")
+                _enable_wal(conn)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA temp_store=FILE")
             migrate_sqlite(conn, migrations, where=str(self.path), create=create)
@@ -125,3 +126,27 @@ class SqliteDatabase:
         await self._writes.drain()
         await asyncio.get_running_loop().run_in_executor(self._thread, self._conn.close)
         self._thread.shutdown(wait=True)
+
+
+#: How long to keep asking for WAL mode while other processes open the same new file.
+WAL_SWITCH_TIMEOUT_S = 30.0
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL, waiting out other processes doing the same.
+
+    The switch needs the file to itself for an instant, and SQLite's busy handler
+    does not cover it: several workers creating one store at once get "database is
+    locked" at once instead of waiting. So it is retried, briefly, like a busy wait.
+    """
+    deadline = time.monotonic() + WAL_SWITCH_TIMEOUT_S
+    delay = 0.01
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(0.5, delay * 2)

@@ -21,7 +21,7 @@ from temporalio.client import WorkflowExecutionStatus
 from playline.cli.devserver import DevServer
 from playline.provider_server.process import free_port
 from tests.conftest import REPO, new_id, start_worker_process
-from tests.plays import lead, write_csv
+from tests.plays import lead, read_csv_rows, write_csv
 
 
 async def playline(
@@ -268,6 +268,8 @@ async def test_run_watch_rides_out_a_temporal_restart(
                 "--watch",
                 "--reconnect-timeout",
                 "90",
+                "--out",
+                str(tmp_path / "out.csv"),
                 "--address",
                 address,
                 "--task-queue",
@@ -290,7 +292,8 @@ async def test_run_watch_rides_out_a_temporal_restart(
         worker.wait(timeout=20)
     assert result.returncode == 0, result.stderr[-6000:]
     assert "lost contact with Temporal" in result.stderr
-    assert f"rows: {rows} ok, 0 failed" in result.stdout, result.stdout
+    errors = {r.get("_error") for r in read_csv_rows(tmp_path / "out.csv") if r.get("_error")}
+    assert f"rows: {rows} ok, 0 failed" in result.stdout, (result.stdout, errors)
     assert provider.ledger()["double_charged"] == 0
 
 
