@@ -40,13 +40,26 @@ from playline.stores.receipts import idempotency_key
 __all__ = ["LiveDispatcher", "PacedSender", "RetryPolicy"]
 
 
+#: Statuses that say "the same Idempotency-Key is still being processed": the answer
+#: will be there once the earlier request ends, so they are waited out, not counted.
+IN_FLIGHT_STATUSES = frozenset({409, 425})
+
+
 @dataclass
 class RetryPolicy:
-    """Retries of transient provider errors inside one call (429s wait on the governor)."""
+    """Retries of transient provider errors inside one call (429s wait on the governor).
+
+    A conflict (``409``/``425``: the same Idempotency-Key is still in flight, typically
+    a request of a crashed or timed-out attempt) is not a failure of this request: the
+    earlier one may run as long as the provider lets it, so conflicts are retried for
+    ``conflict_patience`` times the tool's HTTP timeout instead of using up
+    ``max_attempts`` in a few seconds.
+    """
 
     max_attempts: int = 5
     base_delay_s: float = 0.2
     max_delay_s: float = 5.0
+    conflict_patience: float = 2.0
 
     def delay(self, attempt: int) -> float:
         ceiling = min(self.max_delay_s, self.base_delay_s * (2 ** (attempt - 1)))
@@ -98,7 +111,8 @@ class PacedSender:
         path: str | None = None,
     ) -> Any:
         """One paid request (``credits`` on success); its JSON body or a typed error."""
-        attempt = 0
+        attempt = conflicts = 0
+        conflict_deadline: float | None = None
         stats = self._attempt.stats
         metrics = self._attempt.metrics
         choices = _preference(self.provider.key_choices(tool), idempotency_key)
@@ -152,6 +166,18 @@ class PacedSender:
                     tool.provider, blocked.until_wall, tool_id=tool.id
                 ) from None
             self._observe(tool, _outcome(failure), started)
+            if failure.status in IN_FLIGHT_STATUSES:
+                now = time.monotonic()
+                if conflict_deadline is None:
+                    patience = self._retry.conflict_patience * self.provider.timeout_s(tool)
+                    conflict_deadline = now + patience
+                if now < conflict_deadline:
+                    conflicts += 1
+                    stats.retries += 1
+                    attempt -= 1  # waiting out our own earlier request is not a failed try
+                    pause = max(self._retry.delay(conflicts), failure.retry_after_s or 0.0)
+                    await asyncio.sleep(min(pause, max(0.0, conflict_deadline - now)))
+                    continue
             if attempt >= self._retry.max_attempts:
                 raise failure
             stats.retries += 1

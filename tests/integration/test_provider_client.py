@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -12,8 +13,8 @@ import pytest
 from playline.calls.attempt import Attempt
 from playline.calls.catalog import Catalog
 from playline.calls.http import ProviderClient, SecretScrubber
-from playline.calls.live import PacedSender
-from playline.errors import ProviderRejected, ProviderTimeout
+from playline.calls.live import PacedSender, RetryPolicy
+from playline.errors import ProviderRejected, ProviderTimeout, ProviderTransientError
 from playline.pacing.governor import Governor
 from playline.provider_server import ServerConfig, ThreadedProviderServer, start_in_thread
 from playline.stores.receipts_sqlite import SqliteReceiptStore
@@ -21,7 +22,9 @@ from playline.stores.receipts_sqlite import SqliteReceiptStore
 PERSON = {"first_name": "Ada", "last_name": "Lovelace", "domain": "example.com"}
 
 
-def catalog(base_url: str, *, envs: list[str], timeout_s: float | None = None) -> Catalog:
+def catalog(
+    base_url: str, *, envs: list[str], timeout_s: float | None = None, per_day: int = 2
+) -> Catalog:
     tool = {
         "provider": "acme",
         "path": "/acme/v1/email/find",
@@ -36,7 +39,7 @@ def catalog(base_url: str, *, envs: list[str], timeout_s: float | None = None) -
                     "base_url": base_url,
                     "auth": {"env": envs, "header": "X-Api-Key"},
                     "pacing": {"rps": 100, "burst": 10},
-                    "key_pacing": {"rps": 100, "burst": 10, "per_day": 2},
+                    "key_pacing": {"rps": 100, "burst": 10, "per_day": per_day},
                 },
                 "firmo": {"base_url": base_url, "auth": {"env": "FIRMO_KEY"}},
             },
@@ -137,3 +140,42 @@ async def test_calls_spread_across_keys_and_each_key_keeps_its_budget(
     assert snap["acme:key=KEY_A"]["successes"] == snap["acme:key=KEY_B"]["successes"] == 2
     assert governor.blocked_until("acme:key=KEY_A") is not None
     await receipts.close()
+
+
+async def _conflict(
+    server: ThreadedProviderServer, http: httpx.AsyncClient, tmp_path, retry: RetryPolicy
+) -> tuple[asyncio.Task[object], object]:
+    """An earlier request with the same key is slow (4 s); the sender sends it again."""
+    server.configure(latency_ms=(4000.0, 4000.0))
+    cat = catalog(server.base_url, envs=["ACME_KEY"], timeout_s=5.0, per_day=1000)
+    client = ProviderClient(cat, http, environ={"ACME_KEY": "k-123456"})
+    tool = cat.tool("email_finder")
+    earlier = asyncio.create_task(client.send(tool, PERSON, idempotency_key="k-slow"))
+    await asyncio.sleep(0.3)
+    receipts = SqliteReceiptStore(tmp_path / "r.db")
+    attempt = Attempt(receipts=receipts, owner="t", lease_id="l", lease_ttl_s=30)
+    sender = PacedSender(attempt, Governor(cat.pacing_policies()), client, retry)
+    try:
+        return earlier, await sender.send(tool, PERSON, "k-slow", credits=1)
+    finally:
+        await receipts.close()
+
+
+async def test_a_key_still_in_flight_is_waited_out_past_the_retry_budget(
+    server: ThreadedProviderServer, http: httpx.AsyncClient, tmp_path
+) -> None:
+    """409s for longer than five quick retries last; the answer is the earlier request's."""
+    earlier, answer = await _conflict(server, http, tmp_path, RetryPolicy())
+    assert answer == await earlier
+    ledger = server.ledger()
+    assert ledger["conflicts"] >= 5  # more 409s than max_attempts allows for failures
+    assert ledger["charged"] == 1 and ledger["duplicates"] == 1
+
+
+async def test_waiting_out_a_key_in_flight_is_bounded(
+    server: ThreadedProviderServer, http: httpx.AsyncClient, tmp_path
+) -> None:
+    """Patience is a multiple of the tool's timeout: 0.2 x 5 s gives up before the 4 s end."""
+    with pytest.raises(ProviderTransientError, match="still in flight"):
+        await _conflict(server, http, tmp_path, RetryPolicy(conflict_patience=0.2))
+    assert server.ledger()["charged"] <= 1
