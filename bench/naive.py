@@ -114,7 +114,8 @@ class NaiveEnrich:
         pending: set[asyncio.Future[Any]] = set()
         for row in rows:
             if len(pending) >= WINDOW:
-                _, pending = await workflow.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                _, still = await workflow.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                pending = set(still)  # workflow.wait returns lists
             pending.add(
                 asyncio.ensure_future(
                     workflow.execute_activity(

@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,11 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 ROOF_CONCURRENCY = 200
 #: Temporal's warning thresholds per workflow run.
 EVENTS_WARN, BYTES_WARN = 10_240, 10 * 1024 * 1024
+
+
+def give_up_after(rows: int) -> timedelta:
+    """A run that stalls (a failing workflow task retries forever) ends the benchmark."""
+    return timedelta(seconds=600 + rows / 20)
 
 
 # ---------------------------------------------------------------- processes
@@ -158,7 +164,7 @@ def _payloads(message: Any) -> list[int]:
     for field, value in message.ListFields():
         if field.message_type is None:
             continue
-        items = value if field.label == field.LABEL_REPEATED else [value]
+        items = value if field.is_repeated else [value]
         if field.message_type.GetOptions().map_entry:
             items = list(value.values()) if hasattr(value, "values") else []
             if items and not hasattr(items[0], "ListFields"):
@@ -253,6 +259,7 @@ class Bench:
                 id=play_id,
                 task_queue=queue,
                 result_type=PlayRunResult,
+                execution_timeout=give_up_after(rows),
             )
             wall = time.perf_counter() - started
             worker_cpu = cpu_seconds(proc.pid) - worker_cpu
@@ -305,6 +312,7 @@ class Bench:
                 id=f"naive-{queue}",
                 task_queue=queue,
                 result_type=int,
+                execution_timeout=give_up_after(rows),
             )
             wall = time.perf_counter() - started
             worker_cpu = cpu_seconds(proc.pid) - worker_cpu
