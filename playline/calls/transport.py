@@ -13,6 +13,11 @@ environment, timeouts and cancellation are exact, headers (``Idempotency-Key``)
 arrive as sent, and a connection that fails (refused, certificate rejected, dropped)
 is a connection error, not a timeout: httpx-aiohttp 0.2 maps every aiohttp connection
 error to ``httpx.ConnectTimeout``, which :class:`_Transport` corrects.
+
+Neither layer keeps cookies. One client serves every provider and every API key of a
+worker: a cookie jar would hand a session cookie set for one account to requests made
+with another's key (and parsing ``Set-Cookie`` into two jars cost about 5 % of a live
+worker's CPU).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import asyncio
 import ssl
 from typing import Literal
 
+import aiohttp
 import httpx
 from httpx._types import CertTypes
 from httpx_aiohttp import AiohttpTransport
@@ -52,12 +58,42 @@ def make_http_client(
     """
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive)
     if transport == "httpx":
-        return httpx.AsyncClient(limits=limits, timeout=timeout)
+        return _CookielessClient(limits=limits, timeout=timeout)
     return _AiohttpClient(limits=limits, timeout=timeout)
 
 
+class _NoCookies(httpx.Cookies):
+    """A jar that never takes a cookie from a response."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+class _CookielessClient(httpx.AsyncClient):
+    """``httpx.AsyncClient`` that neither stores nor sends cookies between requests."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        # httpx's ``cookies`` setter copies into a plain ``Cookies``: set the jar itself.
+        self._cookies = _NoCookies()
+
+
 class _Transport(AiohttpTransport):
-    """``AiohttpTransport`` whose connection failures are not reported as timeouts."""
+    """``AiohttpTransport`` whose connection failures are not reported as timeouts and
+    whose aiohttp session keeps no cookies."""
+
+    def get_client(self) -> aiohttp.ClientSession:
+        if self.client is not None or self.uds:
+            return super().get_client()
+        # The base's TCP session, with a jar that discards what providers set.
+        limit = self.limits.max_connections
+        connector = aiohttp.TCPConnector(
+            keepalive_timeout=self.limits.keepalive_expiry,
+            ssl=self.ssl_context,
+            local_addr=(self.local_address, 0) if self.local_address else None,
+            limit=100 if limit is None else limit,  # aiohttp's default when none is set
+        )
+        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
@@ -69,7 +105,7 @@ class _Transport(AiohttpTransport):
             raise httpx.ConnectError(f"{type(cause).__name__}: {cause}", request=request) from cause
 
 
-class _AiohttpClient(httpx.AsyncClient):
+class _AiohttpClient(_CookielessClient):
     """httpx's client with :class:`_Transport` underneath, also for proxies from the
     environment (httpx builds one transport per proxy, through these two hooks)."""
 

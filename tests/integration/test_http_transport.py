@@ -61,6 +61,13 @@ def make_app(seen: Recorder) -> Starlette:
         seen.paths.append(request.url.path)
         return JSONResponse({"error": "a request with this Idempotency-Key is in flight"}, 409)
 
+    async def cookie(request: Request) -> Response:
+        seen.paths.append(request.url.path)
+        seen.headers.append(dict(request.headers))
+        response = JSONResponse({"ok": True})
+        response.set_cookie("session", "account-a", path="/")
+        return response
+
     async def slow(request: Request) -> Response:
         seen.paths.append(request.url.path)
         seen.slow_started.set()
@@ -74,6 +81,7 @@ def make_app(seen: Recorder) -> Starlette:
             Route("/slow", slow, methods=["POST"]),
             Route("/conflict", conflict, methods=["POST"]),
             Route("/echo-key", echo_key, methods=["POST"]),
+            Route("/cookie", cookie, methods=["POST"]),
         ]
     )
 
@@ -114,6 +122,7 @@ def catalog_for(base_url: str, timeout_s: float = 5.0) -> Catalog:
                 "slow": {"provider": "p", "path": "/slow"},
                 "conflict": {"provider": "p", "path": "/conflict"},
                 "echo": {"provider": "p", "path": "/echo-key"},
+                "cookie": {"provider": "p", "path": "/cookie"},
             },
         }
     )
@@ -174,6 +183,19 @@ async def test_a_key_echoed_in_a_result_is_scrubbed_before_anyone_keeps_it(
     async with provider_client(catalog, transport) as client:
         data = await client.send(tool(catalog, "echo"), {}, idempotency_key="echo")
     assert data == {"you_sent": "[redacted]", "email": "a@b.c"}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_cookie_a_provider_sets_is_never_sent_back(
+    plain: str, seen: Recorder, transport: Transport
+) -> None:
+    """One client serves every account: a session cookie must not follow another key."""
+    catalog = catalog_for(plain)
+    async with provider_client(catalog, transport) as client:
+        for n in range(2):
+            await client.send(tool(catalog, "cookie"), {}, idempotency_key=f"c{n}")
+    assert seen.paths == ["/cookie", "/cookie"]
+    assert "cookie" not in seen.headers[1]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
