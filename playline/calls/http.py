@@ -115,6 +115,7 @@ class ProviderClient:
         self._catalog = catalog
         self._http = http
         self._env = environ
+        self._scopes: dict[str, str] = {}  # per provider; the keys are read once, as the scrubber's
         self.scrub = SecretScrubber(
             environ[name] for name in catalog.secret_variables() if environ.get(name)
         )
@@ -126,10 +127,13 @@ class ProviderClient:
         provider used with several keys has one scope for all of them (the call
         may go out under any), which changes when the set of keys does.
         """
-        provider = self._catalog.providers[tool.provider]
-        secrets = sorted(self._env.get(env, "") for env in provider.key_envs())
-        material = "\x00".join([tool.provider, *secrets])
-        return hashlib.sha256(material.encode()).hexdigest()[:16]
+        scope = self._scopes.get(tool.provider)
+        if scope is None:
+            provider = self._catalog.providers[tool.provider]
+            secrets = sorted(self._env.get(env, "") for env in provider.key_envs())
+            material = "\x00".join([tool.provider, *secrets])
+            scope = self._scopes[tool.provider] = hashlib.sha256(material.encode()).hexdigest()[:16]
+        return scope
 
     def _headers(self, tool: ToolSpec, idempotency_key: str, key_env: str | None) -> dict[str, str]:
         provider = self._catalog.providers[tool.provider]
