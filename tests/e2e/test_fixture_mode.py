@@ -276,3 +276,44 @@ async def test_chunks_are_sized_by_time_unless_pinned(
     assert sizes[0] == 25 and max(sizes) > 100
     assert len(sized_chunks) < len(pinned_chunks) < 1200 / 25
     assert_no_http(provider)
+
+
+async def test_counts_and_progress_carry_across_continue_as_new(
+    client, provider, worker, task_queue, home, tmp_path
+) -> None:
+    """A dataset run that continues as new (3 chunks per run, 4 runs) loses no row, counts
+    each once, and the play's progress ends at the full count."""
+    rows = [lead(n) for n in range(100)]
+    csv_path = write_csv(tmp_path / "leads.csv", rows)
+    fixtures = write_fixtures(tmp_path / "fixtures.jsonl", rows)
+    options = RunOptions(
+        integration_mode="fixture",
+        fixtures=[str(fixtures)],
+        chunk_size=10,
+        chunks_per_workflow_run=3,
+        max_chunks_in_flight=2,
+    )
+    workflow_id = new_id("rolled")
+    child_id = f"{workflow_id}/dataset/{workflow_id}"
+    async with worker():
+        result = await run(
+            client,
+            "t_tool_column",
+            {"csv_path": str(csv_path), "dataset": workflow_id},
+            task_queue=task_queue,
+            options=options,
+            workflow_id=workflow_id,
+        )
+        handle = client.get_workflow_handle(workflow_id)
+        state = await handle.query("state", result_type=PlayState)
+        (dataset,) = result.datasets
+        runs = [w async for w in client.list_workflows(f'WorkflowId = "{child_id}"')]
+    assert len(runs) == 4  # 10 chunks at 3 per run: three continued as new, one completed
+    assert dataset.stats.rows_ok == 100 and dataset.stats.rows_failed == 0
+    assert result.stats.rows_ok == 100
+    assert (state.rows_total, state.rows_done, state.rows_failed) == (100, 100, 0)
+    assert state.phase == "completed"
+    await export_rows(home, dataset.run_ref, tmp_path / "out.csv")
+    exported = {r["lead_id"]: r["value"] for r in read_csv_rows(tmp_path / "out.csv")}
+    assert exported == {row[0]: fixture_email(row) for row in rows}
+    assert_no_http(provider)
