@@ -182,7 +182,7 @@ class Permit:
     def observe(self, report: RateLimitReport | None) -> None:
         """What the response said about the provider's limits (its headers)."""
         if report is not None and report.quotas:
-            self._governor._on_report(self.keys, self._tickets, report)
+            self._governor._on_report(self.keys, report, self._dispatched_at)
 
     def record_success(self, latency_s: float) -> None:
         """The provider answered usefully after ``latency_s`` seconds."""
@@ -433,16 +433,17 @@ class Governor:
     # ------------------------------------------------------------------ outcomes
 
     def _on_report(
-        self, keys: Sequence[str], tickets: Sequence[_Ticket], report: RateLimitReport
+        self, keys: Sequence[str], report: RateLimitReport, dispatched_at: float
     ) -> None:
         now = self._clock()
         for key in keys:
             state = self._state(key)
             state.first_answer_due = None
             # Calls sent within half the quickest round trip may not have reached
-            # the provider when it wrote this report: count them as spent.
+            # the provider when it wrote this report: count them as spent. The call
+            # this report answers was counted by it, however quick its round trip.
             one_way = state.fastest / 2 if math.isfinite(state.fastest) else 0.0
-            unseen = state.search.log.sent_since(now - one_way)
+            unseen = state.search.log.sent_since(max(now - one_way, dispatched_at))
             state.budget.observe(report, now, unseen)
             self._sync_limiter(state)
 

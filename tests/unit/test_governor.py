@@ -447,6 +447,24 @@ async def test_reported_quota_paces_evenly_then_blocks_and_parks() -> None:
     assert gov.rate_in_force("acme") == pytest.approx(100 / 10.0)
 
 
+async def test_the_call_a_report_answers_is_counted_by_it_however_quick() -> None:
+    """A round trip under half the quickest so far: the report still counted its own call
+    (counting it again made the last call of a window park with one call left)."""
+    clock = Clock()
+    gov = Governor({"acme": PacingPolicy(rps=1000, burst=5)}, clock=clock, wall_clock=lambda: 0.0)
+    for latency, remaining in ((0.010, 2), (0.002, 1)):  # a new connection, then a quick call
+        async with gov.permit(["acme"]) as permit:
+            clock.now += latency
+            permit.observe(RateLimitReport((QuotaReport("", 3, remaining, 6.0),)))
+            permit.record_success(latency)
+    assert gov.blocked_until("acme") is None  # one call left, as the provider said
+    async with gov.permit(["acme"], park_after_s=1.0) as permit:
+        clock.now += 0.002
+        permit.observe(RateLimitReport((QuotaReport("", 3, 0, 5.9),)))
+        permit.record_success(0.002)
+    assert gov.blocked_until("acme") == pytest.approx(5.9)  # wall time of the reset
+
+
 async def test_a_long_retry_after_blocks_the_key_for_all_of_it() -> None:
     clock = Clock()
     gov = Governor(
