@@ -21,7 +21,6 @@ import contextlib
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -163,7 +162,7 @@ class LeaseKeeper:
     """The receipt keys an attempt holds leases on and has not settled yet."""
 
     def __init__(self) -> None:
-        self._held: Counter[str] = Counter()
+        self._held: dict[str, int] = {}  # key -> blocks holding it (a plain dict: hot path)
         self.lost: LeaseLost | None = None
 
     def keys(self) -> list[str]:
@@ -173,14 +172,18 @@ class LeaseKeeper:
     def holding(self, keys: Iterable[str]) -> Iterator[None]:
         """Keep ``keys`` renewed by the heartbeat while the block runs (blocks may nest)."""
         keys = list(keys)
-        self._held.update(keys)
+        held = self._held
+        for key in keys:
+            held[key] = held.get(key, 0) + 1
         try:
             yield
         finally:
-            self._held.subtract(keys)
             for key in keys:
-                if self._held[key] <= 0:
-                    self._held.pop(key, None)
+                left = held.get(key, 0) - 1
+                if left > 0:
+                    held[key] = left
+                else:
+                    held.pop(key, None)
 
     async def renew(self, receipts: ReceiptStore, *, lease_id: str, ttl_s: float) -> None:
         """Renew every held key; record ``LeaseLost`` if another owner took one."""
