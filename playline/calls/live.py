@@ -111,14 +111,13 @@ class PacedSender:
         path: str | None = None,
     ) -> Any:
         """One paid request (``credits`` on success); its JSON body or a typed error."""
-        attempt = conflicts = 0
+        failures = conflicts = 0  # conflicts are waited out, not counted as failures
         conflict_deadline: float | None = None
         stats = self._attempt.stats
         metrics = self._attempt.metrics
         choices = _preference(self.provider.key_choices(tool), idempotency_key)
         chosen: tuple[str, str] | None = None
         while True:
-            attempt += 1
             if choices and chosen is None:
                 picked = self._pacer.pick([key for key, _ in choices])
                 chosen = next(choice for choice in choices if choice[0] == picked)
@@ -174,16 +173,16 @@ class PacedSender:
                 if now < conflict_deadline:
                     conflicts += 1
                     stats.retries += 1
-                    attempt -= 1  # waiting out our own earlier request is not a failed try
                     pause = max(self._retry.delay(conflicts), failure.retry_after_s or 0.0)
-                    await asyncio.sleep(min(pause, max(0.0, conflict_deadline - now)))
+                    await asyncio.sleep(min(pause, conflict_deadline - now))
                     continue
-            if attempt >= self._retry.max_attempts:
+            failures += 1
+            if failures >= self._retry.max_attempts:
                 raise failure
             stats.retries += 1
             if not isinstance(failure, ProviderRateLimited):
                 # 429s wait on the governor's pause; other transient errors back off here.
-                await asyncio.sleep(max(self._retry.delay(attempt), failure.retry_after_s or 0.0))
+                await asyncio.sleep(max(self._retry.delay(failures), failure.retry_after_s or 0.0))
 
     def _observe(self, tool: ToolSpec, outcome: str, started: float) -> None:
         metrics = self._attempt.metrics
