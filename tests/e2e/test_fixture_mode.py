@@ -44,10 +44,14 @@ def write_fixtures(path: Path, rows: list[list[str]]) -> Path:
 
 
 async def run_with_state(
-    client: Any, task_queue: str, play_input: dict[str, Any], options: RunOptions
+    client: Any,
+    task_queue: str,
+    play_input: dict[str, Any],
+    options: RunOptions,
+    workflow_id: str | None = None,
 ) -> tuple[Any, PlayState]:
     """Run a play, then query its ``state`` (answered by replay while the worker runs)."""
-    workflow_id = new_id("fixture")
+    workflow_id = workflow_id or new_id("fixture")
     result = await run(
         client,
         "t_tool_column",
@@ -296,16 +300,8 @@ async def test_counts_and_progress_carry_across_continue_as_new(
     workflow_id = new_id("rolled")
     child_id = f"{workflow_id}/dataset/{workflow_id}"
     async with worker():
-        result = await run(
-            client,
-            "t_tool_column",
-            {"csv_path": str(csv_path), "dataset": workflow_id},
-            task_queue=task_queue,
-            options=options,
-            workflow_id=workflow_id,
-        )
-        handle = client.get_workflow_handle(workflow_id)
-        state = await handle.query("state", result_type=PlayState)
+        play_input = {"csv_path": str(csv_path), "dataset": workflow_id}
+        result, state = await run_with_state(client, task_queue, play_input, options, workflow_id)
         (dataset,) = result.datasets
         runs = [w async for w in client.list_workflows(f'WorkflowId = "{child_id}"')]
     assert len(runs) == 4  # 10 chunks at 3 per run: three continued as new, one completed

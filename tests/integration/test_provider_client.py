@@ -157,6 +157,9 @@ async def _conflict(
     sender = PacedSender(attempt, Governor(cat.pacing_policies()), client, retry)
     try:
         return earlier, await sender.send(tool, PERSON, "k-slow", credits=1)
+    except BaseException:
+        earlier.cancel()  # the test ends here: leave no request running
+        raise
     finally:
         await receipts.close()
 
