@@ -28,6 +28,11 @@ the ``temporal`` CLI: ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_A
 | ``PLAYLINE_METRICS_PORT`` | ``metrics_port`` | unset: no metrics endpoint |
 | ``PLAYLINE_HTTP_TRANSPORT`` | ``http_transport`` | ``aiohttp`` (``httpx``: httpcore's pool) |
 | ``PLAYLINE_CODEC_KEYS`` | ``codec_keys`` | unset: payloads are not encrypted |
+| ``PLAYLINE_CODEC_TOKEN`` | ``codec_token`` | unset: the codec server asks for no bearer token |
+| ``PLAYLINE_DATA_DIRS`` | ``data_dirs`` | unset: no worker-local file (``store:`` works) |
+| ``PLAYLINE_URL_LOADS`` | ``url_loads`` | ``off`` (``on``: public hosts) |
+| ``PLAYLINE_URL_ALLOW_HOSTS`` | ``url_allow_hosts`` | none: private addresses refused |
+| ``PLAYLINE_URL_MAX_BYTES`` | ``url_max_bytes`` | 512 MiB |
 | (catalog-named) | ``environ`` | API keys (``ACME_API_KEY``...) and ``base_url_env`` overrides |
 """
 
@@ -72,6 +77,11 @@ ENV_VARIABLES = (
     "PLAYLINE_METRICS_PORT",
     "PLAYLINE_HTTP_TRANSPORT",
     "PLAYLINE_CODEC_KEYS",
+    "PLAYLINE_CODEC_TOKEN",
+    "PLAYLINE_DATA_DIRS",
+    "PLAYLINE_URL_LOADS",
+    "PLAYLINE_URL_ALLOW_HOSTS",
+    "PLAYLINE_URL_MAX_BYTES",
 )
 
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
@@ -82,6 +92,8 @@ DEFAULT_FLEET_PREFIX = "playline_"
 PACING_MODES = ("governor", "off")
 SQLITE_URL_PREFIX = "sqlite:///"
 POSTGRES_URL_PREFIXES = ("postgresql://", "postgres://")
+#: The largest CSV a worker downloads from a URL unless ``PLAYLINE_URL_MAX_BYTES`` says.
+DEFAULT_URL_MAX_BYTES = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -130,6 +142,19 @@ class Settings:
     #: ``kid1:<base64 32 bytes>,kid2:...``: encrypt payloads (the first key) and
     #: decrypt them (any key); see :mod:`playline.codec`. Secret: never printed.
     codec_keys: str | None = field(default=None, repr=False)
+    #: A bearer token the codec server requires of every request (``None``: none).
+    codec_token: str | None = field(default=None, repr=False)
+    #: Directories whose files a play may name as a worker-local CSV or fixture path
+    #: (resolved, symlinks followed); empty: none (``store:`` references always work).
+    data_dirs: tuple[Path, ...] = ()
+    #: Whether plays may name ``http(s)://`` CSV URLs for the worker to download.
+    url_loads: bool = False
+    #: Hosts (name or address, optionally ``:port``) a CSV URL may reach although they
+    #: are private (an internal file server); every other private, loopback or
+    #: link-local address is refused, on every redirect hop.
+    url_allow_hosts: tuple[str, ...] = ()
+    #: The most bytes a CSV download may hold.
+    url_max_bytes: int = DEFAULT_URL_MAX_BYTES
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
 
     @classmethod
@@ -160,6 +185,16 @@ class Settings:
             metrics_port=_port(env.get("PLAYLINE_METRICS_PORT")),
             http_transport="httpx" if env.get("PLAYLINE_HTTP_TRANSPORT") == "httpx" else "aiohttp",
             codec_keys=env.get("PLAYLINE_CODEC_KEYS") or None,
+            codec_token=env.get("PLAYLINE_CODEC_TOKEN") or None,
+            data_dirs=_paths(env.get("PLAYLINE_DATA_DIRS")),
+            url_loads=_switch("PLAYLINE_URL_LOADS", env.get("PLAYLINE_URL_LOADS")),
+            url_allow_hosts=tuple(
+                h.strip()
+                for h in (env.get("PLAYLINE_URL_ALLOW_HOSTS") or "").split(",")
+                if h.strip()
+            ),
+            url_max_bytes=_positive("PLAYLINE_URL_MAX_BYTES", env.get("PLAYLINE_URL_MAX_BYTES"))
+            or DEFAULT_URL_MAX_BYTES,
             environ=MappingProxyType(env),
         )
         return settings.with_overrides(**overrides)
@@ -215,6 +250,11 @@ class Settings:
         return (self.sqlite_dir or self.home) / "sheet.db"
 
     @property
+    def journal_dir(self) -> Path:
+        """Where a worker journals paid results its receipt store would not take."""
+        return self.home / "journal"
+
+    @property
     def fixture_index_dir(self) -> Path:
         """Where fixture files are indexed (one SQLite file per set of fixture files)."""
         return self.home / "fixtures"
@@ -248,6 +288,32 @@ def _port(value: str | None) -> int | None:
         return None
     if not value.isdigit() or not 0 < int(value) < 65536:
         raise PlaylineError(f"PLAYLINE_METRICS_PORT must be a port number, got {value!r}")
+    return int(value)
+
+
+def _paths(value: str | None) -> tuple[Path, ...]:
+    """``PLAYLINE_DATA_DIRS``: directories separated by ``os.pathsep``."""
+    return tuple(Path(p).expanduser() for p in (value or "").split(os.pathsep) if p.strip())
+
+
+_ON = ("1", "on", "true", "yes")
+_OFF = ("", "0", "off", "false", "no")
+
+
+def _switch(name: str, value: str | None) -> bool:
+    text = (value or "").strip().lower()
+    if text in _ON:
+        return True
+    if text in _OFF:
+        return False
+    raise PlaylineError(f"{name} must be on or off, got {value!r}")
+
+
+def _positive(name: str, value: str | None) -> int | None:
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise PlaylineError(f"{name} must be a positive whole number, got {value!r}")
     return int(value)
 
 

@@ -58,6 +58,10 @@ class RunOptions(BaseModel):
     # Rows of each dataset result shown in history (they may hold personal data):
     # 0 keeps every row out of history.
     preview_rows: int = Field(default=DEFAULT_PREVIEW_ROWS, ge=0, le=MAX_PREVIEW_ROWS)
+    #: Re-send calls whose receipt is ``ambiguous`` (sent to a tool that does not
+    #: de-duplicate, no definitive answer: they may have been charged). Off by default:
+    #: only an explicit retry may pay for such a call again.
+    retry_ambiguous: bool = False
 
 
 class DatasetRef(BaseModel):
@@ -127,6 +131,9 @@ class PreparedRun(BaseModel):
     admitted: int
     duplicates: int
     seen_before: int
+    #: the first few row keys that repeated (only when the run may show rows:
+    #: ``preview_rows > 0``), so a user can find them
+    duplicate_keys: list[str] = Field(default_factory=list)
     already_done: int = 0
     suggested_chunks_in_flight: int = 1
     suggested_row_concurrency: int = 8
@@ -164,6 +171,9 @@ class ChunkStats(BaseModel):
     calls_shared: int = 0
     calls_waited: int = 0
     calls_failed: int = 0
+    #: calls sent without a definitive answer to a tool that does not de-duplicate
+    #: (may have been charged); never re-sent automatically (``retry_ambiguous``)
+    calls_ambiguous: int = 0
     retries: int = 0
     credits: float = 0.0
     #: wall seconds the chunk activities took (summed): with rows, the chunk sizer's input
@@ -246,6 +256,8 @@ class DatasetResult(BaseModel):
     admitted: int
     duplicates: int
     seen_before: int
+    #: the first few row keys that repeated (see ``PreparedRun.duplicate_keys``)
+    duplicate_keys: list[str] = Field(default_factory=list)
     preview: list[dict[str, Any]] = Field(default_factory=list)
     rows: list[dict[str, Any]] | None = None  # all rows, only if they fit the budget
 
@@ -261,6 +273,8 @@ class ExportInput(BaseModel):
     run_ref: str
     path: str
     format: Literal["csv", "jsonl"] = "csv"
+    #: CSV: write cells as they are, without neutralising spreadsheet formulas
+    raw: bool = False
 
 
 class ToolCallInput(BaseModel):
