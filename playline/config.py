@@ -39,11 +39,12 @@ the ``temporal`` CLI: ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_A
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import TLSConfig
@@ -267,6 +268,20 @@ class Settings:
             return self.store
         return self.pg_dsn
 
+    def secret_values(self, variables: Iterable[str] = ()) -> list[str]:
+        """Every secret this worker holds: the values of ``variables`` (the catalog's API
+        key variables), the Temporal API key, the codec keys and token, and the
+        passwords in the store URLs. Error texts pass a scrubber holding them all."""
+        values = [self.environ.get(name, "") for name in variables]
+        values += [self.temporal_api_key or "", self.codec_token or ""]
+        if self.codec_keys:
+            values.append(self.codec_keys)
+            values += [part.partition(":")[2].strip() for part in self.codec_keys.split(",")]
+        for url in (self.store_url, self.pg_dsn):
+            if url:
+                values += _url_passwords(url)
+        return [v for v in values if v]
+
     def deprecations(self) -> list[str]:
         """One line per deprecated setting in use, saying what to set instead."""
         if not self.pg_dsn:
@@ -289,6 +304,14 @@ def _port(value: str | None) -> int | None:
     if not value.isdigit() or not 0 < int(value) < 65536:
         raise PlaylineError(f"PLAYLINE_METRICS_PORT must be a port number, got {value!r}")
     return int(value)
+
+
+def _url_passwords(url: str) -> list[str]:
+    """The passwords a database URL carries: in its netloc and as ``?password=``."""
+    parts = urlsplit(url)
+    found = [parts.password or ""]
+    found += [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
+    return [unquote(p) for p in found if p] + [p for p in found if p]
 
 
 def _paths(value: str | None) -> tuple[Path, ...]:

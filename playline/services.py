@@ -19,7 +19,7 @@ import httpx
 from playline import demo
 from playline.calls.catalog import Catalog
 from playline.calls.fixtures import FixtureBook
-from playline.calls.http import ProviderClient
+from playline.calls.http import ProviderClient, SecretScrubber
 from playline.calls.transport import make_http_client
 from playline.config import PACING_MODES, Settings
 from playline.errors import CatalogError
@@ -59,7 +59,10 @@ class Services:
         self.receipts = receipts
         self.sheet = sheet
         self.http = http
-        self.provider = ProviderClient(catalog, http, environ=settings.environ)
+        #: every secret of this worker (API keys, store passwords, codec keys): error
+        #: texts that leave the worker pass through it
+        self.scrub = SecretScrubber(settings.secret_values(catalog.secret_variables()))
+        self.provider = ProviderClient(catalog, http, environ=settings.environ, scrub=self.scrub)
         self._fixture_books: dict[tuple[tuple[str, int, int], ...], FixtureBook] = {}
 
     @classmethod

@@ -103,6 +103,8 @@ class ProviderClient:
         http: the shared httpx client.
         environ: the API keys and base-URL overrides the catalog names
             (``Settings.environ``); nothing else is read from it.
+        scrub: the worker's scrubber (every secret it holds); default: one holding
+            the catalog's API keys.
     """
 
     def __init__(
@@ -111,12 +113,13 @@ class ProviderClient:
         http: httpx.AsyncClient,
         *,
         environ: Mapping[str, str],
+        scrub: SecretScrubber | None = None,
     ) -> None:
         self._catalog = catalog
         self._http = http
         self._env = environ
         self._scopes: dict[str, str] = {}  # per provider; the keys are read once, as the scrubber's
-        self.scrub = SecretScrubber(
+        self.scrub = scrub or SecretScrubber(
             environ[name] for name in catalog.secret_variables() if environ.get(name)
         )
 
