@@ -2,13 +2,16 @@
 
 The demo, the tests and the benchmarks call it over real HTTP on 127.0.0.1, and
 read its ledger to check from the provider's side that nothing was paid for
-twice and no limit was exceeded. See ``app`` for the request pipeline, ``config``
-for the knobs, ``process`` for starting it.
+twice and no limit was exceeded. It can honour ``Idempotency-Key`` (``"key"``) or
+ignore it like most real enrichment APIs (``"ignore"``), and inject faults that
+charge and then fail to answer; the ledger says which charged calls were never
+answered, and why. See ``app`` for the request pipeline, ``config`` for the
+knobs, ``ledger`` for what is counted, ``process`` for starting it.
 """
 
 from playline.provider_server.app import ENDPOINTS, ProviderServer, create_app
 from playline.provider_server.config import ServerConfig, key_digest
-from playline.provider_server.ledger import Ledger
+from playline.provider_server.ledger import UNANSWERED_REASONS, Ledger, idem_digest
 from playline.provider_server.process import (
     ProviderServerError,
     ProviderServerProcess,
@@ -19,6 +22,7 @@ from playline.provider_server.process import (
 
 __all__ = [
     "ENDPOINTS",
+    "UNANSWERED_REASONS",
     "Ledger",
     "ProviderServer",
     "ProviderServerError",
@@ -27,6 +31,7 @@ __all__ = [
     "ThreadedProviderServer",
     "create_app",
     "free_port",
+    "idem_digest",
     "key_digest",
     "main",
     "start_in_thread",

@@ -12,10 +12,26 @@ rate limit and concurrency cap decided on arrival (429 + ``Retry-After``), body
 validation (422), ``Idempotency-Key`` checks (422 on reuse with another body,
 409 while the same key is in flight), injected faults, the latency sleep, and
 finally the charge. A replay of a key whose call was charged returns the stored
-response and is counted in ``duplicates``, not charged. A "malformed" fault
-charges the call and stores the *correct* response under the idempotency key
-(the corruption happened on the wire), so a client retrying with the same key
-recovers without paying twice.
+response and is counted in ``duplicates``, not charged. With
+``idempotency="ignore"`` the header is not even read: no replay, no 409, no 422,
+every request that reaches the charge pays, as with most real enrichment APIs.
+
+The charged faults fail *after* the charge: ``malformed`` (a 200 with a broken
+body), ``500_after_charge`` (a 500 with a JSON error), ``drop_after_charge`` (the
+headers announce the full ``Content-Length``, half the body is sent, then the
+connection is aborted: the client sees a transport error, never a status) and
+``timeout_after_charge`` (the answer is held ``timeout_sleep_s``, then a 504). In
+``key`` mode each of them stores the *correct* response under the idempotency key
+before failing: the provider's charge and its record of the answer are one step,
+and what broke is the way back (a proxy, the wire, the process writing the
+response). A client retrying with the same key therefore recovers without paying
+twice; a provider that ignores keys charges the retry again.
+
+After the response is computed the handler asks whether the client is still
+connected: a client that timed out, was cancelled or was SIGKILLed during the
+latency sleep is gone, yet its call was charged, as at a real provider. The
+ledger records that call as not ``answered`` (``client_gone``), and counts it in
+``charged_unanswered`` together with the charged faults.
 
 Everything runs in one event loop; the state is mutated without locks and no
 handler awaits between a check and the update it guards.
@@ -27,6 +43,7 @@ import asyncio
 import email.utils
 import hmac
 import json
+import logging
 import math
 import random
 import time
@@ -41,10 +58,16 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from playline.provider_server import fake_data
-from playline.provider_server.config import FAULT_KINDS, ServerConfig, key_digest
-from playline.provider_server.ledger import Charge, Ledger
+from playline.provider_server.config import (
+    CHARGED_FAULTS,
+    FAULT_KINDS,
+    ServerConfig,
+    key_digest,
+)
+from playline.provider_server.ledger import Charge, Ledger, idem_digest
 from playline.provider_server.limiters import Decision, Limiter, build_limiter
 
 JSON_TYPE = "application/json"
@@ -182,6 +205,44 @@ class Outcome:
     charged: bool = False
     items: int = 1
     duplicate: bool = False
+    #: why the client got no usable answer (``ledger.UNANSWERED_REASONS``), ``""`` if it did
+    unanswered: str = ""
+
+
+class _DroppedOnPurpose(Exception):
+    """Raised by :class:`DroppedResponse` so the server aborts the connection mid-body."""
+
+
+class DroppedResponse(Response):
+    """A response that dies on the wire: full ``Content-Length``, half the body, then abort.
+
+    Raising after the response started makes uvicorn close the transport without
+    completing the message, which is what a crashed provider or a cut proxy looks
+    like to a client: ``httpx.RemoteProtocolError`` (httpcore) or ``httpx.ReadError``
+    (httpx-aiohttp), never a status code.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        partial = self.body[: len(self.body) // 2]
+        await send({"type": "http.response.body", "body": partial, "more_body": True})
+        raise _DroppedOnPurpose("connection dropped on purpose (drop_after_charge)")
+
+
+class _QuietDrops(logging.Filter):
+    """Keeps uvicorn from logging the intended drops as "Exception in ASGI application"."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, _DroppedOnPurpose)
+
+
+def _install_quiet_drops() -> None:
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _QuietDrops) for f in logger.filters):
+        logger.addFilter(_QuietDrops())
 
 
 @dataclass
@@ -250,7 +311,8 @@ class ProviderServer:
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         """Serve one provider request and record it in the ledger."""
-        in_flight = self.ledger.enter(endpoint.provider)
+        idem = idem_digest(request.headers.get("idempotency-key"))
+        in_flight = self.ledger.enter(endpoint.provider, idem)
         outcome = Outcome(error_response(500, "internal error"))
         scope: tuple[str, str] | None = None
         try:
@@ -261,8 +323,10 @@ class ProviderServer:
                 scope = (endpoint.provider, key_digest(key))
                 self.key_in_flight[scope] += 1
                 outcome = await self._process(request, endpoint, in_flight, scope)
+            if not outcome.unanswered and await request.is_disconnected():
+                outcome.unanswered = "client_gone"
         finally:
-            self.ledger.leave(endpoint.provider)
+            self.ledger.leave(endpoint.provider, idem)
             if scope is not None:
                 self.key_in_flight[scope] -= 1
             self.ledger.record(
@@ -273,6 +337,8 @@ class ProviderServer:
                 outcome.items,
                 outcome.duplicate,
                 scope[1] if scope else "",
+                idem,
+                outcome.unanswered,
             )
         return outcome.response
 
@@ -417,6 +483,8 @@ class ProviderServer:
             raise BadRequest("body is not valid JSON") from None
         inputs = parse_inputs(endpoint, body, self.config.bulk_max_items)
         call = _Call(endpoint, inputs, fake_data.digest(endpoint.path, body))
+        if self.config.idempotency == "ignore":
+            return call  # the header means nothing to this provider
         header = request.headers.get("idempotency-key")
         if header is not None:
             if not header.strip():
@@ -442,13 +510,8 @@ class ProviderServer:
             if pending.get(kind, 0) > 0:
                 pending[kind] -= 1
                 return kind
-        cfg = self.config
         roll = self.fault_rng.random()
-        for kind, rate in (
-            ("5xx", cfg.fault_rate_5xx),
-            ("timeout", cfg.fault_rate_timeout),
-            ("malformed", cfg.fault_rate_malformed),
-        ):
+        for kind, rate in self.config.fault_rates():
             if roll < rate:
                 return kind
             roll -= rate
@@ -473,7 +536,10 @@ class ProviderServer:
             await asyncio.sleep(self.latency_rng.uniform(low, high) / 1000.0)
 
     async def _serve(self, call: _Call) -> Outcome:
-        """Sleep the latency, then replay a stored response or compute and charge a new one."""
+        """Sleep the latency, then replay a stored response or compute and charge a new one.
+
+        A replay is never charged, so a charged fault drawn for it has no effect.
+        """
         stored = self.idempotency.get(call.idem_key) if call.idem_key else None
         if stored is not None:
             await self._sleep_latency(call.endpoint.provider)
@@ -493,10 +559,23 @@ class ProviderServer:
         finally:
             if call.idem_key is not None:
                 self.idempotency_in_flight.discard(call.idem_key)
-        if call.fault == "malformed":
-            self.ledger.note_fault("malformed")
-            body = b'{"email": "trunc\x00<html>502 Bad Gateway'
+        if call.fault in CHARGED_FAULTS:
+            assert call.fault is not None
+            self.ledger.note_fault(call.fault)
+            response = await self._charged_failure(call.fault, body)
+            return Outcome(response, charged=True, items=len(call.inputs), unanswered=call.fault)
         return Outcome(Response(body, media_type=JSON_TYPE), charged=True, items=len(call.inputs))
+
+    async def _charged_failure(self, fault: str, body: bytes) -> Response:
+        """How a charged call's answer ``body`` fails to reach the client under ``fault``."""
+        if fault == "500_after_charge":
+            return error_response(500, "injected fault: internal error after the charge")
+        if fault == "drop_after_charge":
+            return DroppedResponse(body, media_type=JSON_TYPE)
+        if fault == "timeout_after_charge":
+            await asyncio.sleep(self.config.timeout_sleep_s)
+            return error_response(504, "injected fault: timed out after the charge")
+        return Response(b'{"email": "trunc\x00<html>502 Bad Gateway', media_type=JSON_TYPE)
 
     def _charge(self, call: _Call) -> bytes:
         endpoint = call.endpoint
@@ -571,6 +650,7 @@ def _provider_route(server: ProviderServer, endpoint: Endpoint) -> Route:
 def create_app(config: ServerConfig | None = None) -> Starlette:
     """The ASGI app; its ``ProviderServer`` state is ``app.state.provider_server``."""
     server = ProviderServer(config)
+    _install_quiet_drops()
     routes = [_provider_route(server, ep) for ep in ENDPOINTS]
     routes += [
         Route("/healthz", _healthz, methods=["GET"]),

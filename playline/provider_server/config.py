@@ -2,9 +2,22 @@
 
 One pydantic model, ``ServerConfig``, describes everything that makes the fake
 provider behave like a real paid API: latency, per-provider rate limits and
-concurrency caps, injected faults and API keys. It is passed to the subprocess as
-JSON and can be changed while the server runs (``POST /_admin/config`` merges a
-partial update), so a test or benchmark can turn a knob without restarting.
+concurrency caps, injected faults, API keys, and whether ``Idempotency-Key`` is
+honoured at all. It is passed to the subprocess as JSON and can be changed while
+the server runs (``POST /_admin/config`` merges a partial update), so a test or
+benchmark can turn a knob without restarting.
+
+Faults come in two families, and the difference is the whole point of them:
+
+* **uncharged, definitive**: ``"429"``, ``"5xx"`` (a ``503``: "not processed, retry
+  later") and ``"timeout"`` (a slow ``504`` after ``timeout_sleep_s``) happen before the
+  charge; re-sending costs nothing.
+* **charged, ambiguous**: ``"malformed"`` (a ``200`` with a broken body),
+  ``"500_after_charge"`` (a ``500``), ``"drop_after_charge"`` (the connection dies
+  mid-body: a transport error on the client) and ``"timeout_after_charge"`` (the answer
+  is held ``timeout_sleep_s``, then a ``504``) all charge first. A client cannot tell
+  them from an uncharged failure, which is why playline never re-sends such a call to a
+  tool whose provider does not de-duplicate (``idempotency="ignore"`` models one).
 """
 
 from __future__ import annotations
@@ -15,10 +28,37 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-FaultKind = Literal["429", "5xx", "timeout", "malformed"]
+FaultKind = Literal[
+    "429",
+    "5xx",
+    "timeout",
+    "malformed",
+    "500_after_charge",
+    "drop_after_charge",
+    "timeout_after_charge",
+]
 
 #: The kinds ``fail_next`` understands, checked in this order.
-FAULT_KINDS: tuple[FaultKind, ...] = ("429", "5xx", "timeout", "malformed")
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    "429",
+    "5xx",
+    "timeout",
+    "malformed",
+    "500_after_charge",
+    "drop_after_charge",
+    "timeout_after_charge",
+)
+
+#: The faults that charge the call and then fail to deliver its answer.
+CHARGED_FAULTS: frozenset[str] = frozenset(
+    ("malformed", "500_after_charge", "drop_after_charge", "timeout_after_charge")
+)
+
+#: ``"key"``: replay a charged call's response for a repeated ``Idempotency-Key``
+#: (409 while it is in flight, 422 for reuse with another body), as Stripe-style APIs
+#: do. ``"ignore"``: the header means nothing; every request that reaches the charge is
+#: charged, as most enrichment APIs behave.
+IdempotencyMode = Literal["key", "ignore"]
 
 LatencyRange = tuple[float, float]
 
@@ -68,10 +108,12 @@ def _check_range(name: str, value: LatencyRange) -> None:
 class ServerConfig(BaseModel):
     """How the fake provider behaves. Every field has a harmless default.
 
-    ``fail_next`` maps a fault kind (``"429"``, ``"5xx"``, ``"timeout"``,
-    ``"malformed"``) to how many of the next valid requests get that fault; the
-    counts are decremented as they are used, so ``GET /_admin/config`` shows
-    what is left.
+    ``fail_next`` maps a fault kind (any of ``FAULT_KINDS``) to how many of the
+    next valid requests get that fault; the counts are decremented as they are
+    used, so ``GET /_admin/config`` shows what is left. The ``fault_rate_*``
+    fields draw the same faults at random (one roll per request, see
+    ``fault_rates``). A charged fault drawn for a request that replays a stored
+    response (``idempotency="key"``) is used up without effect: nothing is charged.
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -93,9 +135,14 @@ class ServerConfig(BaseModel):
     fault_rate_5xx: float = Field(default=0.0, ge=0.0, le=1.0)
     fault_rate_timeout: float = Field(default=0.0, ge=0.0, le=1.0)
     fault_rate_malformed: float = Field(default=0.0, ge=0.0, le=1.0)
+    fault_rate_500_after_charge: float = Field(default=0.0, ge=0.0, le=1.0)
+    fault_rate_drop_after_charge: float = Field(default=0.0, ge=0.0, le=1.0)
+    fault_rate_timeout_after_charge: float = Field(default=0.0, ge=0.0, le=1.0)
+    #: how long the ``timeout`` and ``timeout_after_charge`` faults hold the answer
     timeout_sleep_s: float = Field(default=30.0, ge=0.0)
     fail_next: dict[FaultKind, int] = Field(default_factory=dict)
     seed: int = 0
+    idempotency: IdempotencyMode = "key"
     #: per provider, the key(s) accepted (none configured: any non-empty key)
     api_keys: dict[str, str | list[str]] = Field(default_factory=dict, repr=False)
     bulk_max_items: int = Field(default=100, ge=1)
@@ -124,6 +171,21 @@ class ServerConfig(BaseModel):
     def latency_for(self, provider: str) -> LatencyRange:
         """The latency range (milliseconds) that applies to ``provider``."""
         return self.provider_latency_ms.get(provider, self.latency_ms)
+
+    def fault_rates(self) -> tuple[tuple[FaultKind, float], ...]:
+        """The random fault rates, in the order the roll visits them.
+
+        The older kinds keep their places and the charged-then-failed ones come
+        last, so a seed draws the same faults as before those existed.
+        """
+        return (
+            ("5xx", self.fault_rate_5xx),
+            ("timeout", self.fault_rate_timeout),
+            ("malformed", self.fault_rate_malformed),
+            ("500_after_charge", self.fault_rate_500_after_charge),
+            ("drop_after_charge", self.fault_rate_drop_after_charge),
+            ("timeout_after_charge", self.fault_rate_timeout_after_charge),
+        )
 
     def burst_for(self, provider: str) -> int:
         """The token-bucket capacity of ``provider`` (default 1: no bursting)."""

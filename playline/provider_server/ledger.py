@@ -7,24 +7,61 @@ charged, ``rate_limited`` counts requests that broke the limit, ``max_in_flight`
 the highest concurrency observed. A bounded list of per-call records lets a
 benchmark compute the achieved rate per time window.
 
+A charge the client never learnt about is the case playline must not retry
+blindly, so the ledger also counts ``charged_unanswered``: charged calls whose
+client got no usable answer, by reason (``UNANSWERED_REASONS``): the client was
+gone when the answer was ready (``client_gone``: it timed out, was cancelled or
+was SIGKILLed while the request slept in the latency), or a charged fault broke
+the answer (``malformed``, ``500_after_charge``, ``drop_after_charge``,
+``timeout_after_charge``). A charged fault is the reason even when the client
+also left (it left *because* of the fault); ``client_gone`` is for calls that
+would have been answered. Each call record says ``answered`` and carries
+``idem``, a digest of its ``Idempotency-Key``, and ``in_flight_idem`` lists the
+digests of the requests in flight, so a test that kills a client can name the
+exact call it cut off.
+
 The ledger lives in the server's event loop thread and is mutated without locks;
 every method is synchronous and never awaits.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
-#: ``(t_monotonic, t_wall, provider, path, status, charged, items, duplicate, key)``;
-#: ``key`` is the API key's digest (``key_digest``), never the key.
-CallRecord = tuple[float, float, str, str, int, bool, int, bool, str]
+#: ``(t_monotonic, t_wall, provider, path, status, charged, items, duplicate, key,
+#: idem, answered, unanswered_reason)``; ``key`` is the API key's digest
+#: (``key_digest``), never the key; ``idem`` is ``idem_digest`` of the
+#: ``Idempotency-Key`` header (``""`` without one); ``answered`` is False when the
+#: client got no usable answer, and ``unanswered_reason`` then says why (``""`` else).
+CallRecord = tuple[float, float, str, str, int, bool, int, bool, str, str, bool, str]
 
 _RECORD_FIELDS = (
     "t", "wall", "provider", "path", "status", "charged", "items", "duplicate", "key",
+    "idem", "answered", "unanswered_reason",
 )  # fmt: skip
+
+#: Why a charged call went unanswered (the keys of ``charged_unanswered_by_reason``).
+UNANSWERED_REASONS = (
+    "client_gone",
+    "500_after_charge",
+    "drop_after_charge",
+    "timeout_after_charge",
+    "malformed",
+)
+
+
+def idem_digest(idempotency_key: str | None) -> str:
+    """The first 16 hex digits of sha256 of an ``Idempotency-Key``; ``""`` without one.
+
+    Tests compute the same digest from the key they sent to find their call.
+    """
+    if idempotency_key is None:
+        return ""
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -46,6 +83,8 @@ class Ledger:
         self.max_records = max_records
         self.in_flight = 0
         self.in_flight_by_provider: Counter[str] = Counter()
+        #: idem digests of the keyed requests in flight (a reset keeps them: they will leave)
+        self.in_flight_idem: Counter[str] = Counter()
         self.reset()
 
     def reset(self) -> None:
@@ -62,6 +101,8 @@ class Ledger:
         self.unauthorized = 0
         self.invalid = 0
         self.conflicts = 0
+        self.charged_unanswered = 0
+        self.charged_unanswered_by_reason: Counter[str] = Counter()
         self.max_in_flight = self.in_flight
         self.charged_by_path: Counter[str] = Counter()
         self.received_by_provider: Counter[str] = Counter()
@@ -80,8 +121,10 @@ class Ledger:
             self.max_records = max_records
             self.records = deque(self.records, maxlen=max_records)
 
-    def enter(self, provider: str) -> int:
+    def enter(self, provider: str, idem: str = "") -> int:
         """A request arrived; returns how many of this provider's requests are now in flight."""
+        if idem:
+            self.in_flight_idem[idem] += 1
         self.received += 1
         self.received_by_provider[provider] += 1
         self.in_flight += 1
@@ -92,10 +135,14 @@ class Ledger:
             self.max_in_flight_by_provider[provider] = current
         return current
 
-    def leave(self, provider: str) -> None:
+    def leave(self, provider: str, idem: str = "") -> None:
         """A request finished (whatever its outcome)."""
         self.in_flight -= 1
         self.in_flight_by_provider[provider] -= 1
+        if idem:
+            self.in_flight_idem[idem] -= 1
+            if self.in_flight_idem[idem] <= 0:
+                del self.in_flight_idem[idem]
 
     def saw_key(self, provider: str, digest: str) -> None:
         """Note the fingerprint (never the key) of an API key a provider was called with."""
@@ -135,11 +182,26 @@ class Ledger:
         items: int = 1,
         duplicate: bool = False,
         key: str = "",
+        idem: str = "",
+        unanswered_reason: str = "",
     ) -> None:
-        """Append one per-call record (bounded; the oldest fall off)."""
+        """Append one per-call record (bounded; the oldest fall off).
+
+        ``unanswered_reason`` (one of ``UNANSWERED_REASONS``) marks a call whose
+        client got no usable answer; a charged one is counted in
+        ``charged_unanswered`` whether or not records are kept.
+        """
+        answered = not unanswered_reason
+        if charged and not answered:
+            self.charged_unanswered += 1
+            self.charged_unanswered_by_reason[unanswered_reason] += 1
         if self.max_records:
             now, wall = time.monotonic(), time.time()
-            self.records.append((now, wall, provider, path, status, charged, items, duplicate, key))
+            call: CallRecord = (
+                now, wall, provider, path, status, charged, items, duplicate, key,
+                idem, answered, unanswered_reason,
+            )  # fmt: skip
+            self.records.append(call)
 
     def calls_since(self, since: float = 0.0, limit: int | None = None) -> list[dict[str, Any]]:
         """Call records with a monotonic time after ``since``, oldest first."""
@@ -166,7 +228,10 @@ class Ledger:
             "unauthorized": self.unauthorized,
             "invalid": self.invalid,
             "conflicts": self.conflicts,
+            "charged_unanswered": self.charged_unanswered,
+            "charged_unanswered_by_reason": dict(self.charged_unanswered_by_reason),
             "in_flight": self.in_flight,
+            "in_flight_idem": sorted(self.in_flight_idem.elements()),
             "max_in_flight": self.max_in_flight,
             "max_in_flight_by_provider": dict(self.max_in_flight_by_provider),
             "received_by_provider": dict(self.received_by_provider),

@@ -7,6 +7,12 @@ Two ways, both returning a handle with ``.base_url`` and admin helpers:
   take the caller down). A sync and async context manager.
 * ``start_in_thread``: uvicorn in a daemon thread of this process; quick to start,
   for unit tests. Its ``ProviderServer`` state is reachable as ``.state``.
+
+Both handles poll the ledger with ``wait_ledger`` / ``wait_idle`` rather than
+sleeping: a test that kills a client or injects a held fault waits for the
+server to reach the state it asserts on, so nothing depends on how fast a shared
+machine happens to be. They block; call them via ``asyncio.to_thread`` from a
+test whose own event loop must keep sending.
 """
 
 from __future__ import annotations
@@ -110,10 +116,41 @@ class AdminClient:
         result: dict[str, Any] = self._admin("GET", "/_admin/ledger")
         return result
 
-    def calls(self, since: float = 0.0) -> list[dict[str, Any]]:
-        """Per-call records with a server monotonic time after ``since``."""
-        result: list[dict[str, Any]] = self._admin("GET", f"/_admin/calls?since={since}")["calls"]
+    def calls(self, since: float = 0.0, limit: int | None = None) -> list[dict[str, Any]]:
+        """Per-call records with a server monotonic time after ``since`` (the newest ``limit``)."""
+        query = f"since={since}" + (f"&limit={limit}" if limit is not None else "")
+        result: list[dict[str, Any]] = self._admin("GET", f"/_admin/calls?{query}")["calls"]
         return result
+
+    def wait_ledger(
+        self,
+        predicate: Callable[[dict[str, Any]], bool],
+        timeout_s: float = 30.0,
+        interval_s: float = 0.02,
+    ) -> dict[str, Any]:
+        """Poll the ledger until ``predicate(ledger)`` holds; returns that ledger.
+
+        Raises ``TimeoutError`` (with the last ledger) after ``timeout_s``: a
+        generous bound for a stuck server, not a timing assertion.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ledger = self.ledger()
+            if predicate(ledger):
+                return ledger
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the ledger did not reach the state within {timeout_s:g}s: {ledger}"
+                )
+            time.sleep(interval_s)
+
+    def wait_idle(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """The ledger once no request is in flight (held faults and latency sleeps done)."""
+        return self.wait_ledger(lambda ledger: ledger["in_flight"] == 0, timeout_s)
+
+    def wait_in_flight(self, idem: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        """The ledger once a request with idem digest ``idem`` (``idem_digest``) is in flight."""
+        return self.wait_ledger(lambda ledger: idem in ledger["in_flight_idem"], timeout_s)
 
     def reset(self) -> None:
         """Clear the ledger, idempotency store and rate limiters."""
