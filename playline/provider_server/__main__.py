@@ -4,6 +4,8 @@ Runs the local provider server in the foreground so the demo (and
 ``ProviderServerProcess``) has a real HTTP endpoint to call. It binds loopback
 only unless told otherwise, and prints exactly one line,
 ``provider server listening on http://HOST:PORT``, once it accepts connections.
+``--idempotency ignore`` makes it charge every request whatever its
+``Idempotency-Key``, like most real enrichment APIs.
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--burst", action="append", default=[], metavar="PROVIDER=N")
     parser.add_argument("--latency-ms", metavar="LOW,HIGH", help="uniform latency range")
     parser.add_argument("--seed", type=int, help="seed of the fault-injection RNG")
+    parser.add_argument(
+        "--idempotency",
+        choices=["key", "ignore"],
+        help="honour Idempotency-Key (key, the default) or charge every request (ignore)",
+    )
     parser.add_argument("--config-json", help="a ServerConfig as JSON; the flags above override")
     return parser
 
@@ -74,6 +81,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         data["latency_ms"] = _latency(args.latency_ms)
     if args.seed is not None:
         data["seed"] = args.seed
+    if args.idempotency is not None:
+        data["idempotency"] = args.idempotency
     return ServerConfig.model_validate(data)
 
 

@@ -33,6 +33,7 @@ from playline.provider_server import (
     idem_digest,
     start_in_thread,
 )
+from playline.provider_server.__main__ import build_parser, config_from_args
 
 BASE = ServerConfig(latency_ms=(0.0, 1.0))
 ACME = {"X-Api-Key": "test-acme-key"}
@@ -194,6 +195,18 @@ async def test_fault_rates_draw_each_charged_fault(server: ThreadedProviderServe
         httpx.post, f"{server.base_url}/_admin/config", json={"idempotency": "sometimes"}
     )
     assert bad.status_code == 422
+
+
+def test_the_command_line_sets_the_idempotency_mode() -> None:
+    def parsed(*argv: str) -> ServerConfig:
+        return config_from_args(build_parser().parse_args(list(argv)))
+
+    assert parsed().idempotency == "key"
+    assert parsed("--idempotency", "ignore").idempotency == "ignore"
+    with_json = parsed(
+        "--config-json", '{"idempotency": "ignore", "fault_rate_drop_after_charge": 0.5}'
+    )
+    assert (with_json.idempotency, with_json.fault_rate_drop_after_charge) == ("ignore", 0.5)
 
 
 async def test_malformed_counts_as_charged_and_unanswered(server: ThreadedProviderServer) -> None:
