@@ -5,11 +5,14 @@ is checked against playline itself: the worker's and provider server's commands 
 with their own argument parsers, the worker's environment holds only variables
 ``Settings`` reads and yields a store, a Temporal address and a provider URL that name
 services of this file, dependencies wait on health checks or finished one-shot jobs,
-and the images are current and pinned.
+the images are current and pinned, every published port is bound to the host's
+loopback, and no password is written in the file: each comes from a required variable.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,10 @@ from playline.provider_server.__main__ import build_parser as provider_parser
 from tests.conftest import REPO
 
 DOCKER = REPO / "docker"
+#: What the operator exports before ``docker compose up`` (docker/README.md).
+OPERATOR_ENV = {"PLAYLINE_DB_PASSWORD": "pl-secret-from-env", "TEMPORAL_DB_PASSWORD": "t-secret"}
+#: ``${VAR}``, ``${VAR:-default}``, ``${VAR:?error}`` as compose interpolates them.
+VARIABLE = re.compile(r"\$\{(?P<name>\w+)(?::(?P<op>[-?])(?P<arg>[^}]*))?\}")
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +43,40 @@ def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def environment(service: dict[str, Any]) -> dict[str, str]:
-    """A service's environment with ``${VAR:-default}`` resolved to its default."""
-    env = service.get("environment") or {}
-    resolved = {}
-    for key, value in env.items():
-        text = str(value)
-        if text.startswith("${") and ":-" in text:
-            text = text.split(":-", 1)[1].rstrip("}")
-        resolved[key] = text
-    return resolved
+class MissingVariable(Exception):
+    pass
+
+
+def interpolate(text: str, env: Mapping[str, str]) -> str:
+    """``text`` as compose reads it with ``env`` set: defaults for unset ``${VAR:-x}``,
+    an error for an unset ``${VAR:?message}`` (compose refuses to start)."""
+
+    def one(match: re.Match[str]) -> str:
+        name, op, arg = match["name"], match["op"], match["arg"]
+        if env.get(name):
+            return env[name]
+        if op == "?":
+            raise MissingVariable(f"required variable {name} is missing a value: {arg}")
+        return arg if op == "-" else ""
+
+    return VARIABLE.sub(one, text)
+
+
+def environment(service: dict[str, Any], env: Mapping[str, str] = OPERATOR_ENV) -> dict[str, str]:
+    """A service's environment as compose gives it, the operator's variables set."""
+    return {k: interpolate(str(v), env) for k, v in (service.get("environment") or {}).items()}
+
+
+def published(service: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each published port as ``(host address, "host port:container port")``."""
+    found = []
+    for port in service.get("ports") or []:
+        if isinstance(port, dict):  # the long syntax
+            found.append((str(port.get("host_ip", "")), f"{port['published']}:{port['target']}"))
+            continue
+        parts = str(port).rsplit(":", 2)
+        found.append((parts[0] if len(parts) == 3 else "", ":".join(parts[-2:])))
+    return found
 
 
 def test_every_image_is_pinned_and_temporal_uses_current_images(compose: dict[str, Any]) -> None:
@@ -100,8 +131,10 @@ def test_setup_scripts_and_init_files_are_mounted_from_this_directory(
             source = volume.split(":")[0]
             if source.startswith("./"):
                 assert (DOCKER / source).exists(), f"{name} mounts a missing {source}"
-    init = (DOCKER / "postgres-init" / "01-playline.sql").read_text()
+    init = (DOCKER / "postgres-init" / "01-playline.sh").read_text()
     assert "CREATE DATABASE playline" in init
+    assert "PASSWORD :'password'" in init and '-v password="$PLAYLINE_DB_PASSWORD"' in init
+    assert (DOCKER / "postgres-init" / "01-playline.sh").stat().st_mode & 0o111, "not executable"
 
 
 def test_the_commands_parse_with_playline_and_the_provider_server(
@@ -137,8 +170,56 @@ def test_the_worker_environment_is_what_settings_read_and_names_compose_services
     assert provider_host in all_services
     # The catalog's base_url_env is the variable the compose file sets.
     assert "PLAYLINE_PROVIDER_URL" in (REPO / "playline" / "demo" / "catalog.toml").read_text()
-    # The store's database and user are the ones the init script creates.
-    assert "playline:playline@postgresql:5432/playline" in settings.store
+    # The store's database and user are the ones the init script creates, with the
+    # password the operator exported.
+    pw = OPERATOR_ENV["PLAYLINE_DB_PASSWORD"]
+    assert f"playline:{pw}@postgresql:5432/playline" in settings.store
+    assert environment(all_services["postgresql"])["PLAYLINE_DB_PASSWORD"] == pw
+
+
+def test_every_published_port_is_bound_to_loopback_only(compose: dict[str, Any]) -> None:
+    ports = {name: published(service) for name, service in services(compose).items()}
+    assert {name for name, found in ports.items() if found} == {
+        "postgresql",
+        "temporal",
+        "temporal-ui",
+        "provider-server",  # its /_admin endpoints included
+    }
+    for name, found in ports.items():
+        for host, mapping in found:
+            assert host == "127.0.0.1", f"{name} publishes {mapping} on {host or 'every address'}"
+
+
+def test_no_password_is_written_in_the_file_each_is_a_required_variable(
+    compose: dict[str, Any],
+) -> None:
+    text = (DOCKER / "docker-compose.yml").read_text()
+    for literal in ("playline:playline@", "temporal:temporal", "PASSWORD: temporal"):
+        assert literal not in text
+    passwords = {
+        (name, key): str(value)
+        for name, service in services(compose).items()
+        for key, value in (service.get("environment") or {}).items()
+        if "PASSWORD" in key or key.endswith("PWD")
+    }
+    assert len(passwords) == 4, passwords  # postgres (x2), schema job, server
+    for where, value in passwords.items():
+        match = VARIABLE.fullmatch(value)
+        assert match and match["op"] == "?", f"{where} is not a required variable: {value}"
+    url = services(compose)["worker"]["environment"]["PLAYLINE_STORE_URL"]
+    assert "${PLAYLINE_DB_PASSWORD:?" in url
+    # Without either variable compose refuses to start, naming the one to set.
+    for variable in OPERATOR_ENV:
+        partial = {k: v for k, v in OPERATOR_ENV.items() if k != variable}
+        users = [s for s in services(compose).values() if variable in str(s.get("environment"))]
+        assert users, variable
+        for service in users:
+            with pytest.raises(MissingVariable, match=f"missing a value: set {variable}"):
+                environment(service, partial)
+    docs = (DOCKER / "README.md").read_text() + (
+        DOCKER / "postgres-init" / "01-playline.sh"
+    ).read_text()
+    assert "playline:playline" not in docs and "PASSWORD 'playline'" not in docs
 
 
 def test_the_image_installs_the_package_normally_and_runs_playline() -> None:
