@@ -127,7 +127,7 @@ class PlaylinePlugin(SimplePlugin):
             workflows=workflows,
             workflow_runner=workflow_runner,
             workflow_failure_exception_types=[PlaylineError],
-            interceptors=[ErrorTranslation()],
+            interceptors=[ErrorTranslation(self.holder)],
             run_context=run_context,
         )
 
