@@ -4,9 +4,10 @@ Add it to ``Client.connect(..., plugins=[PlaylinePlugin()])`` and every worker b
 from that client registers the plays and playline's activities, uses the pydantic
 data converter, passes playline's own (deterministic) modules through the sandbox,
 and opens the worker's services (governor, stores, HTTP client) for as long as it
-runs. With a payload codec (``codec=``, or ``settings.codec_keys``) the client, its
-workers and replays encrypt and decrypt every payload, and failure messages travel
-encoded too.
+runs. With a payload codec (``codec=``, or ``settings.codec_keys``, which
+``Settings.from_env()`` fills from ``PLAYLINE_CODEC_KEYS`` when no settings are given)
+the client, its workers and replays encrypt and decrypt every payload, and failure
+messages travel encoded too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+from temporalio import workflow
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
@@ -47,12 +49,17 @@ PASSTHROUGH_MODULES = ("playline", "pydantic", "pydantic_core", "annotated_types
 class PlaylinePlugin(SimplePlugin):
     """Registers plays and playline activities and manages the worker's services.
 
+    Workflows the worker or replayer was given already (``Worker(...,
+    workflows=[my_play])``) are not added again: the plugin adds only the plays (and
+    ``playline.DatasetRun``) whose workflow name the caller did not pass.
+
     Args:
         plays: play workflow classes to register; defaults to every play imported
             so far (import your plays module before building the worker).
-        settings: where state lives and whom to call; defaults to
-            ``Settings.from_env()`` when a worker starts. Its ``codec_keys``
-            (``PLAYLINE_CODEC_KEYS``) turn on payload encryption.
+        settings: where state lives and whom to call; defaults to the services'
+            settings, else ``Settings.from_env()`` read once here, so a bare
+            ``PlaylinePlugin()`` on a client encrypts exactly as the workers do.
+            Its ``codec_keys`` (``PLAYLINE_CODEC_KEYS``) turn on payload encryption.
         services: already-open services to use instead (the caller closes them).
         codec: a payload codec for every payload of the client, its workers and
             replays (overrides ``settings.codec_keys``); put the same one on every
@@ -91,16 +98,19 @@ class PlaylinePlugin(SimplePlugin):
             # Resolved when a worker is built, so plays imported after the client
             # was connected are still registered.
             chosen = list(plays) if plays is not None else list(registered_plays().values())
-            return [*(existing or []), DatasetRunWorkflow, *chosen]
+            return with_missing(existing or [], [DatasetRunWorkflow, *chosen])
 
         owned = services is None
+        # One reading of the environment for the codec and the services alike: a client
+        # must encrypt with the keys its workers use, or it writes plaintext.
+        resolved = settings or (services.settings if services is not None else Settings.from_env())
 
         @asynccontextmanager
         async def run_context() -> AsyncIterator[None]:
             if not owned:
                 yield
                 return
-            opened = await Services.open(settings)
+            opened = await Services.open(resolved)
             self.holder.set(opened)
             try:
                 yield
@@ -116,8 +126,8 @@ class PlaylinePlugin(SimplePlugin):
                 )
             return runner or SandboxedWorkflowRunner()
 
-        if codec is None and settings is not None and settings.codec_keys:
-            codec = AesGcmCodec.from_spec(settings.codec_keys)
+        if codec is None and resolved.codec_keys:
+            codec = AesGcmCodec.from_spec(resolved.codec_keys)
         self.codec = codec
 
         super().__init__(
@@ -136,6 +146,29 @@ class PlaylinePlugin(SimplePlugin):
         """Replaying needs no services: workflows only see recorded results."""
         async with next(replayer, histories) as results:
             yield results
+
+
+def with_missing(existing: Sequence[type], ours: Sequence[type]) -> list[type]:
+    """``existing`` followed by those of ``ours`` whose workflow name it lacks.
+
+    The SDK refuses two workflows of one name ("More than one workflow named ..."),
+    so a play the caller registered itself is kept as given and not added twice.
+    """
+    taken = {name for cls in existing if (name := workflow_name(cls)) is not None}
+    added: list[type] = []
+    for cls in ours:
+        name = workflow_name(cls)
+        if name is None or name not in taken:
+            added.append(cls)
+            if name is not None:
+                taken.add(name)
+    return [*existing, *added]
+
+
+def workflow_name(cls: type) -> str | None:
+    """The workflow type name ``@workflow.defn`` gave ``cls`` (``None``: dynamic or none)."""
+    defn = workflow._Definition.from_class(cls)
+    return defn.name if defn is not None else None
 
 
 def data_converter(codec: PayloadCodec | None) -> DataConverter:
