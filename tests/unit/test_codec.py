@@ -1,4 +1,5 @@
-"""The AES-GCM payload codec: key format, round trips, rotation, and one-line errors."""
+"""The AES-GCM payload codec: key format, round trips, rotation, one-line errors, the
+plugin's keys from the environment, and the codec server's host and exposure rules."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import os
 import pytest
 from temporalio.api.common.v1 import Payload
 
+from playline.cli.codec_server import allowed_hosts, check_exposure
 from playline.codec import ENCODING, KEY_ID, AesGcmCodec, CodecError, parse_codec_keys
 from playline.config import Settings
+from playline.errors import PlaylineError
 from playline.plugin import PlaylinePlugin
 
 
@@ -109,3 +112,43 @@ def test_the_plugin_encrypts_when_settings_hold_keys_and_not_otherwise() -> None
     assert isinstance(with_keys.codec, AesGcmCodec) and with_keys.codec.key_ids == ["k1"]
     assert "codec_keys" not in repr(Settings(codec_keys="k1:secret"))
     assert Settings.from_env({"PLAYLINE_CODEC_KEYS": "k1:x"}).codec_keys == "k1:x"
+
+
+def test_a_bare_plugin_reads_the_codec_keys_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("PLAYLINE_CODEC_KEYS", f"env:{b64key()}")
+    bare = PlaylinePlugin()
+    assert isinstance(bare.codec, AesGcmCodec) and bare.codec.key_ids == ["env"]
+    # An explicit codec, or explicit settings, still win over the environment.
+    mine = AesGcmCodec.from_spec(f"mine:{b64key()}")
+    assert PlaylinePlugin(codec=mine).codec is mine
+    assert PlaylinePlugin(settings=Settings()).codec is None
+    monkeypatch.delenv("PLAYLINE_CODEC_KEYS")
+    assert PlaylinePlugin().codec is None
+
+
+@pytest.mark.parametrize(
+    ("bound", "extra", "expected"),
+    [
+        ("127.0.0.1", [], ["127.0.0.1", "localhost", "::1", "[::1]"]),
+        (
+            "0.0.0.0",
+            ["Codec.Internal"],
+            ["127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0", "codec.internal"],
+        ),
+        ("fd00::5", [], ["127.0.0.1", "localhost", "::1", "[::1]", "fd00::5", "[fd00::5]"]),
+    ],
+)
+def test_the_codec_server_answers_loopback_its_bound_host_and_the_allowed_ones(
+    bound: str, extra: list[str], expected: list[str]
+) -> None:
+    assert allowed_hosts(bound, extra) == expected
+
+
+def test_the_codec_server_needs_a_token_or_an_explicit_override_beyond_loopback() -> None:
+    for host in ("127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"):
+        check_exposure(host, None)
+    for host in ("0.0.0.0", "::", "192.168.1.5", "codec.example.com"):
+        with pytest.raises(PlaylineError, match=f"refusing to serve decryption on {host}"):
+            check_exposure(host, None)
+        check_exposure(host, "a-token")
+        check_exposure(host, None, insecure_no_token=True)
