@@ -79,7 +79,7 @@ async def encrypted_run(temporal_address, client, provider, worker, task_queue, 
     csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(6)])
     secure = await connect(temporal_address, settings=Settings.from_env(codec_keys=SPEC))
     workflow_id = new_id("encrypted")
-    async with worker(codec_keys=SPEC):
+    async with worker(codec_keys=SPEC, data_dirs=(tmp_path,)):  # the CSV is a worker path
         result = await playline.execute_play(
             secure,
             t_tool_column,
@@ -121,7 +121,7 @@ async def test_failure_messages_are_encrypted_too(
     csv_path = write_csv(tmp_path / "leads.csv", [lead(0)])
     secure = await connect(temporal_address, settings=Settings.from_env(codec_keys=SPEC))
     workflow_id = new_id("encrypted-failure")
-    async with worker(codec_keys=SPEC):
+    async with worker(codec_keys=SPEC, data_dirs=(tmp_path,)):  # the CSV is a worker path
         with pytest.raises(WorkflowFailureError) as failed:
             await playline.execute_play(
                 secure,
