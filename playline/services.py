@@ -101,8 +101,12 @@ class Services:
         """The fixture book of ``paths``, opened once per worker while the files are unchanged.
 
         Indexing fixture files blocks; activities call :meth:`open_fixture_book`
-        first (``prepare_run`` does), so chunks find the book open.
+        first (``prepare_run`` does), so chunks find the book open. Every path must
+        lie under the worker's data directories (a play names them): checked first.
         """
+        from playline.stores.access import check_fixture_paths
+
+        check_fixture_paths(self.settings, paths)
         key = _fixture_key(paths)
         book = self._fixture_books.get(key)
         if book is None:
@@ -111,7 +115,11 @@ class Services:
         return book
 
     async def open_fixture_book(self, paths: list[str]) -> FixtureBook:
-        """:meth:`fixture_book`, indexing the files on a thread when they are new."""
+        """:meth:`fixture_book`, indexing the files on a thread when they are new (the
+        paths checked first, as there)."""
+        from playline.stores.access import check_fixture_paths
+
+        check_fixture_paths(self.settings, paths)
         key = _fixture_key(paths)
         if key not in self._fixture_books:
             book = await asyncio.to_thread(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -37,6 +38,14 @@ from playline.provider_server.process import ProviderServerProcess
 from playline.search_attributes import ALL_KEYS
 from playline.stores.receipts import ReceiptStore
 from playline.worker import build_worker, connect, import_plays
+
+# A worker reads only the local files under PLAYLINE_DATA_DIRS: the tests' files live
+# under the temporary directory (tmp_path) and the repository. Set before any worker
+# reads its settings; worker subprocesses copy os.environ.
+os.environ.setdefault(
+    "PLAYLINE_DATA_DIRS",
+    os.pathsep.join([tempfile.gettempdir(), str(Path(__file__).resolve().parent.parent)]),
+)
 
 REPO = Path(__file__).resolve().parent.parent
 LEADS_CSV = demo.LEADS_CSV
