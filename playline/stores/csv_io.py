@@ -3,7 +3,10 @@
 A malformed file is rejected with the file name, the line and what is wrong, before
 anything is stored or dispatched: a missing file, an empty file, a missing header,
 duplicate or blank header names, missing required columns, rows with too many or
-too few fields.
+too few fields, a NUL byte (no store takes one: PostgreSQL's ``COPY`` and ``jsonb``
+refuse it). Messages never quote the file's content: a header is described by its
+column count and at most three names, each cut short (:func:`header_summary`), so
+a file that is not a CSV at all cannot spill into a play's failure.
 
 Reading takes two passes so memory stays constant whatever the file's size:
 :func:`scan_csv` reads the bytes once (the file exists, is UTF-8 and is not blank;
@@ -13,7 +16,9 @@ transaction, so a row that fails a check rolls the whole load back. The second p
 hashes the bytes again and refuses a file that changed in between.
 
 Writing goes through a :class:`RowFile`: rows are appended page by page to a
-temporary file that replaces the target only when the export is complete.
+temporary file that replaces the target only when the export is complete. CSV
+cells that a spreadsheet would run as a formula are written inert
+(:func:`inert_formula`) unless the export is ``raw``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ __all__ = [
     "CsvRows",
     "RowFile",
     "cell_text",
+    "header_summary",
+    "inert_formula",
     "open_csv",
     "read_csv",
     "scan_csv",
@@ -43,6 +50,36 @@ __all__ = [
 
 _BLOCK = 1 << 18
 _LONE_CR = re.compile(r"(?<=\r)(?!\n)")
+#: Header names a message shows at most, and the characters of each.
+SHOWN_NAMES = 3
+SHOWN_NAME_CHARS = 32
+#: A cell starting with one of these is a formula to Excel, Sheets and LibreOffice.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def shown_names(names: Sequence[str]) -> str:
+    """At most three names, each cut to 32 characters: ``'a', 'b', 'c', ...``."""
+    shown = [
+        repr(n[:SHOWN_NAME_CHARS] + ("…" if len(n) > SHOWN_NAME_CHARS else ""))
+        for n in names[:SHOWN_NAMES]
+    ]
+    return ", ".join(shown + (["..."] if len(names) > SHOWN_NAMES else []))
+
+
+def header_summary(columns: Sequence[str]) -> str:
+    """How messages describe a header without quoting it: ``the header has 14 columns:
+    'a', 'b', 'c', ...`` (a header may be anything a play names, even a secrets file)."""
+    count = len(columns)
+    noun = "column" if count == 1 else "columns"
+    return f"the header has {count} {noun}: {shown_names(columns)}"
+
+
+def _nul_refused(name: str, line: int) -> InvalidPlayInput:
+    return InvalidPlayInput(
+        f"{name}: line {line}: the file holds a NUL byte, which no store can keep; remove "
+        "it (is this a CSV file?)"
+    )
 
 
 def _open_bytes(path: Path, name: str) -> IO[bytes]:
@@ -57,15 +94,17 @@ def _open_bytes(path: Path, name: str) -> IO[bytes]:
 def scan_csv(path: str | Path, *, name: str | None = None) -> str:
     """First pass over the bytes: the sha256 of the file, or why it cannot be a CSV.
 
-    Checks, in this order, that the file exists and is a file, is UTF-8 (the error
-    gives the offending byte's offset after any BOM) and is not blank. ``name`` is
-    how messages call the file (default: the path).
+    Checks, in this order, that the file exists and is a file, holds no NUL byte
+    (the error gives its line), is UTF-8 (the error gives the offending byte's offset
+    after any BOM) and is not blank. ``name`` is how messages call the file (default:
+    the path).
     """
     path = Path(path)
     name = name or str(path)
     digest = hashlib.sha256()
     decoder = codecs.getincrementaldecoder("utf-8")()
     decoded = 0  # bytes handed to the decoder so far (after the BOM)
+    newlines = 0  # line feeds before this block
     blank = True
     with _open_bytes(path, name) as handle:
         first = True
@@ -75,6 +114,10 @@ def scan_csv(path: str | Path, *, name: str | None = None) -> str:
             if first:
                 block = block.removeprefix(codecs.BOM_UTF8)
                 first = False
+            nul = block.find(b"\x00")
+            if nul >= 0:
+                raise _nul_refused(name, newlines + block.count(b"\n", 0, nul) + 1)
+            newlines += block.count(b"\n")
             pending = len(decoder.getstate()[0])
             try:
                 text = decoder.decode(block, final=not block)
@@ -119,11 +162,13 @@ class CsvRows:
     def _lines(self) -> Iterator[str]:
         """Text lines as ``io.StringIO(text, newline="")`` would give them."""
         first = True
-        for raw in self._handle:
+        for number, raw in enumerate(self._handle, start=1):
             self._hash.update(raw)
             if first:
                 raw = raw.removeprefix(codecs.BOM_UTF8)
                 first = False
+            if b"\x00" in raw:  # scan_csv refuses these; the file changed since
+                raise _nul_refused(self._name, number)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -158,11 +203,11 @@ class CsvRows:
             raise InvalidPlayInput(f"{name}: line 1: the header has a blank column name")
         dupes = sorted({c for c in columns if columns.count(c) > 1})
         if dupes:
-            raise InvalidPlayInput(f"{name}: line 1: duplicate column name(s) {dupes}")
+            raise InvalidPlayInput(f"{name}: line 1: duplicate column name(s) {shown_names(dupes)}")
         missing = [c for c in required_columns if c not in columns]
         if missing:
             raise InvalidPlayInput(
-                f"{name}: missing required column(s) {missing}; the header has {columns}"
+                f"{name}: missing required column(s) {missing}; {header_summary(columns)}"
             )
         return columns
 
@@ -233,7 +278,8 @@ def read_csv(
 def cell_text(value: Any) -> str:
     """A value as one CSV cell: ``""`` for None, JSON for lists and objects,
     ``true``/``false`` for booleans, ``str()`` otherwise. Used both to store inline
-    rows as source text (as if read from a CSV) and to export cells."""
+    rows as source text (as if read from a CSV), where it must stay as it is, and to
+    export cells (:class:`RowFile` makes formulas inert on top of it)."""
     if value is None:
         return ""
     if isinstance(value, (dict, list)):
@@ -241,6 +287,20 @@ def cell_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def inert_formula(text: str) -> str:
+    """``text`` as a spreadsheet shows it without running it (OWASP's CSV injection rule).
+
+    A cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return is a
+    formula to Excel, Sheets and LibreOffice (``=HYPERLINK(...)`` sends the reader's
+    data elsewhere); it gets a leading ``'``, which they display as text. Plain numbers
+    (``-5``, ``+1.5``, ``1e3``) are left alone: they are not formulas and a prefix
+    would turn them into text.
+    """
+    if text.startswith(FORMULA_STARTS) and not _PLAIN_NUMBER.fullmatch(text):
+        return "'" + text
+    return text
 
 
 class RowFile:
@@ -255,25 +315,38 @@ class RowFile:
         fmt: ``"csv"`` (a header, then one line per row with :func:`cell_text`
             cells) or ``"jsonl"`` (one JSON object per line, keys sorted).
         columns: the CSV header and cell order; ignored for JSONL.
+        raw: CSV only: write header and cells as they are. By default a cell a
+            spreadsheet would run as a formula is made inert (:func:`inert_formula`):
+            uploads, provider answers and error texts all reach these cells.
     """
 
     def __init__(
-        self, path: str | Path, fmt: Literal["csv", "jsonl"], columns: Sequence[str] = ()
+        self,
+        path: str | Path,
+        fmt: Literal["csv", "jsonl"],
+        columns: Sequence[str] = (),
+        *,
+        raw: bool = False,
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(self.path.name + ".tmp")
         self._handle = self._tmp.open("w", newline="", encoding="utf-8")
         self._columns = list(columns)
+        self._raw = raw
         self._csv = csv.writer(self._handle) if fmt == "csv" else None
         if self._csv is not None:
-            self._csv.writerow(self._columns)
+            self._csv.writerow([self._cell(c) for c in self._columns])
         self.count = 0
+
+    def _cell(self, value: Any) -> str:
+        text = cell_text(value)
+        return text if self._raw else inert_formula(text)
 
     def write_rows(self, rows: Iterable[dict[str, Any]]) -> None:
         for row in rows:
             if self._csv is not None:
-                self._csv.writerow([cell_text(row.get(c)) for c in self._columns])
+                self._csv.writerow([self._cell(row.get(c)) for c in self._columns])
             else:
                 self._handle.write(json.dumps(row, sort_keys=True) + "\n")
             self.count += 1
@@ -298,9 +371,16 @@ class RowFile:
             self._tmp.unlink(missing_ok=True)
 
 
-def write_csv(path: str | Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> int:
-    """Write rows atomically (temp file then rename); return the row count."""
-    with RowFile(path, "csv", columns) as out:
+def write_csv(
+    path: str | Path,
+    columns: Sequence[str],
+    rows: Iterable[dict[str, Any]],
+    *,
+    raw: bool = False,
+) -> int:
+    """Write rows atomically (temp file then rename), formulas inert unless ``raw``;
+    return the row count."""
+    with RowFile(path, "csv", columns, raw=raw) as out:
         out.write_rows(rows)
         return out.commit()
 

@@ -2,7 +2,10 @@
 
 A run's rows are read from the sheet store in pages, in manifest order; a row that
 failed carries its error in an ``_error`` column (present only when some row
-failed). An export streams: each page is written to the file before the next is
+failed). A CSV export makes spreadsheet formulas inert (a cell starting ``=``,
+``+``, ``-``, ``@``, tab or CR gets a leading ``'``: uploads, provider answers and
+error texts all reach cells) unless it is ``raw``; JSONL is written as it is. An
+export streams: each page is written to the file before the next is
 kept (the next one is read while the current one is written), so exporting a
 million rows holds two pages, in a worker or in a client that opened the
 workers' store (``open_stores(settings, create=False)``). The inline result is
@@ -16,7 +19,8 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 
 from playline.contract import DEFAULT_PREVIEW_ROWS
 from playline.errors import InvalidPlayInput
@@ -66,15 +70,19 @@ async def _pages(sheet: SheetStore, run_ref: str, admitted: int) -> AsyncIterato
             ahead.cancel()
 
 
-async def export_run(sheet: SheetStore, run_ref: str, path: str, fmt: str = "csv") -> int:
+async def export_run(
+    sheet: SheetStore, run_ref: str, path: str, fmt: str = "csv", *, raw: bool = False
+) -> int:
     """Stream a run's rows, in manifest order, to a CSV or JSONL file; the row count.
 
     The file appears only when complete (see :class:`~playline.stores.csv_io.RowFile`).
+    ``raw`` writes CSV cells as they are, formulas included.
     """
     info = await _info(sheet, run_ref)
     counts = await sheet.run_counts(run_ref)
     columns = info.columns + (["_error"] if counts["error"] else [])
-    out = await asyncio.to_thread(RowFile, path, "jsonl" if fmt == "jsonl" else "csv", columns)
+    fmt_name: Literal["csv", "jsonl"] = "jsonl" if fmt == "jsonl" else "csv"
+    out = await asyncio.to_thread(partial(RowFile, path, fmt_name, columns, raw=raw))
     with out:
         async for page in _pages(sheet, run_ref, info.admitted):
             rows = [row_out(r.data, r.status, r.error) for r in page]
