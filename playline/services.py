@@ -27,6 +27,7 @@ from playline.pacing.governor import Governor
 from playline.pacing.pacer import Pacer
 from playline.pacing.unpaced import UnpacedGovernor
 from playline.stores.backends import Stores, open_stores
+from playline.stores.journal import ResultJournal
 from playline.stores.receipts import ReceiptStore
 from playline.stores.sheet import SheetStore
 
@@ -63,6 +64,8 @@ class Services:
         #: texts that leave the worker pass through it
         self.scrub = SecretScrubber(settings.secret_values(catalog.secret_variables()))
         self.provider = ProviderClient(catalog, http, environ=settings.environ, scrub=self.scrub)
+        #: paid results the receipt store would not take, kept on this worker's disk
+        self.journal = ResultJournal(settings.journal_dir)
         self._fixture_books: dict[tuple[tuple[str, int, int], ...], FixtureBook] = {}
 
     @classmethod
@@ -95,7 +98,17 @@ class Services:
             stores=stores,
         )
         logger.info("playline services open: stores=%s tools=%d", stores.where, len(catalog.tools))
+        try:
+            await services.settle_journal()
+        except Exception as err:  # the store is down: the next chunk tries again
+            logger.warning("journalled results not recorded yet: %s", err)
         return services
+
+    async def settle_journal(self) -> None:
+        """Record results an earlier attempt on this worker paid for but could not store
+        (see :mod:`~playline.stores.journal`); nothing to do is one ``stat``."""
+        if self.journal.pending():
+            await self.journal.replay(self.receipts)
 
     def fixture_book(self, paths: list[str]) -> FixtureBook:
         """The fixture book of ``paths``, opened once per worker while the files are unchanged.

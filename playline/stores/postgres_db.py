@@ -109,6 +109,15 @@ MIGRATIONS = (
             " PRIMARY KEY (run_ref, seq))",
         ),
     ),
+    Migration(
+        2,
+        "receipts: sent marks, generations and forcing runs (idempotency contracts)",
+        (
+            "ALTER TABLE playline_receipts ADD COLUMN sent_at float8",
+            "ALTER TABLE playline_receipts ADD COLUMN generation integer NOT NULL DEFAULT 0",
+            "ALTER TABLE playline_receipts ADD COLUMN forced_by text",
+        ),
+    ),
 )
 
 

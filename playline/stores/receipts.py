@@ -8,9 +8,19 @@ which is what makes a rerun, a retried chunk or a crashed worker free: nothing i
 paid twice.
 
 States: ``running`` (claimed; ``lease_id`` and ``lease_expires_at`` set), ``completed``
-(``result`` set), ``failed`` (``error`` set; a later claim retries it). A running
-receipt whose lease has expired is reclaimable; that is how a new attempt takes over
-from a crashed worker.
+(``result`` set), ``failed`` (``error`` set; a later claim retries it) and
+``ambiguous`` (sent to a tool whose provider does not de-duplicate, with no definitive
+answer: it may have been charged, so only an explicit ``retry_ambiguous`` claim sends it
+again). A running receipt whose lease has expired is reclaimable; that is how a new
+attempt takes over from a crashed worker, unless it is marked *sent* (``sent_at``,
+written just before a non-de-duplicated request goes out) and its tool does not
+de-duplicate: then the claim finds it ``ambiguous`` instead of sending it again.
+
+``generation`` counts the times a completed receipt was claimed again for a fresh
+answer (``force``, ``stale_after``); the ``Idempotency-Key`` derives from the key and
+the generation, so a crashed forced call is re-sent under the same key, and a fresh
+answer never under the key of the answer it replaces. ``forced_by`` names the run that
+forced the receipt, so a retry of that run reuses the answer it already paid for.
 
 The interface (:class:`ReceiptStore`) and the claim rule (:func:`decide_claim`) are
 backend-neutral; :class:`~playline.stores.receipts_sqlite.SqliteReceiptStore` is the
@@ -24,7 +34,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 def canonical_json(value: Any) -> str:
@@ -40,29 +50,69 @@ def receipt_key(tool_id: str, tool_version: str, tool_input: Any, auth_scope: st
     return f"{tool_id}:{hashlib.sha256(material.encode()).hexdigest()[:32]}"
 
 
-def idempotency_key(key: str, *, force: bool, lease_id: str | None) -> str:
+def stored_json(value: Any) -> str:
+    """How a result is stored: canonical JSON, non-ASCII escaped.
+
+    Escaped, a stored result is plain ASCII whatever a provider sent (lone
+    surrogates, control characters), so no store can refuse to write a paid answer
+    for its encoding. (Receipt keys hash :func:`canonical_json`, which this does not
+    change.)
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def idempotency_key(key: str, generation: int = 0) -> str:
     """The ``Idempotency-Key`` sent to the provider.
 
     Derived from the receipt key, so a retried attempt after a crash presents the
-    same key and the provider does not charge again. A forced call adds its lease
-    id: forcing means "pay for a fresh answer", which must not be deduplicated away.
+    same key and the provider does not charge again. A receipt claimed again for a
+    fresh answer (forced or stale) is in a new generation: its key differs from the
+    one of the answer it replaces, which must not be deduplicated away, and stays
+    the same across the attempts that fetch it.
     """
-    material = f"{key}|{lease_id}" if force and lease_id else key
+    material = key if generation == 0 else f"{key}|{generation}"
     return hashlib.sha256(material.encode()).hexdigest()
+
+
+class ReceiptStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    AMBIGUOUS = "ambiguous"
 
 
 class ClaimStatus(StrEnum):
     CLAIMED = "claimed"  # the caller holds the lease and must call the provider
     HIT = "hit"  # a completed receipt answers the call
     HELD = "held"  # another live owner holds the lease; wait for it
+    AMBIGUOUS = "ambiguous"  # sent earlier, no answer recorded: may have been charged
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimRequest:
+    """One call's claim.
+
+    Attributes:
+        key: the receipt key.
+        tool_id: the tool (stored with a new receipt).
+        force: a fresh, paid answer is wanted even if a completed receipt exists.
+        stale_after_s: a completed receipt older than this is not an answer.
+        ambiguous_if_sent: the tool's provider does not de-duplicate
+            (``idempotency = "none"``): a receipt sent by an owner that never
+            recorded its answer is ambiguous, not re-sent.
+        retry_ambiguous: claim an ambiguous receipt anyway (the user asked to
+            re-send such calls).
+        force_token: the run a forced call belongs to: a receipt that run already
+            forced and completed is its answer.
+    """
+
     key: str
     tool_id: str
     force: bool = False
     stale_after_s: float | None = None
+    ambiguous_if_sent: bool = False
+    retry_ambiguous: bool = False
+    force_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +123,35 @@ class ClaimOutcome:
     lease_expires_at: float | None = None
     owner: str | None = None
     batch_key: str | None = None  # CLAIMED member of an unfinished batch: resume it
+    #: CLAIMED: the generation the call is sent in (its ``Idempotency-Key``)
+    generation: int = 0
+    #: AMBIGUOUS: why the call may have been charged
+    reason: str | None = None
+    #: AMBIGUOUS: this claim found the receipt sent and unsettled, and marked it
+    became_ambiguous: bool = False
+
+
+class StoredState(NamedTuple):
+    """What the claim rule reads of a stored receipt (both backends select these)."""
+
+    status: str
+    result: Any
+    owner: str | None
+    lease_id: str | None
+    lease_expires_at: float | None
+    completed_at: float | None
+    batch_key: str | None
+    sent_at: float | None
+    generation: int
+    error: str | None
+    forced_by: str | None
+
+
+#: The columns a claim reads, in :class:`StoredState`'s order.
+STATE_COLUMNS = (
+    "status, result, owner, lease_id, lease_expires_at, completed_at, batch_key, sent_at,"
+    " generation, error, forced_by"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +167,8 @@ class Receipt:
     completed_at: float | None
     attempts: int
     credits: float
+    sent_at: float | None = None
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +178,15 @@ class BatchClaim:
     status: ClaimStatus
     member_keys: list[str]
     request: dict[str, Any]
+    #: AMBIGUOUS: why the batch may have been charged
+    reason: str | None = None
+    #: AMBIGUOUS: this claim found it sent and unsettled, and marked it (and its members)
+    became_ambiguous: bool = False
+
+
+def batch_sent_reason(owner: str | None) -> str:
+    """Why a batch its sender never settled is ambiguous."""
+    return f"bulk request sent by {owner}, which stopped before recording an answer"
 
 
 class ReceiptStore(Protocol):
@@ -112,12 +202,29 @@ class ReceiptStore(Protocol):
         """Extend the lease on each key; False where this lease no longer holds it."""
         ...
 
+    async def mark_sent(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
+        """Record that these calls are about to be sent, and extend their leases.
+
+        Written just before a request to a tool that does not de-duplicate goes out;
+        False where this lease no longer holds the key (then it must not be sent).
+        """
+        ...
+
     async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
-        """Record a result; False (and nothing written) if the lease was lost."""
+        """Record a result; False (and nothing written) if the lease was lost.
+
+        A receipt this lease sent that was since marked ``ambiguous`` is completed
+        too: the answer is known after all.
+        """
         ...
 
     async def fail(self, key: str, *, lease_id: str, error: str) -> bool:
         """Record a failure; False if the lease was lost."""
+        ...
+
+    async def mark_ambiguous(self, key: str, *, lease_id: str, reason: str) -> bool:
+        """Record that the call was sent and got no definitive answer; False if the
+        lease was lost."""
         ...
 
     async def release(self, keys: Sequence[str], *, lease_id: str) -> None:
@@ -144,9 +251,21 @@ class ReceiptStore(Protocol):
         ...
 
     async def claim_batch(
-        self, agg_key: str, *, owner: str, lease_id: str, ttl_s: float
+        self,
+        agg_key: str,
+        *,
+        owner: str,
+        lease_id: str,
+        ttl_s: float,
+        ambiguous_if_sent: bool = False,
+        retry_ambiguous: bool = False,
     ) -> BatchClaim:
-        """Take over an unfinished batch: the aggregate and all its unfinished members."""
+        """Take over an unfinished batch: the aggregate and all its unfinished members.
+
+        A batch of a tool that does not de-duplicate (``ambiguous_if_sent``) that was
+        sent and never settled is ``AMBIGUOUS`` with its members, unless
+        ``retry_ambiguous``.
+        """
         ...
 
     async def complete_batch(
@@ -157,7 +276,8 @@ class ReceiptStore(Protocol):
         results: dict[str, Any],
         credits_per_member: float,
     ) -> bool:
-        """Complete the aggregate and every member in one transaction (fenced)."""
+        """Complete the aggregate and every unfinished member in one transaction (fenced
+        by the aggregate's lease; a member already completed is left as it is)."""
         ...
 
     async def fail_batch(
@@ -166,28 +286,78 @@ class ReceiptStore(Protocol):
         """Record a batch failure; ``release_members`` frees them for a new batch."""
         ...
 
+    async def mark_batch_ambiguous(self, agg_key: str, *, lease_id: str, reason: str) -> bool:
+        """The batch was sent and got no definitive answer: it and its unfinished
+        members are ambiguous. False if the lease was lost."""
+        ...
+
     async def close(self) -> None: ...
 
 
 def decide_claim(
-    req: ClaimRequest, row: tuple[Any, ...] | None, *, now: float, lease_id: str
-) -> ClaimOutcome | None:
-    """What a claim finds; ``None`` means "take the lease".
+    req: ClaimRequest,
+    row: StoredState | None,
+    *,
+    now: float,
+    lease_id: str,
+    ttl_s: float,
+) -> ClaimOutcome:
+    """What a claim finds, and so what the backend writes.
 
-    Shared by every backend so the rules are stated once: a fresh completed receipt
-    is a hit unless forced; a live lease held by someone else is waited on; anything
-    else (missing, failed, stale, expired lease) is claimed.
+    Shared by every backend so the rules are stated once:
+
+    * a live lease held by someone else is waited on (``HELD``);
+    * an ``ambiguous`` receipt, or a *sent* one whose owner stopped before recording
+      an answer, of a tool that does not de-duplicate, is ``AMBIGUOUS`` (the latter
+      is marked so, ``became_ambiguous``) unless the caller asks to retry those;
+    * a fresh completed receipt is a ``HIT`` unless forced (a forced call whose run
+      already forced it, ``force_token``, gets that answer: it is paid for);
+    * anything else (missing, failed, stale, forced, expired lease) is ``CLAIMED``:
+      the backend takes the lease; a completed receipt claimed again goes to a new
+      generation and leaves its old batch.
     """
+    expires = now + ttl_s
     if row is None:
-        return None
-    status, result, owner, held_lease, lease_expires_at, completed_at = row[:6]
-    if status == "running" and held_lease != lease_id and (lease_expires_at or 0) > now:
+        return ClaimOutcome(req.key, ClaimStatus.CLAIMED, lease_expires_at=expires)
+    status = row.status
+    if status == "running" and row.lease_id != lease_id and (row.lease_expires_at or 0) > now:
         return ClaimOutcome(
-            req.key, ClaimStatus.HELD, lease_expires_at=lease_expires_at, owner=owner
+            req.key, ClaimStatus.HELD, lease_expires_at=row.lease_expires_at, owner=row.owner
         )
-    if status == "completed" and not req.force:
-        fresh = req.stale_after_s is None or (completed_at or 0) >= now - req.stale_after_s
-        if fresh:
-            value = json.loads(result) if isinstance(result, str) else result
-            return ClaimOutcome(req.key, ClaimStatus.HIT, result=value)
-    return None
+    if not req.retry_ambiguous:
+        if status == "ambiguous":
+            return ClaimOutcome(req.key, ClaimStatus.AMBIGUOUS, reason=row.error)
+        if (
+            status == "running"
+            and row.sent_at is not None
+            and req.ambiguous_if_sent
+            and row.lease_id != lease_id
+        ):
+            return ClaimOutcome(
+                req.key,
+                ClaimStatus.AMBIGUOUS,
+                reason=f"sent by {row.owner}, which stopped before recording an answer",
+                became_ambiguous=True,
+            )
+    if status == "completed":
+        if req.force:
+            if req.force_token is not None and row.forced_by == req.force_token:
+                return ClaimOutcome(req.key, ClaimStatus.HIT, result=_loaded(row.result))
+        else:
+            fresh = req.stale_after_s is None or (row.completed_at or 0) >= now - req.stale_after_s
+            if fresh:
+                return ClaimOutcome(req.key, ClaimStatus.HIT, result=_loaded(row.result))
+        return ClaimOutcome(
+            req.key, ClaimStatus.CLAIMED, lease_expires_at=expires, generation=row.generation + 1
+        )
+    return ClaimOutcome(
+        req.key,
+        ClaimStatus.CLAIMED,
+        lease_expires_at=expires,
+        batch_key=row.batch_key,
+        generation=row.generation,
+    )
+
+
+def _loaded(result: Any) -> Any:
+    return json.loads(result) if isinstance(result, str) else result

@@ -21,6 +21,7 @@ Times (leases, completion) come from the database server's clock unless a
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,21 +32,22 @@ import psycopg
 from playline.stores.coalesce import Coalescer
 from playline.stores.postgres_db import PostgresDatabase
 from playline.stores.receipts import (
+    STATE_COLUMNS,
     BatchClaim,
     ClaimOutcome,
     ClaimRequest,
     ClaimStatus,
     Receipt,
-    canonical_json,
+    StoredState,
+    batch_sent_reason,
     decide_claim,
+    stored_json,
 )
 
 __all__ = ["PostgresReceiptStore"]
 
 #: The server's clock, or the caller's when a clock was injected (``%(now)s`` set).
 _NOW: LiteralString = "COALESCE(%(now)s::float8, extract(epoch FROM statement_timestamp()))"
-
-_ROW_COLUMNS = "status, result, owner, lease_id, lease_expires_at, completed_at, batch_key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +62,17 @@ class _Claim:
 class _Settlement:
     key: str
     lease_id: str
-    status: str  # "completed" or "failed"
+    status: str  # "completed", "failed" or "ambiguous"
     result: str | None
     error: str | None
     credits: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Send:
+    key: str
+    lease_id: str
+    ttl_s: float
 
 
 _INSERT_MISSING: LiteralString = (
@@ -73,16 +82,25 @@ _INSERT_MISSING: LiteralString = (
     " ON CONFLICT (key) DO NOTHING"
 )
 _LOCK_FOR_CLAIM: LiteralString = (
-    "SELECT key, " + _ROW_COLUMNS + ", " + _NOW + " FROM playline_receipts"
+    "SELECT key, " + STATE_COLUMNS + ", " + _NOW + " FROM playline_receipts"
     " WHERE key = ANY(%(keys)s::text[]) ORDER BY key FOR UPDATE"
 )
 _GRANT: LiteralString = (
     "UPDATE playline_receipts AS r SET status = 'running', owner = g.owner,"
-    " lease_id = g.lease_id, lease_expires_at = g.expires, error = NULL,"
-    " attempts = r.attempts + g.claims"
+    " lease_id = g.lease_id, lease_expires_at = g.expires, error = NULL, sent_at = NULL,"
+    " attempts = r.attempts + g.claims, generation = g.generation, forced_by = g.forced_by,"
+    " batch_key = g.batch_key"
     " FROM unnest(%(keys)s::text[], %(owners)s::text[], %(leases)s::text[],"
-    " %(expires)s::float8[], %(claims)s::int[]) AS g(key, owner, lease_id, expires, claims)"
+    " %(expires)s::float8[], %(claims)s::int[], %(generations)s::int[],"
+    " %(forced)s::text[], %(batches)s::text[])"
+    " AS g(key, owner, lease_id, expires, claims, generation, forced_by, batch_key)"
     " WHERE r.key = g.key"
+)
+#: Receipts a claim found sent and never settled (a tool that does not de-duplicate).
+_AMBIGUATE: LiteralString = (
+    "UPDATE playline_receipts AS r SET status = 'ambiguous', error = a.reason,"
+    " lease_expires_at = NULL"
+    " FROM unnest(%(keys)s::text[], %(reasons)s::text[]) AS a(key, reason) WHERE r.key = a.key"
 )
 #: One fenced statement for a whole group of completions and failures; rows are
 #: locked in key order first, as claims lock them.
@@ -96,7 +114,22 @@ _SETTLE: LiteralString = (
     " result = CASE WHEN v.status = 'completed' THEN v.result ELSE r.result END,"
     " error = v.error,"
     " completed_at = CASE WHEN v.status = 'completed' THEN " + _NOW + " ELSE r.completed_at END,"
-    " credits = r.credits + v.credits, lease_id = NULL, lease_expires_at = NULL"
+    " sent_at = CASE WHEN v.status = 'failed' THEN NULL ELSE r.sent_at END,"
+    # An ambiguous receipt keeps its sender's lease id: the sender's answer may come.
+    " lease_id = CASE WHEN v.status = 'ambiguous' THEN r.lease_id ELSE NULL END,"
+    " credits = r.credits + v.credits, lease_expires_at = NULL"
+    " FROM v WHERE r.key = v.key AND r.lease_id = v.lease_id"
+    " AND (r.status = 'running' OR (r.status = 'ambiguous' AND v.status = 'completed'))"
+    " AND r.key IN (SELECT key FROM locked)"
+    " RETURNING v.ord"
+)
+_MARK_SENT: LiteralString = (
+    "WITH v AS (SELECT * FROM unnest(%(keys)s::text[], %(leases)s::text[], %(ttls)s::float8[])"
+    " WITH ORDINALITY AS v(key, lease_id, ttl, ord)),"
+    " locked AS (SELECT key FROM playline_receipts WHERE key IN (SELECT key FROM v)"
+    " ORDER BY key FOR UPDATE)"
+    " UPDATE playline_receipts AS r SET sent_at = " + _NOW + ","
+    " lease_expires_at = " + _NOW + " + v.ttl"
     " FROM v WHERE r.key = v.key AND r.lease_id = v.lease_id AND r.status = 'running'"
     " AND r.key IN (SELECT key FROM locked)"
     " RETURNING v.ord"
@@ -116,43 +149,63 @@ class _Grant:
     lease_id: str
     expires: float
     claims: int  # how many claims of the group took it (attempts grow by as many)
+    generation: int
+    forced_by: str | None
+    batch_key: str | None
 
 
 def _plan_claims(
-    calls: Sequence[_Claim], rows: dict[str, tuple[Any, ...]], now: float
-) -> tuple[list[list[ClaimOutcome]], dict[str, _Grant]]:
-    """Apply the claim rule to a group's calls in order; the outcomes and the leases taken.
+    calls: Sequence[_Claim], rows: dict[str, StoredState], now: float
+) -> tuple[list[list[ClaimOutcome]], dict[str, _Grant], dict[str, str]]:
+    """Apply the claim rule to a group's calls in order: the outcomes, the leases taken
+    and the receipts found ambiguous (key -> reason).
 
-    ``rows`` holds each key's locked receipt (``_ROW_COLUMNS``) and is updated as
-    leases are taken, so a later call of the group sees an earlier one's lease.
+    ``rows`` holds each key's locked receipt and is updated as leases are taken, so a
+    later call of the group sees an earlier one's lease.
     """
     outcomes: list[list[ClaimOutcome]] = []
     grants: dict[str, _Grant] = {}
+    ambiguous: dict[str, str] = {}
     for call in calls:
-        expires = now + call.ttl_s
         mine: list[ClaimOutcome] = []
         for req in call.requests:
             row = rows.get(req.key)
-            outcome = decide_claim(req, row, now=now, lease_id=call.lease_id)
-            if outcome is None:
-                _, result, _, _, _, completed_at, batch_key = row or (None,) * 7
-                outcome = ClaimOutcome(
-                    req.key, ClaimStatus.CLAIMED, lease_expires_at=expires, batch_key=batch_key
-                )
+            outcome = decide_claim(req, row, now=now, lease_id=call.lease_id, ttl_s=call.ttl_s)
+            if outcome.status is ClaimStatus.CLAIMED:
+                expires = outcome.lease_expires_at or now + call.ttl_s
                 earlier = grants[req.key].claims if req.key in grants else 0
-                grants[req.key] = _Grant(call.owner, call.lease_id, expires, earlier + 1)
-                rows[req.key] = (
-                    "running",
-                    result,
+                forced_by = req.force_token if req.force else None
+                grants[req.key] = _Grant(
                     call.owner,
                     call.lease_id,
                     expires,
-                    completed_at,
-                    batch_key,
+                    earlier + 1,
+                    outcome.generation,
+                    forced_by,
+                    outcome.batch_key,
+                )
+                base = row or StoredState(
+                    "running", None, None, None, None, None, None, None, 0, None, None
+                )
+                rows[req.key] = base._replace(
+                    status="running",
+                    owner=call.owner,
+                    lease_id=call.lease_id,
+                    lease_expires_at=expires,
+                    sent_at=None,
+                    generation=outcome.generation,
+                    forced_by=forced_by,
+                    batch_key=outcome.batch_key,
+                    error=None,
+                )
+            elif outcome.became_ambiguous and row is not None:
+                ambiguous[req.key] = outcome.reason or ""
+                rows[req.key] = row._replace(
+                    status="ambiguous", error=outcome.reason, lease_expires_at=None
                 )
             mine.append(outcome)
         outcomes.append(mine)
-    return outcomes, grants
+    return outcomes, grants, ambiguous
 
 
 class PostgresReceiptStore:
@@ -169,6 +222,7 @@ class PostgresReceiptStore:
         self._clock = clock
         self._claims: Coalescer[_Claim, list[ClaimOutcome]] = Coalescer(self._claim_group)
         self._settlements: Coalescer[_Settlement, bool] = Coalescer(self._settle_group)
+        self._sends: Coalescer[_Send, bool] = Coalescer(self._send_group)
 
     def _now(self) -> float | None:
         return None if self._clock is None else self._clock()
@@ -193,8 +247,10 @@ class PostgresReceiptStore:
             cur = await conn.execute(_LOCK_FOR_CLAIM, params)
             found = await cur.fetchall()
             now = float(found[0][-1])
-            rows: dict[str, tuple[Any, ...]] = {row[0]: tuple(row[1:-1]) for row in found}
-            outcomes, grants = _plan_claims(calls, rows, now)
+            # Receipts the insert above created are running with an expired lease and
+            # never sent: the rule claims them as it would a missing one.
+            rows = {row[0]: StoredState(*row[1:-1]) for row in found}
+            outcomes, grants, ambiguous = _plan_claims(calls, rows, now)
             if grants:
                 granted = sorted(grants)
                 await conn.execute(
@@ -205,7 +261,15 @@ class PostgresReceiptStore:
                         "leases": [grants[k].lease_id for k in granted],
                         "expires": [grants[k].expires for k in granted],
                         "claims": [grants[k].claims for k in granted],
+                        "generations": [grants[k].generation for k in granted],
+                        "forced": [grants[k].forced_by for k in granted],
+                        "batches": [grants[k].batch_key for k in granted],
                     },
+                )
+            if ambiguous:
+                marked = sorted(ambiguous)
+                await conn.execute(
+                    _AMBIGUATE, {"keys": marked, "reasons": [ambiguous[k] for k in marked]}
                 )
             return outcomes
 
@@ -235,14 +299,43 @@ class PostgresReceiptStore:
 
     # ------------------------------------------------------------------ settlements
 
+    async def mark_sent(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
+        results = []
+        for key in keys:  # coalesced: the group goes in one statement
+            results.append(self._sends.submit(_Send(key, lease_id, ttl_s)))
+        return list(await asyncio.gather(*results))
+
+    async def _send_group(self, group: list[_Send]) -> list[bool]:
+        firsts: dict[str, int] = {}
+        for index, item in enumerate(group):
+            firsts.setdefault(item.key, index)
+        chosen = [group[i] for i in sorted(firsts.values())]
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                _MARK_SENT,
+                {
+                    "keys": [s.key for s in chosen],
+                    "leases": [s.lease_id for s in chosen],
+                    "ttls": [float(s.ttl_s) for s in chosen],
+                    "now": self._now(),
+                },
+            )
+            marked = {chosen[int(row[0]) - 1].key for row in await cur.fetchall()}
+        return [item.key in marked for item in group]
+
     async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
         return await self._settlements.submit(
-            _Settlement(key, lease_id, "completed", canonical_json(result), None, credits)
+            _Settlement(key, lease_id, "completed", stored_json(result), None, credits)
         )
 
     async def fail(self, key: str, *, lease_id: str, error: str) -> bool:
         return await self._settlements.submit(
             _Settlement(key, lease_id, "failed", None, error[:2000], 0.0)
+        )
+
+    async def mark_ambiguous(self, key: str, *, lease_id: str, reason: str) -> bool:
+        return await self._settlements.submit(
+            _Settlement(key, lease_id, "ambiguous", None, reason[:2000], 0.0)
         )
 
     async def _settle_group(self, group: list[_Settlement]) -> list[bool]:
@@ -277,7 +370,7 @@ class PostgresReceiptStore:
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 "SELECT key, tool_id, status, result, error, owner, lease_id, lease_expires_at,"
-                " completed_at, attempts, credits FROM playline_receipts"
+                " completed_at, attempts, credits, sent_at, generation FROM playline_receipts"
                 " WHERE key = ANY(%s::text[])",
                 [list(keys)],
             )
@@ -295,6 +388,8 @@ class PostgresReceiptStore:
                 completed_at=row[8],
                 attempts=row[9],
                 credits=row[10],
+                sent_at=row[11],
+                generation=row[12],
             )
             for row in rows
         }
@@ -312,7 +407,7 @@ class PostgresReceiptStore:
         lease_id: str,
         ttl_s: float,
     ) -> bool:
-        document = canonical_json({"members": list(member_keys), "request": request})
+        document = stored_json({"members": list(member_keys), "request": request})
         members = sorted(set(member_keys))
 
         async def tx(conn: psycopg.AsyncConnection[Any]) -> bool:
@@ -352,28 +447,57 @@ class PostgresReceiptStore:
             return False
 
     async def claim_batch(
-        self, agg_key: str, *, owner: str, lease_id: str, ttl_s: float
+        self,
+        agg_key: str,
+        *,
+        owner: str,
+        lease_id: str,
+        ttl_s: float,
+        ambiguous_if_sent: bool = False,
+        retry_ambiguous: bool = False,
     ) -> BatchClaim:
         async def tx(conn: psycopg.AsyncConnection[Any]) -> BatchClaim:
             cur = await conn.execute(
-                "SELECT status, lease_id, lease_expires_at, request, " + _NOW + ""
-                " FROM playline_receipts WHERE key = %(agg)s FOR UPDATE",
+                "SELECT status, lease_id, lease_expires_at, request, sent_at, owner, error, "
+                + _NOW
+                + " FROM playline_receipts WHERE key = %(agg)s FOR UPDATE",
                 {"agg": agg_key, "now": self._now()},
             )
             row = await cur.fetchone()
             if row is None or row[3] is None:
                 raise LookupError(f"batch {agg_key} has no stored request")
-            document = json.loads(row[3])
+            status, held, expires, doc, sent_at, sender, error, now_value = row
+            document = json.loads(doc)
             members: list[str] = document["members"]
-            now = float(row[4])
-            if row[0] == "completed":
+            now = float(now_value)
+            if status == "completed":
                 return BatchClaim(ClaimStatus.HIT, members, document["request"])
-            if row[1] != lease_id and (row[2] or 0) > now:
+            if status == "running" and held != lease_id and (expires or 0) > now:
                 return BatchClaim(ClaimStatus.HELD, members, document["request"])
+            if not retry_ambiguous and (
+                status == "ambiguous"
+                or (ambiguous_if_sent and sent_at is not None and held != lease_id)
+            ):
+                reason = error if status == "ambiguous" else batch_sent_reason(sender)
+                await conn.execute(
+                    "WITH locked AS (SELECT key FROM playline_receipts"
+                    " WHERE key = %(agg)s OR batch_key = %(agg)s ORDER BY key FOR UPDATE)"
+                    " UPDATE playline_receipts SET status = 'ambiguous', error = %(reason)s,"
+                    " lease_expires_at = NULL WHERE key IN (SELECT key FROM locked)"
+                    " AND status IN ('running', 'failed')",
+                    {"agg": agg_key, "reason": reason},
+                )
+                return BatchClaim(
+                    ClaimStatus.AMBIGUOUS,
+                    members,
+                    document["request"],
+                    reason=reason,
+                    became_ambiguous=status != "ambiguous",
+                )
             params = {"agg": agg_key, "owner": owner, "lease": lease_id, "expires": now + ttl_s}
             await conn.execute(
                 "UPDATE playline_receipts SET status = 'running', owner = %(owner)s,"
-                " lease_id = %(lease)s, lease_expires_at = %(expires)s,"
+                " lease_id = %(lease)s, lease_expires_at = %(expires)s, sent_at = NULL,"
                 " attempts = attempts + 1 WHERE key = %(agg)s",
                 params,
             )
@@ -404,17 +528,20 @@ class PostgresReceiptStore:
                 "UPDATE playline_receipts SET status = 'completed', completed_at = " + _NOW + ","
                 " lease_id = NULL, lease_expires_at = NULL, error = NULL, result = %(result)s,"
                 " credits = credits + %(credits)s"
-                " WHERE key = %(agg)s AND lease_id = %(lease)s AND status = 'running'",
+                " WHERE key = %(agg)s AND lease_id = %(lease)s"
+                " AND status IN ('running', 'ambiguous')",
                 {
                     "agg": agg_key,
                     "lease": lease_id,
-                    "result": canonical_json({"members": len(results)}),
+                    "result": stored_json({"members": len(results)}),
                     "credits": credits_per_member * len(results),
                     "now": self._now(),
                 },
             )
             if cur.rowcount != 1:
                 raise _Rollback
+            # Members are completed once: a resumed batch does not re-complete (or
+            # re-credit) a member an earlier attempt recorded.
             await conn.execute(
                 "WITH v AS (SELECT * FROM unnest(%(keys)s::text[], %(results)s::text[])"
                 " AS v(key, result)),"
@@ -424,10 +551,10 @@ class PostgresReceiptStore:
                 " error = NULL, completed_at = " + _NOW + ", lease_id = NULL,"
                 " lease_expires_at = NULL, credits = r.credits + %(credits)s"
                 " FROM v WHERE r.key = v.key AND r.batch_key = %(agg)s"
-                " AND r.key IN (SELECT key FROM locked)",
+                " AND r.status <> 'completed' AND r.key IN (SELECT key FROM locked)",
                 {
                     "keys": keys,
-                    "results": [canonical_json(results[k]) for k in keys],
+                    "results": [stored_json(results[k]) for k in keys],
                     "credits": credits_per_member,
                     "agg": agg_key,
                     "now": self._now(),
@@ -448,7 +575,7 @@ class PostgresReceiptStore:
         async def tx(conn: psycopg.AsyncConnection[Any]) -> None:
             cur = await conn.execute(
                 "UPDATE playline_receipts SET status = 'failed', error = %(error)s,"
-                " lease_id = NULL, lease_expires_at = NULL"
+                " lease_id = NULL, lease_expires_at = NULL, sent_at = NULL"
                 " WHERE key = %(agg)s AND lease_id = %(lease)s AND status = 'running'",
                 {"agg": agg_key, "lease": lease_id, "error": error[:2000]},
             )
@@ -465,9 +592,32 @@ class PostgresReceiptStore:
 
         await self._db.transaction(tx)
 
+    async def mark_batch_ambiguous(self, agg_key: str, *, lease_id: str, reason: str) -> bool:
+        async def tx(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(
+                "UPDATE playline_receipts SET status = 'ambiguous', error = %(reason)s,"
+                " lease_expires_at = NULL"
+                " WHERE key = %(agg)s AND lease_id = %(lease)s AND status = 'running'",
+                {"agg": agg_key, "lease": lease_id, "reason": reason[:2000]},
+            )
+            if cur.rowcount != 1:
+                return False
+            await conn.execute(
+                "WITH locked AS (SELECT key FROM playline_receipts WHERE batch_key = %(agg)s"
+                " ORDER BY key FOR UPDATE)"
+                " UPDATE playline_receipts SET status = 'ambiguous', error = %(reason)s,"
+                " lease_expires_at = NULL WHERE key IN (SELECT key FROM locked)"
+                " AND status IN ('running', 'failed')",
+                {"agg": agg_key, "reason": reason[:2000]},
+            )
+            return True
+
+        return await self._db.transaction(tx)
+
     async def close(self) -> None:
         """Wait for queued claims and settlements; the database is closed by its owner."""
         await self._claims.drain()
+        await self._sends.drain()
         await self._settlements.drain()
 
 

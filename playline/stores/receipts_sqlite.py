@@ -18,13 +18,16 @@ from typing import Any
 
 from playline.stores.migrations import Migration
 from playline.stores.receipts import (
+    STATE_COLUMNS,
     BatchClaim,
     ClaimOutcome,
     ClaimRequest,
     ClaimStatus,
     Receipt,
-    canonical_json,
+    StoredState,
+    batch_sent_reason,
     decide_claim,
+    stored_json,
 )
 from playline.stores.sqlite_db import SqliteDatabase
 
@@ -68,6 +71,15 @@ MIGRATIONS = (
         "find a batch's members by their batch",
         ("CREATE INDEX IF NOT EXISTS receipts_batch ON receipts (batch_key)",),
     ),
+    Migration(
+        3,
+        "sent marks, generations and forcing runs (idempotency contracts, ambiguous calls)",
+        (
+            "ALTER TABLE receipts ADD COLUMN sent_at REAL",
+            "ALTER TABLE receipts ADD COLUMN generation INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE receipts ADD COLUMN forced_by TEXT",
+        ),
+    ),
 )
 
 
@@ -96,33 +108,42 @@ class SqliteReceiptStore:
         self, requests: Sequence[ClaimRequest], *, owner: str, lease_id: str, ttl_s: float
     ) -> list[ClaimOutcome]:
         now = self._clock()
-        expires = now + ttl_s
 
         def tx(conn: sqlite3.Connection) -> list[ClaimOutcome]:
             outcomes: list[ClaimOutcome] = []
             for req in requests:
-                row = conn.execute(
-                    "SELECT status, result, owner, lease_id, lease_expires_at, completed_at, "
-                    "batch_key FROM receipts WHERE key = ?",
-                    (req.key,),
+                found = conn.execute(
+                    f"SELECT {STATE_COLUMNS} FROM receipts WHERE key = ?", (req.key,)
                 ).fetchone()
-                outcome = decide_claim(req, row, now=now, lease_id=lease_id)
-                if outcome is None:
+                row = StoredState(*found) if found is not None else None
+                outcome = decide_claim(req, row, now=now, lease_id=lease_id, ttl_s=ttl_s)
+                if outcome.status is ClaimStatus.CLAIMED:
                     conn.execute(
                         "INSERT INTO receipts (key, tool_id, status, owner, lease_id, "
-                        "lease_expires_at, created_at, attempts) "
-                        "VALUES (?, ?, 'running', ?, ?, ?, ?, 1) "
+                        "lease_expires_at, created_at, attempts, generation, forced_by) "
+                        "VALUES (?, ?, 'running', ?, ?, ?, ?, 1, 0, ?) "
                         "ON CONFLICT(key) DO UPDATE SET status='running', "
                         "owner=excluded.owner, lease_id=excluded.lease_id, "
-                        "lease_expires_at=excluded.lease_expires_at, "
-                        "error=NULL, attempts=receipts.attempts + 1",
-                        (req.key, req.tool_id, owner, lease_id, expires, now),
+                        "lease_expires_at=excluded.lease_expires_at, error=NULL, sent_at=NULL, "
+                        "attempts=receipts.attempts + 1, generation=?, "
+                        "forced_by=excluded.forced_by, batch_key=?",
+                        (
+                            req.key,
+                            req.tool_id,
+                            owner,
+                            lease_id,
+                            outcome.lease_expires_at,
+                            now,
+                            req.force_token if req.force else None,
+                            outcome.generation,
+                            outcome.batch_key,
+                        ),
                     )
-                    outcome = ClaimOutcome(
-                        req.key,
-                        ClaimStatus.CLAIMED,
-                        lease_expires_at=expires,
-                        batch_key=row[6] if row is not None else None,
+                elif outcome.became_ambiguous:
+                    conn.execute(
+                        "UPDATE receipts SET status='ambiguous', error=?, lease_expires_at=NULL "
+                        "WHERE key = ?",
+                        (outcome.reason, req.key),
                     )
                 outcomes.append(outcome)
             return outcomes
@@ -145,15 +166,31 @@ class SqliteReceiptStore:
 
         return await self._db.write(tx)
 
+    async def mark_sent(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
+        now = self._clock()
+
+        def tx(conn: sqlite3.Connection) -> list[bool]:
+            return [
+                conn.execute(
+                    "UPDATE receipts SET sent_at = ?, lease_expires_at = ? "
+                    "WHERE key = ? AND lease_id = ? AND status = 'running'",
+                    (now, now + ttl_s, key, lease_id),
+                ).rowcount
+                == 1
+                for key in keys
+            ]
+
+        return await self._db.write(tx)
+
     async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
         now = self._clock()
-        payload = canonical_json(result)
+        payload = stored_json(result)
 
         def tx(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
                 "UPDATE receipts SET status='completed', result=?, error=NULL, completed_at=?, "
                 "lease_id=NULL, lease_expires_at=NULL, credits=credits + ? "
-                "WHERE key=? AND lease_id=? AND status='running'",
+                "WHERE key=? AND lease_id=? AND status IN ('running', 'ambiguous')",
                 (payload, now, credits, key, lease_id),
             )
             return cur.rowcount == 1
@@ -164,9 +201,21 @@ class SqliteReceiptStore:
         def tx(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
                 "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
-                "lease_expires_at=NULL "
+                "lease_expires_at=NULL, sent_at=NULL "
                 "WHERE key=? AND lease_id=? AND status='running'",
                 (error[:2000], key, lease_id),
+            )
+            return cur.rowcount == 1
+
+        return await self._db.write(tx)
+
+    async def mark_ambiguous(self, key: str, *, lease_id: str, reason: str) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            # The lease id stays: it names the sender, whose answer may still arrive.
+            cur = conn.execute(
+                "UPDATE receipts SET status='ambiguous', error=?, lease_expires_at=NULL "
+                "WHERE key=? AND lease_id=? AND status='running'",
+                (reason[:2000], key, lease_id),
             )
             return cur.rowcount == 1
 
@@ -194,7 +243,7 @@ class SqliteReceiptStore:
         ttl_s: float,
     ) -> bool:
         now = self._clock()
-        document = canonical_json({"members": list(member_keys), "request": request})
+        document = stored_json({"members": list(member_keys), "request": request})
 
         def tx(conn: sqlite3.Connection) -> bool:
             held = 0
@@ -223,26 +272,52 @@ class SqliteReceiptStore:
             return False
 
     async def claim_batch(
-        self, agg_key: str, *, owner: str, lease_id: str, ttl_s: float
+        self,
+        agg_key: str,
+        *,
+        owner: str,
+        lease_id: str,
+        ttl_s: float,
+        ambiguous_if_sent: bool = False,
+        retry_ambiguous: bool = False,
     ) -> BatchClaim:
         now = self._clock()
 
         def tx(conn: sqlite3.Connection) -> BatchClaim:
             row = conn.execute(
-                "SELECT status, lease_id, lease_expires_at, request FROM receipts WHERE key = ?",
+                "SELECT status, lease_id, lease_expires_at, request, sent_at, owner, error "
+                "FROM receipts WHERE key = ?",
                 (agg_key,),
             ).fetchone()
             if row is None or row[3] is None:
                 raise LookupError(f"batch {agg_key} has no stored request")
-            document = json.loads(row[3])
+            status, held, expires, doc, sent_at, sender, error = row
+            document = json.loads(doc)
             members: list[str] = document["members"]
-            if row[0] == "completed":
+            if status == "completed":
                 return BatchClaim(ClaimStatus.HIT, members, document["request"])
-            if row[1] != lease_id and (row[2] or 0) > now:
+            if status == "running" and held != lease_id and (expires or 0) > now:
                 return BatchClaim(ClaimStatus.HELD, members, document["request"])
+            if not retry_ambiguous and (
+                status == "ambiguous"
+                or (ambiguous_if_sent and sent_at is not None and held != lease_id)
+            ):
+                reason = error if status == "ambiguous" else batch_sent_reason(sender)
+                conn.execute(
+                    "UPDATE receipts SET status='ambiguous', error=?, lease_expires_at=NULL "
+                    "WHERE (key = ? OR batch_key = ?) AND status IN ('running', 'failed')",
+                    (reason, agg_key, agg_key),
+                )
+                return BatchClaim(
+                    ClaimStatus.AMBIGUOUS,
+                    members,
+                    document["request"],
+                    reason=reason,
+                    became_ambiguous=status != "ambiguous",
+                )
             conn.execute(
                 "UPDATE receipts SET status='running', owner=?, lease_id=?, "
-                "lease_expires_at=?, attempts=attempts + 1 WHERE key = ?",
+                "lease_expires_at=?, sent_at=NULL, attempts=attempts + 1 WHERE key = ?",
                 (owner, lease_id, now + ttl_s, agg_key),
             )
             conn.execute(
@@ -268,10 +343,10 @@ class SqliteReceiptStore:
             fenced = conn.execute(
                 "UPDATE receipts SET status='completed', completed_at=?, lease_id=NULL, "
                 "lease_expires_at=NULL, error=NULL, result=?, credits=credits + ? "
-                "WHERE key=? AND lease_id=? AND status='running'",
+                "WHERE key=? AND lease_id=? AND status IN ('running', 'ambiguous')",
                 (
                     now,
-                    canonical_json({"members": len(results)}),
+                    stored_json({"members": len(results)}),
                     credits_per_member * len(results),
                     agg_key,
                     lease_id,
@@ -279,12 +354,14 @@ class SqliteReceiptStore:
             ).rowcount
             if fenced != 1:
                 raise _Rollback
+            # Members completed once: a resumed batch does not re-complete (or
+            # re-credit) a member an earlier attempt recorded.
             conn.executemany(
                 "UPDATE receipts SET status='completed', result=?, error=NULL, "
                 "completed_at=?, lease_id=NULL, lease_expires_at=NULL, "
-                "credits=credits + ? WHERE key=? AND batch_key=?",
+                "credits=credits + ? WHERE key=? AND batch_key=? AND status <> 'completed'",
                 [
-                    (canonical_json(result), now, credits_per_member, key, agg_key)
+                    (stored_json(result), now, credits_per_member, key, agg_key)
                     for key, result in results.items()
                 ],
             )
@@ -301,7 +378,8 @@ class SqliteReceiptStore:
         def tx(conn: sqlite3.Connection) -> None:
             owned = conn.execute(
                 "UPDATE receipts SET status='failed', error=?, lease_id=NULL, "
-                "lease_expires_at=NULL WHERE key=? AND lease_id=? AND status='running'",
+                "lease_expires_at=NULL, sent_at=NULL "
+                "WHERE key=? AND lease_id=? AND status='running'",
                 (error[:2000], agg_key, lease_id),
             ).rowcount
             if owned != 1:
@@ -316,6 +394,24 @@ class SqliteReceiptStore:
 
         await self._db.write(tx)
 
+    async def mark_batch_ambiguous(self, agg_key: str, *, lease_id: str, reason: str) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            owned = conn.execute(
+                "UPDATE receipts SET status='ambiguous', error=?, lease_expires_at=NULL "
+                "WHERE key=? AND lease_id=? AND status='running'",
+                (reason[:2000], agg_key, lease_id),
+            ).rowcount
+            if owned != 1:
+                return False
+            conn.execute(
+                "UPDATE receipts SET status='ambiguous', error=?, lease_expires_at=NULL "
+                "WHERE batch_key=? AND status IN ('running', 'failed')",
+                (reason[:2000], agg_key),
+            )
+            return True
+
+        return await self._db.write(tx)
+
     async def get(self, keys: Sequence[str]) -> dict[str, Receipt]:
         def read(conn: sqlite3.Connection) -> dict[str, Receipt]:
             found: dict[str, Receipt] = {}
@@ -324,7 +420,7 @@ class SqliteReceiptStore:
                 marks = ",".join("?" * len(batch))
                 for row in conn.execute(
                     "SELECT key, tool_id, status, result, error, owner, lease_id, "
-                    "lease_expires_at, completed_at, attempts, credits "
+                    "lease_expires_at, completed_at, attempts, credits, sent_at, generation "
                     f"FROM receipts WHERE key IN ({marks})",
                     batch,
                 ):
@@ -340,6 +436,8 @@ class SqliteReceiptStore:
                         completed_at=row[8],
                         attempts=row[9],
                         credits=row[10],
+                        sent_at=row[11],
+                        generation=row[12],
                     )
             return found
 

@@ -15,6 +15,7 @@ from playline.stores.export import PREVIEW_ROWS, row_out, summarize_run
 from playline.stores.receipts import (
     ClaimRequest,
     ClaimStatus,
+    StoredState,
     canonical_json,
     decide_claim,
     idempotency_key,
@@ -34,14 +35,13 @@ def test_receipt_key_is_a_content_address() -> None:
     assert a.startswith("t:")
 
 
-def test_idempotency_key_is_stable_unless_forced() -> None:
+def test_idempotency_key_is_stable_within_a_generation_and_new_in_the_next() -> None:
     key = receipt_key("t", "1", {"a": 1}, "s")
-    assert idempotency_key(key, force=False, lease_id="L1") == idempotency_key(
-        key, force=False, lease_id="L2"
-    )
-    assert idempotency_key(key, force=True, lease_id="L1") != idempotency_key(
-        key, force=True, lease_id="L2"
-    )
+    # Generation 0 keeps the key receipts have always sent (no attempt, no lease in it).
+    assert idempotency_key(key) == idempotency_key(key, 0)
+    assert idempotency_key(key, 1) == idempotency_key(key, 1)  # a crashed forced call's retry
+    assert idempotency_key(key, 1) != idempotency_key(key, 0)  # a fresh answer, not the old
+    assert idempotency_key(key, 2) != idempotency_key(key, 1)
 
 
 def test_canonical_json_ignores_key_order_and_keeps_unicode() -> None:
@@ -57,15 +57,35 @@ def row(
     expires: float | None = None,
     completed_at: float | None = None,
     result: Any = None,
-) -> tuple[Any, ...]:
-    """A receipt row as backends read it: status, result, owner, lease, expiry, completed_at."""
-    return (status, json.dumps(result), "owner-x", lease, expires, completed_at)
+    sent_at: float | None = None,
+    generation: int = 0,
+    forced_by: str | None = None,
+    batch_key: str | None = None,
+) -> StoredState:
+    """A receipt row as backends read it."""
+    return StoredState(
+        status,
+        json.dumps(result),
+        "owner-x",
+        lease,
+        expires,
+        completed_at,
+        batch_key,
+        sent_at,
+        generation,
+        "why" if status == "ambiguous" else None,
+        forced_by,
+    )
+
+
+CLAIMED = ClaimStatus.CLAIMED
+NONE_TOOL = {"ambiguous_if_sent": True}
 
 
 @pytest.mark.parametrize(
     ("found", "request_", "expected"),
     [
-        pytest.param(None, ClaimRequest("k", "t"), None, id="missing: claim"),
+        pytest.param(None, ClaimRequest("k", "t"), CLAIMED, id="missing: claim"),
         pytest.param(
             row("completed", completed_at=NOW - 5, result={"v": 1}),
             ClaimRequest("k", "t"),
@@ -75,13 +95,13 @@ def row(
         pytest.param(
             row("completed", completed_at=NOW - 5),
             ClaimRequest("k", "t", force=True),
-            None,
+            CLAIMED,
             id="completed but forced: claim",
         ),
         pytest.param(
             row("completed", completed_at=NOW - 100),
             ClaimRequest("k", "t", stale_after_s=60),
-            None,
+            CLAIMED,
             id="completed but stale: claim",
         ),
         pytest.param(
@@ -99,27 +119,100 @@ def row(
         pytest.param(
             row("running", lease="other", expires=NOW - 1),
             ClaimRequest("k", "t"),
-            None,
+            CLAIMED,
             id="another expired lease: take over",
         ),
         pytest.param(
             row("running", lease="mine", expires=NOW + 5),
             ClaimRequest("k", "t"),
-            None,
+            CLAIMED,
             id="our own lease: claim again",
         ),
-        pytest.param(row("failed"), ClaimRequest("k", "t"), None, id="failed: retry"),
+        pytest.param(row("failed"), ClaimRequest("k", "t"), CLAIMED, id="failed: retry"),
+        pytest.param(
+            row("running", lease="other", expires=NOW - 1, sent_at=NOW - 20),
+            ClaimRequest("k", "t", **NONE_TOOL),
+            ClaimStatus.AMBIGUOUS,
+            id="sent, owner gone, provider does not de-duplicate: ambiguous",
+        ),
+        pytest.param(
+            row("running", lease="other", expires=NOW - 1, sent_at=NOW - 20),
+            ClaimRequest("k", "t"),
+            CLAIMED,
+            id="sent, owner gone, a tool that may be re-sent: take over",
+        ),
+        pytest.param(
+            row("running", lease="other", expires=NOW - 1, sent_at=NOW - 20),
+            ClaimRequest("k", "t", retry_ambiguous=True, **NONE_TOOL),
+            CLAIMED,
+            id="sent, owner gone, retry asked for: take over",
+        ),
+        pytest.param(
+            row("ambiguous"),
+            ClaimRequest("k", "t"),
+            ClaimStatus.AMBIGUOUS,
+            id="ambiguous: stays so whatever the tool",
+        ),
+        pytest.param(
+            row("ambiguous"),
+            ClaimRequest("k", "t", force=True, **NONE_TOOL),
+            ClaimStatus.AMBIGUOUS,
+            id="ambiguous and forced: still not re-sent",
+        ),
+        pytest.param(
+            row("ambiguous"),
+            ClaimRequest("k", "t", retry_ambiguous=True),
+            CLAIMED,
+            id="ambiguous, retry asked for: claim",
+        ),
+        pytest.param(
+            row("completed", completed_at=NOW - 5, forced_by="run-1", result={"v": 2}),
+            ClaimRequest("k", "t", force=True, force_token="run-1"),
+            ClaimStatus.HIT,
+            id="forced by this run already: its answer",
+        ),
+        pytest.param(
+            row("completed", completed_at=NOW - 5, forced_by="run-1"),
+            ClaimRequest("k", "t", force=True, force_token="run-2"),
+            CLAIMED,
+            id="forced by another run: claim",
+        ),
     ],
 )
 def test_the_claim_rule(
-    found: tuple[Any, ...] | None, request_: ClaimRequest, expected: ClaimStatus | None
+    found: StoredState | None, request_: ClaimRequest, expected: ClaimStatus
 ) -> None:
-    outcome = decide_claim(request_, found, now=NOW, lease_id="mine")
-    assert (outcome.status if outcome else None) is expected
+    outcome = decide_claim(request_, found, now=NOW, lease_id="mine", ttl_s=30)
+    assert outcome.status is expected
     if expected is ClaimStatus.HIT:
-        assert outcome is not None and outcome.result == json.loads(found[1])  # type: ignore[index]
+        assert found is not None and outcome.result == json.loads(found.result)
     if expected is ClaimStatus.HELD:
-        assert outcome is not None and outcome.owner == "owner-x"
+        assert outcome.owner == "owner-x"
+    if expected is CLAIMED:
+        assert outcome.lease_expires_at == NOW + 30
+
+
+def test_a_receipt_claimed_again_for_a_fresh_answer_moves_to_the_next_generation() -> None:
+    done = row("completed", completed_at=NOW - 5, generation=2, batch_key="agg")
+    forced = decide_claim(ClaimRequest("k", "t", force=True), done, now=NOW, lease_id="m", ttl_s=1)
+    assert forced.generation == 3
+    assert forced.batch_key is None  # a completed member joins a new batch, not its old one
+    crashed = row("running", lease="o", expires=NOW - 1, generation=3, batch_key="agg")
+    again = decide_claim(
+        ClaimRequest("k", "t", force=True), crashed, now=NOW, lease_id="m", ttl_s=1
+    )
+    assert again.generation == 3 and again.batch_key == "agg"  # same key: no second charge
+
+
+def test_a_claim_that_finds_a_sent_unsettled_receipt_says_so_once() -> None:
+    sent = row("running", lease="o", expires=NOW - 1, sent_at=NOW - 9)
+    found = decide_claim(ClaimRequest("k", "t", **NONE_TOOL), sent, now=NOW, lease_id="m", ttl_s=1)
+    assert found.became_ambiguous and found.reason and "owner-x" in found.reason
+    marked = row("ambiguous")
+    later = decide_claim(
+        ClaimRequest("k", "t", **NONE_TOOL), marked, now=NOW, lease_id="m", ttl_s=1
+    )
+    assert later.status is ClaimStatus.AMBIGUOUS and not later.became_ambiguous
 
 
 def test_row_keys_join_fields_or_use_the_position() -> None:
