@@ -105,7 +105,15 @@ class PersistenceCircuitOpen(PlaylineError):
 
 
 class ProviderError(PlaylineError):
-    """A provider call did not produce a usable result."""
+    """A provider call did not produce a usable result.
+
+    ``may_have_charged`` says whether the request may have been processed (and paid
+    for) although no usable answer came back: a timeout after it was sent, a dropped
+    connection, a 500, a 200 whose body is not JSON. Such an outcome is *ambiguous*:
+    re-sending it is free only for a tool whose provider de-duplicates
+    (``idempotency = "key"`` or ``"natural"`` in the catalog). A definitive failure (a
+    4xx, a 429, a 503, a refused connection) was not processed and may be retried.
+    """
 
     def __init__(
         self,
@@ -114,11 +122,13 @@ class ProviderError(PlaylineError):
         tool_id: str,
         status: int | None = None,
         retry_after_s: float | None = None,
+        may_have_charged: bool = False,
     ) -> None:
         super().__init__(message)
         self.tool_id = tool_id
         self.status = status
         self.retry_after_s = retry_after_s
+        self.may_have_charged = may_have_charged
 
 
 class ProviderRateLimited(ProviderError):
@@ -161,6 +171,32 @@ class ProviderQuotaExhausted(ProviderError):
         super().__init__(f"{provider} quota exhausted until {when}", tool_id=tool_id)
         self.provider = provider
         self.resume_at = resume_at
+
+
+class CallAmbiguous(PlaylineError):
+    """A call to a tool that does not de-duplicate was sent and got no definitive answer.
+
+    It may have been charged, so it is never re-sent automatically: its receipt is
+    ``ambiguous`` and the row fails with this error. A run with
+    ``RunOptions(retry_ambiguous=True)`` (``playline run --retry-ambiguous``) re-sends
+    it on purpose. Retrying the chunk cannot help, and it is about one row.
+    """
+
+    def __init__(self, tool_id: str, reason: str) -> None:
+        super().__init__(
+            f"{tool_id}: the request was sent but got no definitive answer ({reason}); "
+            "it may have been charged, so it was not re-sent (re-send it on purpose with "
+            "--retry-ambiguous)"
+        )
+        self.tool_id = tool_id
+        self.reason = reason
+
+
+class UnstorableValue(PlaylineError):
+    """A resolver returned a value the sheet store cannot keep (NaN, a NUL, a datetime).
+
+    It fails that row only; the row's other cells are kept.
+    """
 
 
 class RowFailed(PlaylineError):

@@ -4,8 +4,10 @@ A chunk attempt (one Temporal activity attempt) owns one :class:`Attempt`. The
 runner and every dispatcher receive it and use only its public methods:
 
 * :class:`LeaseKeeper` - the receipt keys this attempt has claimed and not yet
-  settled; the chunk's heartbeat renews them all, and a renewal that finds
-  another owner marks the attempt's lease as lost;
+  settled, with how long each lease is known to last; a renewal task renews them
+  all, a renewal that finds another owner marks the attempt's lease as lost (no
+  new dispatch; calls in flight finish and record), and no call is sent under a
+  lease with less than its timeout left;
 * :class:`PersistenceLatch` - the persistence circuit breaker: the first failed
   receipt or sheet write trips it, after which no provider call is dispatched
   and every call held back is counted;
@@ -21,18 +23,13 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from playline.errors import (
-    FixtureMissing,
-    LeaseLost,
-    PersistenceCircuitOpen,
-    PlaylineError,
-    ProviderError,
-)
+from playline.errors import LeaseLost, PersistenceCircuitOpen, PlaylineError
+from playline.stores.journal import ResultJournal
 from playline.stores.receipts import ReceiptStore
 
 __all__ = [
@@ -60,6 +57,8 @@ class CallStats:
     shared: int = 0  # answered by an identical call in flight in this chunk (free)
     waited: int = 0  # answered by another live owner's call (free)
     failed: int = 0
+    #: calls this attempt found (or left) ambiguous: sent, no definitive answer, not re-sent
+    ambiguous: int = 0
     retries: int = 0
     credits: float = 0.0
 
@@ -68,7 +67,8 @@ class CallSpan(Protocol):
     """The trace span of one tool call; its outcome is recorded when it closes."""
 
     def receipt(self, status: str) -> None:
-        """How the receipt store answered: ``hit``, ``miss``, ``waited`` or ``shared``."""
+        """How the receipt store answered: ``hit``, ``miss``, ``waited``, ``shared`` or
+        ``ambiguous`` (sent earlier, may have been charged: not sent again)."""
         ...
 
 
@@ -159,22 +159,32 @@ class PersistenceLatch:
 
 
 class LeaseKeeper:
-    """The receipt keys an attempt holds leases on and has not settled yet."""
+    """The receipt keys an attempt holds leases on and has not settled yet.
+
+    For each key it also knows until when (``time.monotonic()``) its lease is
+    certainly valid: the start of the claim or renewal that last confirmed it plus
+    the lease TTL. A call is not sent under a lease about to lapse (see
+    :meth:`Attempt.check_before_dispatch`).
+    """
 
     def __init__(self) -> None:
         self._held: dict[str, int] = {}  # key -> blocks holding it (a plain dict: hot path)
+        self._valid_until: dict[str, float] = {}
         self.lost: LeaseLost | None = None
 
     def keys(self) -> list[str]:
         return sorted(self._held)
 
     @contextlib.contextmanager
-    def holding(self, keys: Iterable[str]) -> Iterator[None]:
-        """Keep ``keys`` renewed by the heartbeat while the block runs (blocks may nest)."""
+    def holding(self, keys: Iterable[str], *, valid_until: float | None = None) -> Iterator[None]:
+        """Keep ``keys`` renewed while the block runs (blocks may nest); ``valid_until``
+        is when the claim that took them lapses unless renewed."""
         keys = list(keys)
-        held = self._held
+        held, valid = self._held, self._valid_until
         for key in keys:
             held[key] = held.get(key, 0) + 1
+            if valid_until is not None and valid_until > valid.get(key, 0.0):
+                valid[key] = valid_until
         try:
             yield
         finally:
@@ -184,21 +194,43 @@ class LeaseKeeper:
                     held[key] = left
                 else:
                     held.pop(key, None)
+                    valid.pop(key, None)
+
+    def confirm(self, keys: Iterable[str], valid_until: float) -> None:
+        """The store just confirmed these leases until ``valid_until`` (monotonic)."""
+        valid, held = self._valid_until, self._held
+        for key in keys:
+            if key in held and valid_until > valid.get(key, 0.0):
+                valid[key] = valid_until
+
+    def time_left(self, key: str, now: float) -> float:
+        """Seconds the lease on ``key`` is certainly valid for (``inf`` if untracked)."""
+        until = self._valid_until.get(key)
+        return float("inf") if until is None else until - now
 
     async def renew(self, receipts: ReceiptStore, *, lease_id: str, ttl_s: float) -> None:
         """Renew every held key; record ``LeaseLost`` if another owner took one."""
         keys = self.keys()
         if not keys:
             return
+        started = time.monotonic()
         owned = await receipts.renew(keys, lease_id=lease_id, ttl_s=ttl_s)
+        confirmed = []
         for key, still_owned in zip(keys, owned, strict=True):
+            if still_owned:
+                confirmed.append(key)
             # A call that settled while the renewal was in flight no longer needs
             # its lease; only a still-held key counts as lost.
-            if not still_owned and key in self._held and self.lost is None:
+            elif key in self._held and self.lost is None:
                 self.lost = LeaseLost(
                     f"receipt {key} is now held by another owner; this chunk attempt "
-                    "stops dispatching and Temporal will retry it"
+                    "starts no new call (those in flight finish) and Temporal will retry it"
                 )
+        self.confirm(confirmed, started + ttl_s)
+
+
+#: How many times a write that only helps (a failure, a release) is tried.
+BEST_EFFORT_TRIES = 3
 
 
 @dataclass
@@ -215,6 +247,14 @@ class Attempt:
         park_after_s: a call whose provider cannot admit it within this many
             seconds raises ``ProviderQuotaExhausted`` instead of waiting (its
             receipt released), so the caller can park durably; ``None`` never parks.
+        force_token: the run this attempt belongs to (the same for every attempt of
+            a chunk): a receipt the run already forced is the answer of its forced
+            calls, so a retried chunk does not pay for them again.
+        retry_ambiguous: re-send calls whose receipts are ambiguous (the user asked).
+        settle_patience_s: how long a paid result's write is retried while the store
+            fails before it is journalled (``journal``) and the attempt gives up.
+        journal: where paid results the store would not take are kept until it
+            takes them (``None``: nowhere; the attempt keeps retrying them instead).
     """
 
     receipts: ReceiptStore
@@ -224,6 +264,10 @@ class Attempt:
     metrics: CallMetrics = field(default_factory=NoMetrics)
     max_wait_s: float | None = None
     park_after_s: float | None = None
+    force_token: str | None = None
+    retry_ambiguous: bool = False
+    settle_patience_s: float = 300.0
+    journal: ResultJournal | None = None
     stats: CallStats = field(default_factory=CallStats)
     latch: PersistenceLatch = field(default_factory=PersistenceLatch)
     leases: LeaseKeeper = field(default_factory=LeaseKeeper)
@@ -232,13 +276,42 @@ class Attempt:
         if self.max_wait_s is None:
             self.max_wait_s = 4 * self.lease_ttl_s
 
-    def check_before_dispatch(self) -> None:
-        """Raise instead of dispatching when the lease is lost or persistence failed."""
+    def check_before_dispatch(self, keys: Iterable[str] = (), *, timeout_s: float = 0.0) -> None:
+        """Raise instead of sending when the lease is lost, persistence failed, or a
+        lease the call needs may lapse before the call can time out.
+
+        The margin is the call's timeout, at most a third of the TTL (the renewal
+        period): a healthy attempt always has that much left, one whose renewals are
+        failing stops sending before another owner could take its calls over.
+        """
         if self.leases.lost is not None:
             raise self.leases.lost
         if self.latch.tripped:
             self.latch.prevented += 1
             raise self.latch.error()
+        if keys:
+            now = time.monotonic()
+            margin = min(timeout_s, self.lease_ttl_s / 3)
+            for key in keys:
+                left = self.leases.time_left(key, now)
+                if left < margin:
+                    raise LeaseLost(
+                        f"the lease on receipt {key} has {max(left, 0):.1f}s left, less than "
+                        f"the call needs ({margin:g}s): its renewals are failing, so this "
+                        "chunk attempt sends nothing more and Temporal retries it"
+                    )
+
+    async def mark_sent(self, keys: Sequence[str]) -> None:
+        """Record that these calls go out now (tools that do not de-duplicate) and
+        refresh their leases; ``LeaseLost`` if one is no longer ours (do not send)."""
+        started = time.monotonic()
+        marked = await self.persist(
+            self.receipts.mark_sent(keys, lease_id=self.lease_id, ttl_s=self.lease_ttl_s)
+        )
+        lost = [key for key, ok in zip(keys, marked, strict=True) if not ok]
+        if lost:
+            raise LeaseLost(f"receipt {lost[0]} was taken over before it was sent; not sending")
+        self.leases.confirm(keys, started + self.lease_ttl_s)
 
     async def persist(self, write: Awaitable[T]) -> T:
         """Run a store write; a failure trips the latch so nothing more is dispatched."""
@@ -249,30 +322,47 @@ class Attempt:
         except Exception as err:
             raise self.latch.trip(f"{type(err).__name__}: {err}") from err
 
-    async def renew_leases(self) -> None:
-        """Renew every unsettled claim (driven by the chunk's heartbeat)."""
-        await self.leases.renew(self.receipts, lease_id=self.lease_id, ttl_s=self.lease_ttl_s)
+    async def durably(self, write: Callable[[], Awaitable[T]], *, what: str) -> T:
+        """Run a write that must not be lost (a paid result), retrying while the store
+        fails, for up to ``settle_patience_s``.
 
-    async def record(self, key: str, send: Callable[[], Awaitable[Any]], *, credits: float) -> Any:
-        """Obtain a claimed call's result with ``send`` and record it under the lease.
-
-        A typed provider or fixture failure is recorded as a failed receipt (a
-        later claim retries it) and re-raised; a result is recorded as completed,
-        fenced by the lease, before it is returned, so a row is never reported
-        done with a result that is not durable.
+        The first failure trips the latch (no new call is dispatched); the leases stay
+        renewed meanwhile by the attempt's renewal task, so nobody takes the call over.
         """
-        try:
-            data = await send()
-        except (ProviderError, FixtureMissing) as err:
-            self.stats.failed += 1
-            await self.persist(self.receipts.fail(key, lease_id=self.lease_id, error=str(err)))
-            raise
-        recorded = await self.persist(
-            self.receipts.complete(key, lease_id=self.lease_id, result=data, credits=credits)
-        )
-        if not recorded:
-            raise LeaseLost(f"receipt {key} was taken over before its result was recorded")
-        return data
+        deadline = time.monotonic() + self.settle_patience_s
+        delay = 0.1
+        while True:
+            try:
+                return await write()
+            except PlaylineError:
+                raise
+            except Exception as err:
+                self.latch.trip(f"{type(err).__name__}: {err}")
+                if time.monotonic() + delay > deadline:
+                    raise
+                logger.warning("%s failed, retrying in %.1fs: %s", what, delay, err)
+                await asyncio.sleep(delay)
+                delay = min(5.0, delay * 2)
+
+    async def best_effort(self, write: Callable[[], Awaitable[Any]], *, what: str) -> None:
+        """A write whose loss costs nothing (a failure, a release): a few tries, then
+        the receipt's lease simply expires (a sent call then reads as ambiguous)."""
+        for attempt in range(1, BEST_EFFORT_TRIES + 1):
+            try:
+                await write()
+                return
+            except PlaylineError:
+                raise
+            except Exception as err:
+                self.latch.trip(f"{type(err).__name__}: {err}")
+                if attempt == BEST_EFFORT_TRIES:
+                    logger.warning("%s not recorded (the lease will expire): %s", what, err)
+                    return
+                await asyncio.sleep(0.1 * attempt)
+
+    async def renew_leases(self) -> None:
+        """Renew every unsettled claim (driven by the attempt's renewal task)."""
+        await self.leases.renew(self.receipts, lease_id=self.lease_id, ttl_s=self.lease_ttl_s)
 
 
 async def until_released(

@@ -11,37 +11,47 @@ provider answers from its idempotency store instead of charging again. Re-formin
 a different batch from the same members (and paying for them again) cannot happen.
 
 Results are split back to the member receipts in the order of the request, all in
-one transaction with the aggregate's completion.
+one transaction with the aggregate's completion. A tool whose provider does not
+de-duplicate has its aggregate marked *sent* before the request goes out: an attempt
+that finds such a batch sent and unsettled marks it and its members ambiguous instead
+of sending it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from playline.calls.attempt import Attempt, until_released
 from playline.calls.catalog import ToolSpec
-from playline.calls.dispatch import ClaimedCall
-from playline.errors import (
-    FixtureMissing,
-    LeaseLost,
-    ProviderError,
-    ProviderRejected,
-    ProviderTransientError,
-)
+from playline.calls.dispatch import ClaimedCall, Request
+from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed
+from playline.calls.settle import BatchReceipt, settle
+from playline.errors import CallAmbiguous, LeaseLost, ProviderTransientError
 from playline.stores.receipts import BatchClaim, ClaimStatus
 
 
-def aggregate_key(tool_id: str, member_keys: list[str]) -> str:
-    """The aggregate receipt key of a batch: the same members give the same key."""
-    digest = hashlib.sha256("\n".join(sorted(member_keys)).encode()).hexdigest()[:32]
+def aggregate_key(tool_id: str, members: list[tuple[str, int]]) -> str:
+    """The aggregate receipt key of a batch: the same members give the same key.
+
+    ``members`` are ``(receipt key, generation)``: a member claimed again for a fresh
+    answer (forced, stale) is in a new generation, so its next batch is a new
+    aggregate with a new ``Idempotency-Key``, never the old answer replayed.
+    """
+    names = sorted(key if generation == 0 else f"{key}#{generation}" for key, generation in members)
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:32]
     return f"{tool_id}#batch:{digest}"
 
 
 def split_results(tool: ToolSpec, response: Any, count: int) -> list[Any]:
-    """The member results of a bulk response, in request order, or a transient error."""
+    """The member results of a bulk response, in request order, or a provider error.
+
+    A response with the wrong number of results was answered (and maybe charged)
+    but cannot be used: ``may_have_charged``.
+    """
     assert tool.batch is not None
     results = response.get(tool.batch.results_field) if isinstance(response, dict) else None
     if not isinstance(results, list) or len(results) != count:
@@ -49,6 +59,7 @@ def split_results(tool: ToolSpec, response: Any, count: int) -> list[Any]:
         raise ProviderTransientError(
             f"{tool.id}: bulk response had {got} results for {count} items",
             tool_id=tool.id,
+            may_have_charged=True,
         )
     return results
 
@@ -57,51 +68,50 @@ def split_results(tool: ToolSpec, response: Any, count: int) -> list[Any]:
 class _Pending:
     key: str
     payload: dict[str, Any]
+    generation: int
     future: asyncio.Future[Any] = field(repr=False)
 
 
 class BulkSender(Protocol):
     """Sends one request through the governor, with retries (``PacedSender``)."""
 
-    async def send(
-        self,
-        tool: ToolSpec,
-        payload: dict[str, Any],
-        idempotency_key: str,
-        *,
-        credits: float,
-        path: str | None = None,
-    ) -> Any: ...
+    async def send(self, request: Request) -> CallOutcome: ...
 
 
 class BulkDispatcher:
-    """Compiles one chunk attempt's claimed calls of bulk tools into bulk requests."""
+    """Compiles one chunk attempt's claimed calls of bulk tools into bulk requests.
+
+    Bulk requests run as tasks of their own (a batch fills from many rows); the
+    attempt waits for them in :meth:`aclose` before it reports, so a bulk request in
+    flight finishes and records its answer inside the attempt that sent it, and none
+    is sent after the attempt ended.
+    """
 
     def __init__(self, attempt: Attempt, sender: BulkSender) -> None:
         self._attempt = attempt
         self._sender = sender
         self._queues: dict[str, list[_Pending]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._tools: dict[str, ToolSpec] = {}
         self._resuming: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.requests = 0  # bulk requests that produced results
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: set[asyncio.Future[Any]] = set()
 
     async def settle(self, call: ClaimedCall) -> Any:
         """A claimed call of a bulk tool: joins a new batch, or finishes its old one."""
-        try:
-            if call.batch_key is not None:
-                return await self.resume(call.tool, call.batch_key, call.key)
-            return await self.submit(call.tool, call.key, call.payload)
-        except (ProviderError, FixtureMissing):
-            self._attempt.stats.failed += 1
-            raise
+        if call.batch_key is not None:
+            return await self.resume(call.tool, call.batch_key, call.key)
+        return await self.submit(call.tool, call.key, call.payload, call.generation)
 
-    async def submit(self, tool: ToolSpec, key: str, payload: dict[str, Any]) -> Any:
+    async def submit(
+        self, tool: ToolSpec, key: str, payload: dict[str, Any], generation: int = 0
+    ) -> Any:
         """Queue a claimed member; resolves with its own result."""
         assert tool.batch is not None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         queue = self._queues.setdefault(tool.id, [])
-        queue.append(_Pending(key, payload, future))
+        self._tools[tool.id] = tool
+        queue.append(_Pending(key, payload, generation, future))
         if len(queue) >= tool.batch.max_items:
             self._flush(tool)
         elif tool.id not in self._timers:
@@ -115,10 +125,29 @@ class BulkDispatcher:
         if existing is None:
             existing = asyncio.ensure_future(self._resume(tool, agg_key))
             self._resuming[agg_key] = existing
+            self._track(existing)
         results = await asyncio.shield(existing)
         return results[key]
 
+    async def aclose(self) -> None:
+        """Send what is still queued, then wait for every bulk request to finish and
+        record; cancelled, the requests are cancelled with it."""
+        for tool_id in list(self._queues):
+            self._flush(self._tools[tool_id])
+        try:
+            while self.tasks:
+                await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        except asyncio.CancelledError:
+            for task in self.tasks:
+                task.cancel()
+            raise
+
     # -- internals ----------------------------------------------------------
+
+    def _track(self, task: asyncio.Future[Any]) -> None:
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     def _flush(self, tool: ToolSpec) -> None:
         timer = self._timers.pop(tool.id, None)
@@ -126,15 +155,13 @@ class BulkDispatcher:
             timer.cancel()
         members = self._queues.pop(tool.id, [])
         if members:
-            task = asyncio.ensure_future(self._run_batch(tool, members))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self._track(asyncio.ensure_future(self._run_batch(tool, members)))
 
     async def _run_batch(self, tool: ToolSpec, members: list[_Pending]) -> None:
         assert tool.batch is not None
         members = sorted(members, key=lambda m: m.key)
         keys = [m.key for m in members]
-        agg = aggregate_key(tool.id, keys)
+        agg = aggregate_key(tool.id, [(m.key, m.generation) for m in members])
         request = {tool.batch.items_field: [m.payload for m in members]}
         attempt = self._attempt
         try:
@@ -160,54 +187,37 @@ class BulkDispatcher:
             if isinstance(err, asyncio.CancelledError):
                 raise
             return
-        for member, result in zip(members, results, strict=True):
+        for member in members:
             if not member.future.done():
-                member.future.set_result(result)
+                member.future.set_result(results[member.key])
 
     async def _dispatch(
         self, tool: ToolSpec, agg: str, keys: list[str], request: dict[str, Any]
-    ) -> list[Any]:
-        """Send the stored request and record every member's result (or the failure)."""
+    ) -> dict[str, Any]:
+        """Send the stored request and record every member's result (or the outcome)."""
         attempt = self._attempt
         assert tool.batch is not None
-        with attempt.leases.holding([agg]):
-            try:
-                response = await self._sender.send(
+        valid_until = time.monotonic() + attempt.lease_ttl_s
+        with attempt.leases.holding([agg], valid_until=valid_until):
+            outcome = await self._sender.send(
+                Request(
                     tool,
                     request,
                     batch_idempotency_key(agg),
-                    credits=tool.credits * len(keys),
+                    tool.credits * len(keys),
+                    (agg,),
                     path=tool.batch.path,
                 )
-                results = split_results(tool, response, len(keys))
-            except ProviderRejected as err:
-                # Rejected outright (4xx): nothing was charged, so the members may
-                # be batched afresh later.
-                await attempt.persist(
-                    attempt.receipts.fail_batch(
-                        agg, lease_id=attempt.lease_id, error=str(err), release_members=True
-                    )
-                )
-                raise
-            except ProviderTransientError as err:
-                # The provider may have charged it: keep the membership so the
-                # next attempt re-sends exactly this request under the same key.
-                await attempt.persist(
-                    attempt.receipts.fail_batch(
-                        agg, lease_id=attempt.lease_id, error=str(err), release_members=False
-                    )
-                )
-                raise
-            done = await attempt.persist(
-                attempt.receipts.complete_batch(
-                    agg,
-                    lease_id=attempt.lease_id,
-                    results=dict(zip(keys, results, strict=True)),
-                    credits_per_member=tool.credits,
-                )
             )
-            if not done:
-                raise LeaseLost(f"batch {agg} was taken over before its results were recorded")
+            if isinstance(outcome, Answered):
+                try:
+                    split = split_results(tool, outcome.data, len(keys))
+                except ProviderTransientError as err:
+                    outcome = Failed(err) if tool.resend_safe else Ambiguous(err)
+                else:
+                    outcome = Answered(dict(zip(keys, split, strict=True)), outcome.credits)
+            target = BatchReceipt(attempt, agg, tool.credits, calls=len(keys))
+            results: dict[str, Any] = await settle(attempt, target, outcome, tool.id)
             self.requests += 1
             return results
 
@@ -217,19 +227,29 @@ class BulkDispatcher:
         async def poll() -> BatchClaim | None:
             claim: BatchClaim = await attempt.persist(
                 attempt.receipts.claim_batch(
-                    agg, owner=attempt.owner, lease_id=attempt.lease_id, ttl_s=attempt.lease_ttl_s
+                    agg,
+                    owner=attempt.owner,
+                    lease_id=attempt.lease_id,
+                    ttl_s=attempt.lease_ttl_s,
+                    ambiguous_if_sent=not tool.resend_safe,
+                    retry_ambiguous=attempt.retry_ambiguous,
                 )
             )
             return None if claim.status is ClaimStatus.HELD else claim
 
         assert attempt.max_wait_s is not None
+        started = time.monotonic()
         claim = await until_released(poll, max_wait_s=attempt.max_wait_s, what=f"batch {agg}")
         if claim.status is ClaimStatus.HIT:
             found = await attempt.receipts.get(claim.member_keys)
             return {k: r.result for k, r in found.items()}
-        with attempt.leases.holding(claim.member_keys):
-            results = await self._dispatch(tool, agg, claim.member_keys, claim.request)
-        return dict(zip(claim.member_keys, results, strict=True))
+        if claim.status is ClaimStatus.AMBIGUOUS:
+            if claim.became_ambiguous:
+                attempt.stats.ambiguous += len(claim.member_keys)
+            raise CallAmbiguous(tool.id, claim.reason or "an earlier bulk request")
+        valid_until = started + attempt.lease_ttl_s
+        with attempt.leases.holding(claim.member_keys, valid_until=valid_until):
+            return await self._dispatch(tool, agg, claim.member_keys, claim.request)
 
 
 def batch_idempotency_key(agg: str) -> str:

@@ -8,7 +8,8 @@ catalog is rejected before any play starts.
 [providers.acme]
 base_url = "http://127.0.0.1:8787"
 base_url_env = "ACME_URL"                 # optional override from the environment
-auth = { env = "ACME_API_KEY", header = "X-Api-Key" }   # or env = ["ACME_KEY_A", "ACME_KEY_B"]
+auth = { env = "ACME_API_KEY", header = "X-Api-Key", account = "acme-prod" }  # or env = [...]
+idempotency = "none"                      # "key" | "natural" | "none" (default), see below
 pacing = { rps = 50, burst = 5, per_minute = 2000, per_day = 50000, max_concurrency = 16 }
 key_pacing = { rps = 20, per_day = 10000 }              # each key's own budget (optional)
 timeout_s = 15                                          # default HTTP timeout of its tools
@@ -29,6 +30,21 @@ A provider with several API keys (several accounts) lists their variables in
 ``auth.env``; each key is its own pacing key (``acme:key=ACME_KEY_A``) with the
 ``key_pacing`` budget, on top of the provider-wide ``pacing``, and the governor
 spreads calls across the keys.
+
+**Idempotency** is a contract each tool states (or inherits from its provider):
+
+* ``"key"``: the provider de-duplicates ``Idempotency-Key`` (a repeat is answered
+  from its store, not charged again);
+* ``"natural"``: the provider does not charge twice for the same input ("not
+  charged twice for the same contact");
+* ``"none"`` (the default): every request that reaches the provider may be charged.
+
+For ``key`` and ``natural`` tools an ambiguous outcome (sent, no definitive answer)
+is re-sent like any transient failure; for ``none`` tools it never is: the receipt
+becomes ``ambiguous`` and only an explicit ``retry_ambiguous`` run re-sends it.
+
+``auth.account`` names the account the keys belong to: receipts are scoped by it
+instead of by the key values, so rotating a key (or adding one) keeps them.
 """
 
 from __future__ import annotations
@@ -51,6 +67,13 @@ from playline.pacing.policy import PacingPolicy
 
 _FIELD_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 
+#: How a tool's provider treats a repeated request; see the module docstring.
+Idempotency = Literal["key", "natural", "none"]
+#: Tools that may be re-sent after an ambiguous outcome without paying twice.
+RESEND_SAFE: frozenset[str] = frozenset({"key", "natural"})
+#: The largest provider response body a call reads by default (a bulk answer included).
+DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+
 
 class AuthSpec(BaseModel):
     """Where a provider's API key(s) come from and which header carries them.
@@ -64,6 +87,9 @@ class AuthSpec(BaseModel):
     env: str | tuple[str, ...]
     header: str = "Authorization"
     scheme: str | None = None  # e.g. "Bearer"; None sends the bare key
+    #: the account the key(s) belong to: receipts are scoped by it, so a rotated or
+    #: added key keeps them (None: scoped by the key values themselves)
+    account: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _check_env(self) -> AuthSpec:
@@ -90,6 +116,10 @@ class ProviderSpec(BaseModel):
     #: the budget of each API key, when ``auth.env`` lists several (or one)
     key_pacing: PacingPolicy | None = None
     timeout_s: float = Field(default=15.0, gt=0)
+    #: the idempotency contract of its tools, unless a tool states its own
+    idempotency: Idempotency = "none"
+    #: the most bytes one response may hold; a larger one is a provider error
+    max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1)
 
     def key_envs(self) -> tuple[str, ...]:
         """The variables of the keys calls are spread across (none without auth)."""
@@ -134,6 +164,13 @@ class ToolSpec(BaseModel):
     batch: BatchSpec | None = None
     #: HTTP timeout of this tool's calls; ``None``: the provider's ``timeout_s``
     timeout_s: float | None = Field(default=None, gt=0)
+    #: the idempotency contract (filled from the provider's when the tool says none)
+    idempotency: Idempotency = "none"
+
+    @property
+    def resend_safe(self) -> bool:
+        """Whether a request that may have been charged can be sent again for free."""
+        return self.idempotency in RESEND_SAFE
 
     @model_validator(mode="after")
     def _check_input_types(self) -> ToolSpec:
@@ -196,10 +233,15 @@ class Catalog(BaseModel):
     @classmethod
     def _fill_tool_ids(cls, data: Any) -> Any:
         if isinstance(data, Mapping) and isinstance(data.get("tools"), Mapping):
+            providers = data.get("providers")
+            providers = providers if isinstance(providers, Mapping) else {}
             tools = {}
             for tool_id, spec in data["tools"].items():
                 if isinstance(spec, Mapping):
                     spec = {"id": tool_id, **spec}
+                    provider = providers.get(spec.get("provider"))
+                    if "idempotency" not in spec and isinstance(provider, Mapping):
+                        spec["idempotency"] = provider.get("idempotency", "none")
                 tools[tool_id] = spec
             data = {**data, "tools": tools}
         return data

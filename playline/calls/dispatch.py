@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from playline.calls.catalog import ToolSpec
 
-__all__ = ["ClaimedCall", "Dispatcher"]
+__all__ = ["ClaimedCall", "Dispatcher", "Request"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,9 @@ class ClaimedCall:
         force: the caller asked for a fresh, paid answer.
         batch_key: set when the receipt belongs to a bulk request an earlier
             attempt recorded but never finished; that request must be re-sent.
+        generation: the receipt's generation (a completed receipt claimed again
+            for a fresh answer is in the next one); the ``Idempotency-Key`` derives
+            from it.
     """
 
     tool: ToolSpec
@@ -39,6 +42,30 @@ class ClaimedCall:
     key: str
     force: bool = False
     batch_key: str | None = None
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One provider request to send.
+
+    Attributes:
+        tool: the catalog's tool.
+        payload: the request body (or query, for GET).
+        idempotency_key: sent as ``Idempotency-Key``.
+        credits: what an answer costs.
+        lease_keys: the receipts (held by the attempt) the request answers: their
+            leases must outlast the call, and they are marked sent first when the
+            tool's provider does not de-duplicate.
+        path: the path to call instead of the tool's (a bulk endpoint).
+    """
+
+    tool: ToolSpec
+    payload: dict[str, Any]
+    idempotency_key: str
+    credits: float
+    lease_keys: tuple[str, ...]
+    path: str | None = None
 
 
 class Dispatcher(Protocol):
@@ -53,7 +80,14 @@ class Dispatcher(Protocol):
         """Obtain the result, record it (fenced by the lease) and return it.
 
         Raises a typed ``ProviderError`` / ``FixtureMissing`` for a call that
-        failed (recorded as failed), ``LeaseLost`` when the lease was taken
-        over, ``PersistenceCircuitOpen`` when nothing may be dispatched.
+        failed (recorded as failed), ``CallAmbiguous`` for one sent without a
+        definitive answer to a tool that does not de-duplicate (recorded as
+        ambiguous), ``ProviderQuotaExhausted`` for one parked unsent (released),
+        ``LeaseLost`` when the lease was taken over before sending,
+        ``PersistenceCircuitOpen`` when nothing may be dispatched.
         """
+        ...
+
+    async def aclose(self) -> None:
+        """Wait for work this dispatcher started on its own (bulk requests) to finish."""
         ...

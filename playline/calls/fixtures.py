@@ -28,6 +28,8 @@ from typing import Any
 from playline.calls.attempt import Attempt
 from playline.calls.catalog import ToolSpec
 from playline.calls.dispatch import ClaimedCall
+from playline.calls.outcome import Answered, CallOutcome, Failed
+from playline.calls.settle import SingleReceipt, settle
 from playline.errors import FixtureMissing, InvalidPlayInput
 from playline.pacing.pacer import Pacer
 from playline.stores.receipts import canonical_json
@@ -189,9 +191,12 @@ class FixtureDispatcher:
         return FIXTURE_SCOPE
 
     async def settle(self, call: ClaimedCall) -> Any:
-        return await self._attempt.record(call.key, lambda: self._answer(call), credits=0.0)
+        outcome = await self._answer(call)
+        return await settle(
+            self._attempt, SingleReceipt(self._attempt, call.key), outcome, call.tool.id
+        )
 
-    async def _answer(self, call: ClaimedCall) -> Any:
+    async def _answer(self, call: ClaimedCall) -> CallOutcome:
         attempt, tool = self._attempt, call.tool
         if self._pacer is not None:
             async with self._pacer.permit([tool.provider]) as permit:
@@ -199,7 +204,13 @@ class FixtureDispatcher:
                 permit.record_success(0.0)
         else:
             attempt.check_before_dispatch()
-        data = self._book.resolve(tool.id, call.payload)
+        try:
+            data = self._book.resolve(tool.id, call.payload)
+        except FixtureMissing as err:
+            return Failed(err)
         attempt.stats.made += 1
         attempt.metrics.call(tool.provider, tool.id, "fixture")
-        return data
+        return Answered(data, 0.0)
+
+    async def aclose(self) -> None:
+        return None

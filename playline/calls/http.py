@@ -15,6 +15,7 @@ catalog first.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -133,8 +134,13 @@ class ProviderClient:
         scope = self._scopes.get(tool.provider)
         if scope is None:
             provider = self._catalog.providers[tool.provider]
-            secrets = sorted(self._env.get(env, "") for env in provider.key_envs())
-            material = "\x00".join([tool.provider, *secrets])
+            account = provider.auth.account if provider.auth is not None else None
+            if account is not None:
+                # A named account keeps its receipts however its keys rotate.
+                material = "\x00".join([tool.provider, "account", account])
+            else:
+                secrets = sorted(self._env.get(env, "") for env in provider.key_envs())
+                material = "\x00".join([tool.provider, *secrets])
             scope = self._scopes[tool.provider] = hashlib.sha256(material.encode()).hexdigest()[:16]
         return scope
 
@@ -186,35 +192,60 @@ class ProviderClient:
         """Send one request and return the answer unjudged (transport failures raise).
 
         ``key_env`` picks which of the provider's keys authenticates the call
-        (default: the first). Raises ``ProviderTimeout`` when no answer came
-        within :meth:`timeout_s`, ``ProviderTransientError`` when the
-        connection failed.
+        (default: the first). The whole exchange (connect, send, every byte of the
+        answer) must finish within :meth:`timeout_s`, and the body may hold at most
+        the provider's ``max_response_bytes``: a provider trickling bytes or sending
+        a huge body is cut off, not waited for. Raises ``ProviderTimeout`` when no
+        whole answer came in time and ``ProviderTransientError`` when the connection
+        failed or the body was too large; each says whether the request may have
+        been processed (``may_have_charged``).
         """
         provider = self._catalog.providers[tool.provider]
         url = provider.resolved_base_url(self._env) + (path or tool.path)
         headers = self._headers(tool, idempotency_key, key_env)
         timeout = self.timeout_s(tool)
+        if tool.method == "GET":
+            request = self._http.build_request(
+                "GET", url, params=payload, headers=headers, timeout=timeout
+            )
+        else:
+            request = self._http.build_request(
+                "POST", url, json=payload, headers=headers, timeout=timeout
+            )
         try:
-            if tool.method == "GET":
-                response = await self._http.get(
-                    url, params=payload, headers=headers, timeout=timeout
-                )
-            else:
-                response = await self._http.post(
-                    url, json=payload, headers=headers, timeout=timeout
-                )
-        except httpx.TimeoutException:
+            async with asyncio.timeout(timeout):
+                response = await self._http.send(request, stream=True)
+                try:
+                    body = await _read_capped(response, provider.max_response_bytes, tool)
+                finally:
+                    await response.aclose()
+        except (httpx.ConnectTimeout, httpx.PoolTimeout):
+            # Never sent: no connection was made (or none was free).
             raise ProviderTimeout(
-                f"{tool.id}: no answer from {tool.provider} within {timeout:g}s",
+                f"{tool.id}: could not connect to {tool.provider} within {timeout:g}s",
                 tool_id=tool.id,
             ) from None
-        except httpx.TransportError as err:
+        except (httpx.TimeoutException, TimeoutError):
+            raise ProviderTimeout(
+                f"{tool.id}: no whole answer from {tool.provider} within {timeout:g}s",
+                tool_id=tool.id,
+                may_have_charged=True,
+            ) from None
+        except httpx.ConnectError as err:
             raise ProviderTransientError(
                 f"{tool.id}: connection to {tool.provider} failed ({type(err).__name__})",
                 tool_id=tool.id,
             ) from None
+        except httpx.TransportError as err:
+            # The request may have gone out: the connection broke while sending it or
+            # while reading the answer.
+            raise ProviderTransientError(
+                f"{tool.id}: connection to {tool.provider} failed ({type(err).__name__})",
+                tool_id=tool.id,
+                may_have_charged=True,
+            ) from None
         report = parse_rate_limit(response.headers, now_wall=time.time())
-        return Exchange(tool, response.status_code, report, response.content, self.scrub)
+        return Exchange(tool, response.status_code, report, body, self.scrub)
 
     async def send(
         self,
@@ -231,6 +262,33 @@ class ProviderClient:
         )
         return exchange.result()
 
+
+async def _read_capped(response: httpx.Response, cap: int, tool: ToolSpec) -> bytes:
+    """The response body, or ``ProviderTransientError`` once it passes ``cap`` bytes."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise _too_large(tool, cap)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > cap:
+            raise _too_large(tool, cap)
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(tool: ToolSpec, cap: int) -> ProviderTransientError:
+    return ProviderTransientError(
+        f"{tool.id}: {tool.provider} answered with more than {cap} bytes "
+        "(the provider's max_response_bytes); the answer was not read",
+        tool_id=tool.id,
+        may_have_charged=True,
+    )
+
+
+#: 5xx answers that say the request was not processed (so it was not charged).
+NOT_PROCESSED_5XX = frozenset({503})
 
 #: Client errors that are about timing, not about the request: retried like a 5xx.
 RETRYABLE_4XX = {
@@ -252,11 +310,14 @@ def _classify(exchange: Exchange) -> Any:
             retry_after_s=retry_after,
         )
     if status >= 500:
+        # A 503 says "not processed, try later"; any other 5xx may come after the
+        # provider did the work (and charged for it).
         raise ProviderTransientError(
             f"{tool.id}: {tool.provider} answered {status}",
             tool_id=tool.id,
             status=status,
             retry_after_s=retry_after,
+            may_have_charged=status not in NOT_PROCESSED_5XX,
         )
     if status in RETRYABLE_4XX:
         # 409: the same Idempotency-Key is still being processed (a crashed attempt's
@@ -279,10 +340,20 @@ def _classify(exchange: Exchange) -> Any:
     try:
         # A provider may echo the key in a result too: scrub it before it can reach a
         # receipt, the sheet, an export or history (a JSON string stays a JSON string).
-        return json.loads(exchange.scrub(exchange.body.decode("utf-8", errors="replace")))
-    except ValueError:
+        # NaN and Infinity (which JSON does not have) become null, so a paid answer
+        # can be stored; nesting deep enough to exhaust the parser is not JSON either.
+        text = exchange.scrub(exchange.body.decode("utf-8", errors="replace"))
+        return json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        # The provider answered (and likely charged) but the body is unusable.
         raise ProviderTransientError(
             f"{tool.id}: {tool.provider} answered {status} with a body that is not JSON",
             tool_id=tool.id,
             status=status,
+            may_have_charged=True,
         ) from None
+
+
+def _no_constant(name: str) -> None:
+    """``NaN``, ``Infinity`` and ``-Infinity`` in a provider's JSON read as null."""
+    return None

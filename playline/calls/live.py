@@ -1,16 +1,25 @@
 """Live mode: a claimed call goes over HTTP, through the governor, at most once paid.
 
-:class:`PacedSender` sends one provider request: it waits for a governor permit,
-checks that the attempt may still dispatch (lease held, persistence healthy),
-sends with the ``Idempotency-Key`` derived from the receipt, reports the outcome
-and the provider's rate-limit headers to the governor and retries transient
-failures (429s wait on the governor's pause, other transient errors back off
-here). A call the governor cannot admit within the attempt's ``park_after_s``
-raises ``ProviderQuotaExhausted`` without being sent, and its receipt is
-released for a later attempt. :class:`LiveDispatcher` settles a
-claimed call with it and records the result; a tool with a bulk endpoint is
-handed to :class:`~playline.calls.bulk.BulkDispatcher`, which uses the same
-sender for its bulk requests.
+:class:`PacedSender` sends one provider request (:class:`Request`): it waits for a
+governor permit, checks that the attempt may still dispatch (lease held and not about
+to lapse, persistence healthy), marks the call *sent* in its receipt first when the
+tool's provider does not de-duplicate, sends with the ``Idempotency-Key`` derived from
+the receipt, reports the outcome and the provider's rate-limit headers to the governor,
+and returns what became of it as a value (:mod:`~playline.calls.outcome`):
+
+* a 429 is not a failure (nothing was charged): it waits on the governor's pause,
+  and a provider that keeps refusing for longer than the attempt's ``park_after_s``
+  parks the call (``Parked``: the row waits durably for the reset, it is not failed);
+* a definitive failure (4xx, 503, a refused connection) is retried with backoff, a
+  rejection (other 4xx) is ``Failed`` at once;
+* an ambiguous one (sent, no definitive answer) is retried only for a tool whose
+  provider de-duplicates (``key``) or does not charge twice (``natural``); for any
+  other it is ``Ambiguous`` at once and never re-sent;
+* a call the governor cannot admit within ``park_after_s`` is ``Parked`` unsent.
+
+:class:`LiveDispatcher` settles a claimed call with it and records the outcome
+(:func:`~playline.calls.settle.settle`); a tool with a bulk endpoint is handed to
+:class:`~playline.calls.bulk.BulkDispatcher`, which uses the same sender.
 """
 
 from __future__ import annotations
@@ -25,8 +34,10 @@ from typing import Any
 from playline.calls.attempt import Attempt
 from playline.calls.bulk import BulkDispatcher
 from playline.calls.catalog import ToolSpec
-from playline.calls.dispatch import ClaimedCall
+from playline.calls.dispatch import ClaimedCall, Request
 from playline.calls.http import ProviderClient
+from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
+from playline.calls.settle import SingleReceipt, settle
 from playline.errors import (
     ProviderError,
     ProviderQuotaExhausted,
@@ -37,7 +48,7 @@ from playline.errors import (
 from playline.pacing.pacer import KeyBlocked, Pacer
 from playline.stores.receipts import idempotency_key
 
-__all__ = ["LiveDispatcher", "PacedSender", "RetryPolicy"]
+__all__ = ["LiveDispatcher", "PacedSender", "Request", "RetryPolicy"]
 
 
 #: Statuses that say "the same Idempotency-Key is still being processed": the answer
@@ -75,7 +86,7 @@ def _outcome(err: ProviderError) -> str:
 
 
 class PacedSender:
-    """Sends provider requests through the governor, retrying transient failures.
+    """Sends provider requests through the governor; see the module docstring.
 
     Each try takes a governor permit on the provider's pacing key and, for a
     provider with several API keys, on the key chosen for it (the one that can
@@ -83,10 +94,6 @@ class PacedSender:
     idempotency key, so a retried call tends to go out under the same key).
     A 429 releases the choice (nothing was charged); any other failure keeps
     it, so a retry reuses the key its idempotency key was first sent with.
-
-    When the governor knows the key cannot admit the call within the attempt's
-    ``park_after_s``, :meth:`send` raises ``ProviderQuotaExhausted`` without
-    dispatching anything.
     """
 
     def __init__(
@@ -101,40 +108,37 @@ class PacedSender:
         self.provider = provider
         self._retry = retry or RetryPolicy()
 
-    async def send(
-        self,
-        tool: ToolSpec,
-        payload: dict[str, Any],
-        idempotency_key: str,
-        *,
-        credits: float,
-        path: str | None = None,
-    ) -> Any:
-        """One paid request (``credits`` on success); its JSON body or a typed error."""
+    async def send(self, request: Request) -> CallOutcome:
+        """Send ``request`` (retrying what may be retried); what became of it."""
+        tool = request.tool
+        attempt = self._attempt
         failures = conflicts = 0  # conflicts are waited out, not counted as failures
         conflict_deadline: float | None = None
-        stats = self._attempt.stats
-        metrics = self._attempt.metrics
-        choices = _preference(self.provider.key_choices(tool), idempotency_key)
+        limited_since: float | None = None
+        stats = attempt.stats
+        choices = _preference(self.provider.key_choices(tool), request.idempotency_key)
         chosen: tuple[str, str] | None = None
+        timeout = self.provider.timeout_s(tool)
         while True:
             if choices and chosen is None:
                 picked = self._pacer.pick([key for key, _ in choices])
                 chosen = next(choice for choice in choices if choice[0] == picked)
             keys = [tool.provider] if chosen is None else [tool.provider, chosen[0]]
+            started = time.monotonic()
             try:
-                asked = time.monotonic()
-                permit_cm = self._pacer.permit(keys, park_after_s=self._attempt.park_after_s)
+                permit_cm = self._pacer.permit(keys, park_after_s=attempt.park_after_s)
                 async with permit_cm as permit:
-                    metrics.governor_wait(tool.provider, time.monotonic() - asked)
-                    self._attempt.check_before_dispatch()
+                    attempt.metrics.governor_wait(tool.provider, time.monotonic() - started)
+                    attempt.check_before_dispatch(request.lease_keys, timeout_s=timeout)
+                    if not tool.resend_safe:
+                        await attempt.mark_sent(request.lease_keys)
                     started = time.monotonic()
                     try:
                         exchange = await self.provider.exchange(
                             tool,
-                            payload,
-                            idempotency_key=idempotency_key,
-                            path=path,
+                            request.payload,
+                            idempotency_key=request.idempotency_key,
+                            path=request.path,
                             key_env=None if chosen is None else chosen[1],
                         )
                         permit.observe(exchange.report)
@@ -143,33 +147,45 @@ class PacedSender:
                         permit.record_rate_limited(err.retry_after_s)
                         failure: ProviderError = err
                         chosen = None  # not charged: any key may take the retry
-                    except ProviderRejected:
+                    except ProviderRejected as err:
                         permit.record_failure(time.monotonic() - started)
                         self._observe(tool, "rejected", started)
-                        raise
+                        return Failed(err)
                     except ProviderError as err:
                         # Timed out or failed: the slot is given back as this block
-                        # exits, and the retry waits for a permit like any call.
+                        # exits, and a retry waits for a permit like any call.
                         permit.record_failure(time.monotonic() - started)
                         failure = err
                     else:
                         permit.record_success(time.monotonic() - started)
                         self._observe(tool, "ok", started)
                         stats.made += 1
-                        stats.credits += credits
-                        metrics.credits(tool.provider, tool.id, credits)
-                        return data
+                        stats.credits += request.credits
+                        attempt.metrics.credits(tool.provider, tool.id, request.credits)
+                        return Answered(data, request.credits)
             except KeyBlocked as blocked:
                 self._observe(tool, "parked", time.monotonic())
-                raise ProviderQuotaExhausted(
-                    tool.provider, blocked.until_wall, tool_id=tool.id
-                ) from None
+                return Parked(
+                    ProviderQuotaExhausted(tool.provider, blocked.until_wall, tool_id=tool.id)
+                )
             self._observe(tool, _outcome(failure), started)
-            if failure.status in IN_FLIGHT_STATUSES:
-                now = time.monotonic()
+            if failure.may_have_charged and not tool.resend_safe:
+                return Ambiguous(failure)
+            now = time.monotonic()
+            if isinstance(failure, ProviderRateLimited) and attempt.park_after_s is not None:
+                # Not charged, and the provider will take it later: keep asking through
+                # the governor's pause; one that keeps refusing parks the row.
+                limited_since = limited_since or now
+                if now - limited_since < attempt.park_after_s:
+                    stats.retries += 1
+                    continue
+                wait = max(failure.retry_after_s or 0.0, self._retry.max_delay_s)
+                return Parked(
+                    ProviderQuotaExhausted(tool.provider, time.time() + wait, tool_id=tool.id)
+                )
+            if failure.status in IN_FLIGHT_STATUSES and tool.idempotency == "key":
                 if conflict_deadline is None:
-                    patience = self._retry.conflict_patience * self.provider.timeout_s(tool)
-                    conflict_deadline = now + patience
+                    conflict_deadline = now + self._retry.conflict_patience * timeout
                 if now < conflict_deadline:
                     conflicts += 1
                     stats.retries += 1
@@ -178,7 +194,7 @@ class PacedSender:
                     continue
             failures += 1
             if failures >= self._retry.max_attempts:
-                raise failure
+                return Failed(failure)
             stats.retries += 1
             if not isinstance(failure, ProviderRateLimited):
                 # 429s wait on the governor's pause; other transient errors back off here.
@@ -199,14 +215,6 @@ def _preference(choices: list[tuple[str, str]], idempotency_key: str) -> list[tu
     return sorted(choices, key=weight)
 
 
-class _Parked(Exception):
-    """Carries ``ProviderQuotaExhausted`` past ``Attempt.record``, which would fail the receipt."""
-
-    def __init__(self, error: ProviderQuotaExhausted) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 class LiveDispatcher:
     """Settles claimed calls over HTTP; bulk-capable tools go through bulk requests.
 
@@ -224,26 +232,21 @@ class LiveDispatcher:
         return self._sender.provider.auth_scope(tool)
 
     async def settle(self, call: ClaimedCall) -> Any:
-        """Send, record, return; a parked call's receipt is released, not failed.
-
-        ``ProviderQuotaExhausted`` means nothing was dispatched: the claim is
-        released so the next attempt (after the caller's durable wait) claims
-        it cleanly, and the error is re-raised for the caller to park on.
-        """
+        """Send, record the outcome, return the answer (or raise the outcome's error)."""
         if call.tool.batch is not None:
             return await self.bulk.settle(call)
-        attempt = self._attempt
-        idem = idempotency_key(call.key, force=call.force, lease_id=attempt.lease_id)
-        credits = call.tool.credits
+        request = Request(
+            call.tool,
+            call.payload,
+            idempotency_key(call.key, call.generation),
+            call.tool.credits,
+            (call.key,),
+        )
+        outcome = await self._sender.send(request)
+        return await settle(
+            self._attempt, SingleReceipt(self._attempt, call.key), outcome, call.tool.id
+        )
 
-        async def send() -> Any:
-            try:
-                return await self._sender.send(call.tool, call.payload, idem, credits=credits)
-            except ProviderQuotaExhausted as err:
-                raise _Parked(err) from None
-
-        try:
-            return await attempt.record(call.key, send, credits=credits)
-        except _Parked as parked:
-            await attempt.persist(attempt.receipts.release([call.key], lease_id=attempt.lease_id))
-            raise parked.error from None
+    async def aclose(self) -> None:
+        """Let the bulk requests in flight finish and record (see ``BulkDispatcher``)."""
+        await self.bulk.aclose()

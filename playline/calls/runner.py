@@ -8,7 +8,10 @@ A runner lives for one chunk attempt. For each call it
    (one provider request, many rows);
 3. claims the receipt (claims arriving in the same event-loop tick go to the store
    as one bulk claim); a completed receipt is a hit and costs nothing, a receipt
-   another live owner holds is waited on (bounded) and reused;
+   another live owner holds is waited on (bounded) and reused, and an ambiguous one
+   (sent earlier to a tool that does not de-duplicate, no answer recorded: it may
+   have been charged) raises ``CallAmbiguous`` instead of being sent again, unless
+   the attempt was asked to retry those;
 4. hands the claimed call to its :class:`~playline.calls.dispatch.Dispatcher`,
    which obtains the answer (governor + HTTP, fixture, or bulk request) and
    records it under the lease.
@@ -24,6 +27,7 @@ as a receipt hit, miss or wait in the attempt's metrics.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +35,7 @@ from typing import Any
 from playline.calls.attempt import Attempt, CallSpan, CallStats, until_released
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.dispatch import ClaimedCall, Dispatcher
-from playline.errors import LeaseLost
+from playline.errors import CallAmbiguous, LeaseLost
 from playline.stores.receipts import ClaimOutcome, ClaimRequest, ClaimStatus, receipt_key
 
 __all__ = ["ToolResult", "ToolRunner"]
@@ -124,10 +128,19 @@ class ToolRunner:
         span: CallSpan,
     ) -> tuple[Any, bool]:
         """Claim the receipt and settle the call; ``(data, answered without paying)``."""
-        request = ClaimRequest(key=key, tool_id=tool.id, force=force, stale_after_s=stale)
-        outcome = await self._claims.claim(request)
+        attempt = self.attempt
+        request = ClaimRequest(
+            key=key,
+            tool_id=tool.id,
+            force=force,
+            stale_after_s=stale,
+            ambiguous_if_sent=not tool.resend_safe,
+            retry_ambiguous=attempt.retry_ambiguous,
+            force_token=attempt.force_token if force else None,
+        )
+        outcome, claimed_at = await self._claims.claim(request)
         if outcome.status is ClaimStatus.HELD:
-            outcome, waited = await self._wait_for_holder(request)
+            outcome, claimed_at, waited = await self._wait_for_holder(request)
             if waited:
                 self.stats.waited += 1
                 self._receipt(tool, "waited", span)
@@ -136,40 +149,60 @@ class ToolRunner:
             self.stats.cached += 1
             self._receipt(tool, "hit", span)
             return outcome.result, True
+        if outcome.status is ClaimStatus.AMBIGUOUS:
+            self._receipt(tool, "ambiguous", span)
+            if outcome.became_ambiguous:
+                self.stats.ambiguous += 1
+            raise CallAmbiguous(tool.id, outcome.reason or "an earlier attempt sent it")
         self._receipt(tool, "miss", span)
-        call = ClaimedCall(tool, payload, key, force=force, batch_key=outcome.batch_key)
-        with self.attempt.leases.holding([key]):
+        call = ClaimedCall(
+            tool,
+            payload,
+            key,
+            force=force,
+            batch_key=outcome.batch_key,
+            generation=outcome.generation,
+        )
+        with attempt.leases.holding([key], valid_until=claimed_at + attempt.lease_ttl_s):
             return await self.dispatcher.settle(call), False
 
     def _receipt(self, tool: ToolSpec, status: str, span: CallSpan) -> None:
         span.receipt(status)
         self.attempt.metrics.receipt(tool.provider, tool.id, status)
 
-    async def _wait_for_holder(self, request: ClaimRequest) -> tuple[ClaimOutcome, bool]:
-        """Wait out another live owner: its completed result (waited), or our own claim."""
+    async def _wait_for_holder(self, request: ClaimRequest) -> tuple[ClaimOutcome, float, bool]:
+        """Wait out another live owner: its completed result (waited), or our own claim
+        (with when it was taken)."""
         key, receipts = request.key, self.attempt.receipts
 
-        async def poll() -> tuple[ClaimOutcome, bool] | None:
+        async def poll() -> tuple[ClaimOutcome, float, bool] | None:
             receipt = (await receipts.get([key])).get(key)
             if receipt is not None and receipt.status == "completed" and not request.force:
-                return ClaimOutcome(key, ClaimStatus.HIT, result=receipt.result), True
-            again = await self._claims.claim(request)
-            return None if again.status is ClaimStatus.HELD else (again, False)
+                return ClaimOutcome(key, ClaimStatus.HIT, result=receipt.result), 0.0, True
+            again, claimed_at = await self._claims.claim(request)
+            return None if again.status is ClaimStatus.HELD else (again, claimed_at, False)
 
         assert self.attempt.max_wait_s is not None
         return await until_released(poll, max_wait_s=self.attempt.max_wait_s, what=f"receipt {key}")
 
 
+_Claimed = tuple[ClaimOutcome, float]
+
+
 class _ClaimQueue:
-    """Claims queued in one event-loop tick go to the store as one bulk claim."""
+    """Claims queued in one event-loop tick go to the store as one bulk claim.
+
+    Each claim answers with its outcome and when (``time.monotonic()``) the claim was
+    sent: a lease taken then is certainly valid for its TTL from that moment.
+    """
 
     def __init__(self, attempt: Attempt) -> None:
         self._attempt = attempt
-        self._queue: list[tuple[ClaimRequest, asyncio.Future[ClaimOutcome]]] = []
+        self._queue: list[tuple[ClaimRequest, asyncio.Future[_Claimed]]] = []
         self._scheduled = False
 
-    async def claim(self, request: ClaimRequest) -> ClaimOutcome:
-        future: asyncio.Future[ClaimOutcome] = asyncio.get_running_loop().create_future()
+    async def claim(self, request: ClaimRequest) -> _Claimed:
+        future: asyncio.Future[_Claimed] = asyncio.get_running_loop().create_future()
         self._queue.append((request, future))
         if not self._scheduled:
             self._scheduled = True
@@ -182,8 +215,9 @@ class _ClaimQueue:
         task = asyncio.ensure_future(self._flush(batch))
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
-    async def _flush(self, batch: list[tuple[ClaimRequest, asyncio.Future[ClaimOutcome]]]) -> None:
+    async def _flush(self, batch: list[tuple[ClaimRequest, asyncio.Future[_Claimed]]]) -> None:
         attempt = self._attempt
+        started = time.monotonic()
         try:
             if attempt.latch.tripped:
                 attempt.latch.prevented += len(batch)
@@ -203,4 +237,4 @@ class _ClaimQueue:
             return
         for (_, fut), outcome in zip(batch, outcomes, strict=True):
             if not fut.done():
-                fut.set_result(outcome)
+                fut.set_result((outcome, started))

@@ -28,7 +28,7 @@ async def test_a_batch_sent_by_a_crashed_attempt_is_resent_not_repaid(provider, 
         keys = [receipt_key(tool.id, tool.version, i, scope) for i in inputs]
         by_key = dict(zip(keys, inputs, strict=True))
         members = sorted(keys)
-        agg = aggregate_key(tool.id, members)
+        agg = aggregate_key(tool.id, [(k, 0) for k in members])
         request = {"items": [by_key[k] for k in members]}
 
         # The crashed attempt: claimed, recorded the batch, sent it, died unrecorded.

@@ -215,7 +215,7 @@ async def test_the_provider_timeout_applies(
     catalog = catalog_for(plain, timeout_s=0.3)
     async with provider_client(catalog, transport) as client:
         # The server answers (200) after 3 s; only an enforced timeout yields this error.
-        with pytest.raises(ProviderTimeout, match=r"no answer from p within 0\.3s"):
+        with pytest.raises(ProviderTimeout, match=r"no whole answer from p within 0\.3s"):
             await client.send(tool(catalog, "slow"), {}, idempotency_key="idem-3")
 
 

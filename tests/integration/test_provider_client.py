@@ -13,7 +13,9 @@ import pytest
 from playline.calls.attempt import Attempt
 from playline.calls.catalog import Catalog
 from playline.calls.http import ProviderClient, SecretScrubber
+from playline.calls.dispatch import Request
 from playline.calls.live import PacedSender, RetryPolicy
+from playline.calls.outcome import Answered, Failed
 from playline.errors import ProviderRejected, ProviderTimeout, ProviderTransientError
 from playline.pacing.governor import Governor
 from playline.provider_server import ServerConfig, ThreadedProviderServer, start_in_thread
@@ -40,6 +42,8 @@ def catalog(
                     "auth": {"env": envs, "header": "X-Api-Key"},
                     "pacing": {"rps": 100, "burst": 10},
                     "key_pacing": {"rps": 100, "burst": 10, "per_day": per_day},
+                    # the provider server de-duplicates Idempotency-Key
+                    "idempotency": "key",
                 },
                 "firmo": {"base_url": base_url, "auth": {"env": "FIRMO_KEY"}},
             },
@@ -129,7 +133,10 @@ async def test_calls_spread_across_keys_and_each_key_keeps_its_budget(
     sender = PacedSender(attempt, governor, client)
     tool = cat.tool("email_finder")
     for n in range(4):  # each key's daily budget is 2 (key_pacing.per_day): 4 in all
-        await sender.send(tool, {**PERSON, "first_name": f"A{n}"}, f"idem-{n}", credits=1)
+        outcome = await sender.send(
+            Request(tool, {**PERSON, "first_name": f"A{n}"}, f"idem-{n}", 1.0, ())
+        )
+        assert isinstance(outcome, Answered)
     ok = [c for c in server.calls() if c["status"] == 200]
     assert len(ok) == 4 and server.ledger()["rate_limited"] == 0
     per_key = {}
@@ -156,7 +163,11 @@ async def _conflict(
     attempt = Attempt(receipts=receipts, owner="t", lease_id="l", lease_ttl_s=30)
     sender = PacedSender(attempt, Governor(cat.pacing_policies()), client, retry)
     try:
-        return earlier, await sender.send(tool, PERSON, "k-slow", credits=1)
+        outcome = await sender.send(Request(tool, PERSON, "k-slow", 1.0, ()))
+        if isinstance(outcome, Failed):
+            raise outcome.error
+        assert isinstance(outcome, Answered)
+        return earlier, outcome.data
     except BaseException:
         earlier.cancel()  # the test ends here: leave no request running
         raise

@@ -15,7 +15,9 @@ import pytest
 from playline.calls.attempt import Attempt, LeaseKeeper, until_released
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.dispatch import ClaimedCall
+from playline.calls.outcome import Answered
 from playline.calls.runner import ToolRunner
+from playline.calls.settle import SingleReceipt, settle
 from playline.errors import LeaseLost, PersistenceCircuitOpen
 from playline.stores.receipts import (
     BatchClaim,
@@ -23,6 +25,7 @@ from playline.stores.receipts import (
     ClaimRequest,
     ClaimStatus,
     Receipt,
+    StoredState,
     decide_claim,
 )
 
@@ -50,17 +53,23 @@ class MemoryReceipts:
         for req in requests:
             r = self.rows.get(req.key)
             found = (
-                None if r is None else (r["status"], r["result"], r["owner"], r["lease"], 9e9, 0)
-            )
-            outcome = decide_claim(req, found, now=0.0, lease_id=lease_id)
-            if outcome is None:
+                None
+                if r is None
+                else StoredState(
+                    r["status"], r["result"], r["owner"], r["lease"], 9e9, 0, None,
+                    r.get("sent_at"), 0, None, None,
+                )
+            )  # fmt: skip
+            outcome = decide_claim(req, found, now=0.0, lease_id=lease_id, ttl_s=ttl_s)
+            if outcome.status is ClaimStatus.CLAIMED:
                 self.rows[req.key] = {
                     "status": "running",
                     "result": None,
                     "owner": owner,
                     "lease": lease_id,
                 }
-                outcome = ClaimOutcome(req.key, ClaimStatus.CLAIMED)
+            elif outcome.became_ambiguous:
+                self.rows[req.key]["status"] = "ambiguous"
             out.append(outcome)
         return out
 
@@ -75,6 +84,15 @@ class MemoryReceipts:
 
     async def fail(self, key: str, *, lease_id: str, error: str) -> bool:
         self.rows[key].update(status="failed", lease=None)
+        return True
+
+    async def mark_sent(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
+        for key in keys:
+            self.rows[key]["sent_at"] = 1.0
+        return [self.rows[k]["lease"] == lease_id for k in keys]
+
+    async def mark_ambiguous(self, key: str, *, lease_id: str, reason: str) -> bool:
+        self.rows[key].update(status="ambiguous")
         return True
 
     async def renew(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
@@ -112,6 +130,9 @@ class MemoryReceipts:
     async def fail_batch(self, agg_key: str, **kw: Any) -> None:
         raise NotImplementedError
 
+    async def mark_batch_ambiguous(self, agg_key: str, **kw: Any) -> bool:
+        raise NotImplementedError
+
     async def close(self) -> None: ...
 
 
@@ -130,16 +151,21 @@ class RecordingDispatcher:
         self.settled.append(call)
         self.held_while_settling.append(self.attempt.leases.keys())
         await asyncio.sleep(0.01)
+        self.attempt.check_before_dispatch()
+        outcome = Answered({"answer": call.payload["q"]}, 1.0)
+        return await settle(self.attempt, SingleReceipt(self.attempt, call.key), outcome, "find")
 
-        async def send() -> Any:
-            self.attempt.check_before_dispatch()
-            return {"answer": call.payload["q"]}
-
-        return await self.attempt.record(call.key, send, credits=1.0)
+    async def aclose(self) -> None: ...
 
 
 def make(receipts: MemoryReceipts) -> tuple[ToolRunner, RecordingDispatcher]:
-    attempt = Attempt(receipts=receipts, owner="o", lease_id="L1", lease_ttl_s=5)  # type: ignore[arg-type]
+    attempt = Attempt(
+        receipts=receipts,  # type: ignore[arg-type]
+        owner="o",
+        lease_id="L1",
+        lease_ttl_s=5,
+        settle_patience_s=0.3,
+    )
     dispatcher = RecordingDispatcher(attempt)
     return ToolRunner(CATALOG, attempt, dispatcher), dispatcher
 

@@ -1,0 +1,172 @@
+"""The one rule from a call's outcome to its receipt, for single calls and bulk requests.
+
+:func:`settle` takes a :data:`~playline.calls.outcome.CallOutcome` and a
+:class:`ReceiptTarget` (one receipt, :class:`SingleReceipt`; or a bulk request's
+aggregate with its members, :class:`BatchReceipt`) and records the outcome as the
+table in :mod:`playline.calls.outcome` says. A paid answer is written *durably*
+(retried while the store fails, then journalled), never dropped; a failure or a
+release is best effort (losing it costs nothing: the lease expires and the call is
+claimed again, or found ambiguous if it was sent to a tool that does not de-duplicate).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from playline.calls.attempt import Attempt
+from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
+from playline.errors import CallAmbiguous
+from playline.stores.journal import JournalEntry
+
+__all__ = ["BatchReceipt", "ReceiptTarget", "SingleReceipt", "settle"]
+
+logger = logging.getLogger("playline.calls")
+
+
+class ReceiptTarget(Protocol):
+    """Where an outcome is recorded: one receipt, or a bulk request and its members."""
+
+    key: str
+    #: the calls it answers (1, or a bulk request's members): what the stats count
+    calls: int
+
+    async def complete(self, data: Any, credits: float) -> bool: ...
+
+    def journal_entry(self, data: Any, credits: float) -> JournalEntry: ...
+
+    async def fail(self, error: str, *, charged: bool) -> None: ...
+
+    async def release(self) -> None: ...
+
+    async def ambiguous(self, reason: str) -> None: ...
+
+
+async def settle(
+    attempt: Attempt, target: ReceiptTarget, outcome: CallOutcome, tool_id: str
+) -> Any:
+    """Record ``outcome`` on ``target``; the answer's data, or the outcome's error raised."""
+    match outcome:
+        case Answered(data=data, credits=credits):
+            await _record_answer(attempt, target, data, credits)
+            return data
+        case Failed(error=error):
+            attempt.stats.failed += target.calls
+            charged = getattr(error, "may_have_charged", False)
+            await attempt.best_effort(
+                lambda: target.fail(str(error), charged=charged), what=f"failure of {target.key}"
+            )
+            raise error
+        case Parked(error=error):
+            await attempt.best_effort(target.release, what=f"release of {target.key}")
+            raise error
+        case Ambiguous(error=error):
+            attempt.stats.ambiguous += target.calls
+            reason = str(error)
+            await attempt.best_effort(
+                lambda: target.ambiguous(reason), what=f"ambiguous mark of {target.key}"
+            )
+            raise CallAmbiguous(tool_id, _short(reason))
+
+
+async def _record_answer(
+    attempt: Attempt, target: ReceiptTarget, data: Any, credits: float
+) -> None:
+    """Write a paid answer, retrying; past the attempt's patience, journal it and stop."""
+    try:
+        recorded = await attempt.durably(
+            lambda: target.complete(data, credits), what=f"recording {target.key}"
+        )
+    except Exception:
+        if attempt.journal is None:
+            raise attempt.latch.error() from None
+        await attempt.journal.keep(target.journal_entry(data, credits))
+        raise attempt.latch.error() from None
+    if not recorded:
+        # The lease was taken over (only a tool that may be re-sent loses it while its
+        # call is in flight): the new owner records the same call. The answer is still
+        # good for this row.
+        logger.info("receipt %s was taken over before its answer was recorded", target.key)
+
+
+def _short(reason: str) -> str:
+    """An error's message without the tool id it starts with (CallAmbiguous adds it)."""
+    _, sep, rest = reason.partition(": ")
+    return rest if sep else reason
+
+
+class SingleReceipt:
+    """One call's receipt, under the attempt's lease."""
+
+    calls = 1
+
+    def __init__(self, attempt: Attempt, key: str) -> None:
+        self._attempt = attempt
+        self.key = key
+
+    async def complete(self, data: Any, credits: float) -> bool:
+        attempt = self._attempt
+        return await attempt.receipts.complete(
+            self.key, lease_id=attempt.lease_id, result=data, credits=credits
+        )
+
+    def journal_entry(self, data: Any, credits: float) -> JournalEntry:
+        return JournalEntry(self.key, self._attempt.lease_id, result=data, credits=credits)
+
+    async def fail(self, error: str, *, charged: bool) -> None:
+        attempt = self._attempt
+        await attempt.receipts.fail(self.key, lease_id=attempt.lease_id, error=error)
+
+    async def release(self) -> None:
+        attempt = self._attempt
+        await attempt.receipts.release([self.key], lease_id=attempt.lease_id)
+
+    async def ambiguous(self, reason: str) -> None:
+        attempt = self._attempt
+        await attempt.receipts.mark_ambiguous(self.key, lease_id=attempt.lease_id, reason=reason)
+
+
+class BatchReceipt:
+    """A bulk request's aggregate receipt and its members.
+
+    ``complete`` takes the bulk answer already split per member (``{key: result}``);
+    a failure that may have been charged keeps the membership, so the next attempt
+    re-sends exactly this request (under the same key, for a tool that de-duplicates).
+    """
+
+    def __init__(
+        self, attempt: Attempt, agg: str, credits_per_member: float, *, calls: int
+    ) -> None:
+        self._attempt = attempt
+        self.key = agg
+        self._per_member = credits_per_member
+        self.calls = calls
+
+    async def complete(self, data: Any, credits: float) -> bool:
+        attempt = self._attempt
+        return await attempt.receipts.complete_batch(
+            self.key, lease_id=attempt.lease_id, results=data, credits_per_member=self._per_member
+        )
+
+    def journal_entry(self, data: Any, credits: float) -> JournalEntry:
+        return JournalEntry(
+            self.key, self._attempt.lease_id, credits=self._per_member, results=dict(data)
+        )
+
+    async def fail(self, error: str, *, charged: bool) -> None:
+        attempt = self._attempt
+        await attempt.receipts.fail_batch(
+            self.key, lease_id=attempt.lease_id, error=error, release_members=not charged
+        )
+
+    async def release(self) -> None:
+        attempt = self._attempt
+        await attempt.receipts.fail_batch(
+            self.key, lease_id=attempt.lease_id, error="parked", release_members=True
+        )
+
+    async def ambiguous(self, reason: str) -> None:
+        attempt = self._attempt
+        await attempt.receipts.mark_batch_ambiguous(
+            self.key, lease_id=attempt.lease_id, reason=reason
+        )

@@ -1,0 +1,139 @@
+"""The result journal: paid answers the receipt store would not take, kept until it does.
+
+A provider's answer is paid for the moment it arrives. If the receipt store keeps
+failing to record it (PostgreSQL down for minutes, a full disk), the attempt does not
+drop it: after retrying for its patience it appends the answer here, on the worker's
+own disk (one JSON line each, flushed and fsynced), and gives up the chunk. When the
+worker's services open again, and before each chunk attempt, :meth:`ResultJournal.replay`
+completes those receipts (fenced by the lease that paid, as any completion is; a
+receipt another attempt finished meanwhile is left as it is), so the retry finds them
+as receipt hits and pays nothing again. An answer to a call left ``ambiguous`` turns it
+``completed``: the charge is no longer a question.
+
+Entries are idempotent (a completion that finds the receipt settled writes nothing),
+so a replay that crashes halfway is simply replayed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from playline.stores.receipts import ReceiptStore
+
+__all__ = ["JournalEntry", "ResultJournal"]
+
+logger = logging.getLogger("playline.journal")
+
+_NAME = "unsettled.jsonl"
+_REPLAYING = "replaying-"
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One paid result: a single call's (``results`` is None) or a bulk request's."""
+
+    key: str
+    lease_id: str
+    result: Any = None
+    credits: float = 0.0
+    #: a bulk request: each member's result, and the credits of each
+    results: dict[str, Any] | None = field(default=None)
+
+
+class ResultJournal:
+    """Paid results kept in ``directory`` until the receipt store takes them.
+
+    Args:
+        directory: the worker's journal directory (``Settings.journal_dir``).
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self._lock = asyncio.Lock()
+
+    def pending(self) -> bool:
+        """Whether anything waits to be replayed (a cheap check: no file, nothing)."""
+        try:
+            return any(p.stat().st_size for p in self._files())
+        except OSError:
+            return False
+
+    async def keep(self, entry: JournalEntry) -> None:
+        """Append ``entry`` durably (written and fsynced before this returns)."""
+        line = json.dumps(asdict(entry), sort_keys=True, separators=(",", ":")) + "\n"
+        await asyncio.to_thread(self._append, line)
+        logger.error(
+            "receipt %s: the store would not record a paid result; kept in %s until it does",
+            entry.key,
+            self.directory / _NAME,
+        )
+
+    def _append(self, line: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.directory / _NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _files(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(p for p in self.directory.iterdir() if p.name.endswith(".jsonl"))
+
+    async def replay(self, receipts: ReceiptStore) -> int:
+        """Record every journalled result in ``receipts``; how many were recorded.
+
+        Each file is taken by renaming it, so concurrent replays in several processes
+        share the work; an entry the store still refuses goes back into the journal.
+        """
+        if not self.pending():
+            return 0
+        async with self._lock:
+            recorded = 0
+            for path in self._files():
+                taken = path.with_name(f"{_REPLAYING}{uuid.uuid4().hex}.jsonl")
+                try:
+                    path.rename(taken)
+                except FileNotFoundError:
+                    continue  # another process took it
+                entries = [JournalEntry(**json.loads(line)) for line in _lines(taken)]
+                for index, entry in enumerate(entries):
+                    try:
+                        recorded += await _record(receipts, entry)
+                    except Exception:
+                        for rest in entries[index:]:
+                            await self.keep(rest)
+                        taken.unlink(missing_ok=True)
+                        raise
+                taken.unlink(missing_ok=True)
+            if recorded:
+                logger.info("recorded %d journalled result(s) in the receipt store", recorded)
+            return recorded
+
+
+def _lines(path: Path) -> list[str]:
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+async def _record(receipts: ReceiptStore, entry: JournalEntry) -> int:
+    if entry.results is not None:
+        done = await receipts.complete_batch(
+            entry.key,
+            lease_id=entry.lease_id,
+            results=entry.results,
+            credits_per_member=entry.credits,
+        )
+    else:
+        done = await receipts.complete(
+            entry.key, lease_id=entry.lease_id, result=entry.result, credits=entry.credits
+        )
+    return int(done)
