@@ -166,6 +166,8 @@ class ChunkStats(BaseModel):
     rows_failed: int = 0
     rows_resumed: int = 0  # already done by an earlier attempt; not recomputed
     rows_cached: int = 0  # ok rows whose every tool call was answered without a provider call
+    #: failed rows whose call is ambiguous (may have been charged; re-send on purpose)
+    rows_ambiguous: int = 0
     calls_made: int = 0
     calls_cached: int = 0
     calls_shared: int = 0
@@ -221,6 +223,34 @@ class ProviderWait(BaseModel):
     reason: str = "rate limited"
 
 
+class RowRange(BaseModel):
+    """Rows ``[start, end)`` of a run, ``rows`` of them still to do (the rest are done)."""
+
+    start: int
+    end: int
+    rows: int
+
+
+class Outstanding(BaseModel):
+    """A dataset run's work still to do, as one set: what a run carries across
+    continue-as-new, and what must be empty before it completes.
+
+    Rows ``[next_start, admitted)`` were never started; ``redo`` are ranges whose
+    parked rows may run again now (their provider's reset passed); ``parked`` are
+    ranges whose rows wait for ``parking``'s reset. ``rows_done`` counts every row
+    finished so far (ok or failed).
+    """
+
+    next_start: int = 0
+    redo: list[RowRange] = Field(default_factory=list)
+    parked: list[RowRange] = Field(default_factory=list)
+    parking: ParkedRows | None = None
+    rows_done: int = 0
+
+    def empty(self, total: int) -> bool:
+        return self.next_start >= total and not self.redo and not self.parked
+
+
 class DatasetRunInput(BaseModel):
     """Input of the ``playline.DatasetRun`` child workflow; carries state across continue-as-new."""
 
@@ -238,6 +268,8 @@ class DatasetRunInput(BaseModel):
     started_at: datetime | None = None
     #: the source file, for the run's status (None: inline rows or an earlier result)
     source_path: str | None = None
+    #: the work still to do, carried across continue-as-new (None: ``[offset, admitted)``)
+    outstanding: Outstanding | None = None
 
 
 class FinalizeInput(BaseModel):

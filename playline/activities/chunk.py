@@ -6,16 +6,19 @@ it, so the activity's input and output are a few hundred bytes whatever the rows
 hold. Rows already finished by an earlier attempt are skipped, which together with
 completed receipts makes a retried chunk cheap and free of double payments.
 
-While the chunk runs, a heartbeat loop every third of the heartbeat timeout
+One :class:`ChunkRun` per attempt. While it runs, each on a task of its own
+(:class:`~playline.calls.upkeep.AttemptUpkeep` and the flush loop):
 
-* sends a Temporal heartbeat carrying progress,
-* renews the receipt leases of every unsettled tool call (also those still queued
-  at the governor), the lease TTL being the heartbeat timeout, and
-* flushes finished rows to the sheet.
+* Temporal heartbeats carrying progress,
+* renewals of the receipt leases of every unsettled tool call (also those still
+  queued at the governor), the lease TTL being the heartbeat timeout,
+* flushes of finished rows to the sheet (a failing flush keeps its rows and tries
+  again; it never holds up a heartbeat or a renewal).
 
-So a worker that dies stops heartbeating and stops renewing at the same moment:
-Temporal retries the chunk elsewhere as its leases expire, and the new attempt
-reclaims them.
+What stops the chunk (a lost lease, a failed store write, an error about the play)
+stops *new* work only: rows not started stay pending, calls in flight finish and
+record their answers (they may be paid for), bulk requests in flight too, and every
+finished row is flushed before the attempt reports.
 """
 
 from __future__ import annotations
@@ -38,9 +41,18 @@ from playline.calls.dispatch import Dispatcher
 from playline.calls.fixtures import FixtureDispatcher
 from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.runner import ToolResult, ToolRunner
+from playline.calls.upkeep import AttemptUpkeep
 from playline.contract import ChunkInput, ChunkStats, ColumnSpec, ParkedRows, RunOptions
-from playline.errors import InvalidPlayInput, PlaylineError, ProviderQuotaExhausted, RowFailed
+from playline.errors import (
+    CallAmbiguous,
+    InvalidPlayInput,
+    PlaylineError,
+    ProviderQuotaExhausted,
+    RowFailed,
+    UnstorableValue,
+)
 from playline.services import Services, ServicesHolder
+from playline.stores.cells import unstorable_columns
 from playline.stores.sheet import RowResult, RunRow
 from playline.telemetry import ProviderMetrics, RowMetrics
 
@@ -81,8 +93,15 @@ class RowCall:
         activity.logger.info("[row %s] %s", self.row_key, message)
 
 
-def make_runner(services: Services, options: RunOptions, *, lease_ttl_s: float) -> ToolRunner:
-    """A tool runner owned by the current activity attempt, in the run's integration mode."""
+def make_runner(
+    services: Services, options: RunOptions, *, lease_ttl_s: float, force_token: str
+) -> ToolRunner:
+    """A tool runner owned by the current activity attempt, in the run's integration mode.
+
+    ``force_token`` names what the attempt's forced calls belong to (the dataset run,
+    or the play's scalar call): the same for every attempt, so a retry reuses what an
+    earlier attempt forced.
+    """
     info = activity.info()
     attempt = Attempt(
         receipts=services.receipts,
@@ -93,6 +112,9 @@ def make_runner(services: Services, options: RunOptions, *, lease_ttl_s: float) 
         # Retry-After of minutes) is parked durably by the workflow, not waited for here.
         park_after_s=lease_ttl_s,
         metrics=ProviderMetrics(),
+        force_token=force_token,
+        retry_ambiguous=options.retry_ambiguous,
+        journal=services.journal,
     )
     dispatcher: Dispatcher
     if options.integration_mode == "fixture":
@@ -115,6 +137,7 @@ def stats_from(runner: ToolRunner, into: ChunkStats) -> ChunkStats:
     into.calls_shared += s.shared
     into.calls_waited += s.waited
     into.calls_failed += s.failed
+    into.calls_ambiguous += s.ambiguous
     into.retries += s.retries
     into.credits += s.credits
     return into
@@ -144,18 +167,76 @@ class ChunkActivities:
 
     @activity.defn(name="playline.run_chunk")
     async def run_chunk(self, input: ChunkInput) -> ChunkStats:
-        started = time.monotonic()
         services = self._holder.services
-        ttl = input.options.heartbeat_timeout_s
-        runner = make_runner(services, input.options, lease_ttl_s=ttl)
-        stats = ChunkStats()
-        rows = await services.sheet.read_run_rows(input.run_ref, input.start, input.end)
+        await services.settle_journal()
+        runner = make_runner(
+            services,
+            input.options,
+            lease_ttl_s=input.options.heartbeat_timeout_s,
+            force_token=input.run_ref,
+        )
+        return await ChunkRun(services, input, runner).run()
+
+
+class ChunkRun:
+    """One attempt of one chunk: its rows, what they did, and what stops it.
+
+    The state its steps share is its fields: the rows finished (``done``) and how many
+    are in the sheet (``flushed``), what stops new work (``fatal``), the rows parked
+    for a provider's reset (``parked``) and the stats.
+    """
+
+    def __init__(self, services: Services, input: ChunkInput, runner: ToolRunner) -> None:
+        self.services = services
+        self.input = input
+        self.runner = runner
+        self.attempt = runner.attempt
+        self.stats = ChunkStats()
+        self.done: list[RowResult] = []
+        self.flushed = 0
+        self.fatal: list[BaseException] = []
+        self.parked: list[ProviderQuotaExhausted] = []
+        self._gate = asyncio.Semaphore(max(1, input.row_concurrency))
+        self._row_metrics = RowMetrics()
+        self._flushing = asyncio.Lock()
+        #: rows are named by key in history only when the run may show rows at all
+        self._name_rows = input.options.preview_rows > 0
+
+    async def run(self) -> ChunkStats:
+        """Run the pending rows of the range; the chunk's stats, or what stopped it."""
+        started = time.monotonic()
+        todo = await self._pending_rows()
+        upkeep = AttemptUpkeep(self.attempt, beat=activity.heartbeat, progress=self._progress)
+        flusher = asyncio.create_task(self._flush_loop(upkeep.interval_s))
+        tasks = [asyncio.ensure_future(self._run_row(row)) for row in todo]
+        try:
+            async with upkeep:
+                try:
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                    # Bulk requests run on tasks of their own: they finish and record here.
+                    await self.runner.dispatcher.aclose()
+                finally:
+                    flusher.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await flusher
+                    for task in tasks:
+                        task.cancel()
+                # Rows that finished are kept even when the chunk fails: they are paid for.
+                await self._flush(final=True)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._flush_quietly())
+            raise
+        return self._finish(started)
+
+    async def _pending_rows(self) -> list[RunRow]:
+        input = self.input
+        rows = await self.services.sheet.read_run_rows(input.run_ref, input.start, input.end)
         if len(rows) != input.end - input.start:
             raise InvalidPlayInput(
                 f"run {input.run_ref} has {len(rows)} rows in [{input.start}, {input.end})"
             )
         todo = [r for r in rows if r.status == "pending"]
-        stats.rows_resumed = len(rows) - len(todo)
+        self.stats.rows_resumed = len(rows) - len(todo)
         details = activity.info().heartbeat_details
         if details:
             # The previous attempt's last heartbeat; the sheet's row statuses are
@@ -165,119 +246,147 @@ class ChunkActivities:
                 input.start,
                 input.end - 1,
                 details[0],
-                stats.rows_resumed,
+                self.stats.rows_resumed,
             )
-        done: list[RowResult] = []
-        flushed = 0
-        latch = runner.attempt.latch
+        return todo
 
-        async def flush() -> None:
-            nonlocal flushed
-            batch = done[flushed:]
+    def _progress(self) -> dict[str, int]:
+        return {"rows_done": len(self.done) + self.stats.rows_resumed}
+
+    def _stopped(self) -> bool:
+        """Whether new rows may start: not after a fatal error or a lost lease."""
+        return bool(self.fatal) or self.attempt.leases.lost is not None
+
+    async def _run_row(self, row: RunRow) -> None:
+        async with self._gate:
+            latch = self.attempt.latch
+            if self._stopped():
+                if latch.tripped:
+                    latch.rows_held_back += 1
+                return
+            data: dict[str, Any] = dict(row.data)
+            cells: dict[str, Any] = {}
+            rc = RowCall(row.row_key, self.runner)
+            try:
+                for spec in self.input.columns:
+                    ran, value = await _evaluate(spec, MappingProxyType(data), rc)
+                    cells[spec.name] = value if ran else data.get(spec.name)
+                    data[spec.name] = cells[spec.name]
+            except Exception as err:
+                self._row_failed(row, cells, err)
+                return
+            bad = unstorable_columns(cells)
+            if bad:
+                name, why = next(iter(bad.items()))
+                for column in bad:
+                    cells[column] = None
+                self._row_failed(
+                    row,
+                    cells,
+                    UnstorableValue(
+                        f"column {name!r} returned a value the sheet cannot store: {why}"
+                    ),
+                )
+                return
+            self.stats.rows_ok += 1
+            if rc.paid_calls == 0:
+                self.stats.rows_cached += 1
+            self._row_metrics.row("cached" if rc.paid_calls == 0 else "ok")
+            self.done.append(RowResult(row.seq, row.row_key, cells, "ok"))
+
+    def _row_failed(self, row: RunRow, cells: dict[str, Any], err: Exception) -> None:
+        """Record a row's error, or stop the chunk for an error about more than the row."""
+        if isinstance(err, ProviderQuotaExhausted):
+            # Nothing was sent and its receipt was released: the row stays pending,
+            # and the run re-runs it after the provider's reset.
+            self.parked.append(err)
+            return
+        if _is_chunk_fatal(err):
+            self.fatal.append(err)
+            return
+        message = f"{type(err).__name__}: {err}"
+        stats = self.stats
+        stats.rows_failed += 1
+        if isinstance(err, CallAmbiguous):
+            stats.rows_ambiguous += 1
+        self._row_metrics.row("failed")
+        # History sees the row by key and the error's text only when the run may show
+        # rows (preview_rows > 0): both can hold personal data or provider text.
+        shown = f"row {row.row_key!r}" if self._name_rows else f"row #{row.seq}"
+        said = message if self._name_rows else type(err).__name__
+        stats.first_error = stats.first_error or f"{shown}: {said}"
+        self.done.append(RowResult(row.seq, row.row_key, cells, "error", message[:1000]))
+        if self.input.on_row_error == "fail":
+            self.fatal.append(
+                RowFailed(
+                    f"{shown} failed in column "
+                    f"{_failing_column(self.input.columns, cells)!r}: {said} "
+                    '(on_row_error="fail"; use "isolate" to record and continue)'
+                )
+            )
+
+    async def _flush_loop(self, interval_s: float) -> None:
+        """Write finished rows to the sheet as they accumulate, off the heartbeat's path."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if len(self.done) - self.flushed >= FLUSH_EVERY_ROWS:
+                try:
+                    await self._flush()
+                except Exception as err:  # kept in memory; tried again, and at the end
+                    logger.warning("sheet flush failed, retrying: %s", err)
+
+    async def _flush(self, *, final: bool = False) -> None:
+        """Write the finished rows not yet in the sheet; at the end, retried until written."""
+        async with self._flushing:
+            batch = self.done[self.flushed :]
             if not batch:
                 return
+            sheet, run_ref = self.services.sheet, self.input.run_ref
+
+            async def write() -> None:
+                await sheet.write_results(run_ref, batch)
+
             try:
-                await services.sheet.write_results(input.run_ref, batch)
+                if final:
+                    await self.attempt.durably(write, what="the chunk's sheet write")
+                else:
+                    await write()
             except Exception as err:
-                raise latch.trip(f"sheet write failed: {type(err).__name__}: {err}") from err
-            flushed += len(batch)
+                raise self.attempt.latch.trip(
+                    f"sheet write failed: {type(err).__name__}: {err}"
+                ) from err
+            self.flushed += len(batch)
 
-        gate = asyncio.Semaphore(max(1, input.row_concurrency))
-        fatal: list[BaseException] = []
-        parked: list[ProviderQuotaExhausted] = []
-        row_metrics = RowMetrics()
+    async def _flush_quietly(self) -> None:
+        """On cancellation: keep what finished if the store takes it at once."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(5):
+                await self._flush()
 
-        async def run_row(row: RunRow) -> None:
-            async with gate:
-                if fatal:
-                    if latch.tripped:
-                        latch.rows_held_back += 1
-                    return
-                data: dict[str, Any] = dict(row.data)
-                cells: dict[str, Any] = {}
-                rc = RowCall(row.row_key, runner)
-                try:
-                    for spec in input.columns:
-                        ran, value = await _evaluate(spec, MappingProxyType(data), rc)
-                        cells[spec.name] = value if ran else data.get(spec.name)
-                        data[spec.name] = cells[spec.name]
-                except Exception as err:
-                    if isinstance(err, ProviderQuotaExhausted):
-                        # Nothing was sent and its receipt was released: the row stays
-                        # pending, and the run re-runs it after the provider's reset.
-                        parked.append(err)
-                        return
-                    if _is_chunk_fatal(err):
-                        fatal.append(err)
-                        return
-                    message = f"{type(err).__name__}: {err}"
-                    stats.rows_failed += 1
-                    row_metrics.row("failed")
-                    stats.first_error = stats.first_error or f"row {row.row_key!r}: {message}"
-                    done.append(RowResult(row.seq, row.row_key, cells, "error", message[:1000]))
-                    if input.on_row_error == "fail":
-                        fatal.append(
-                            RowFailed(
-                                f"row {row.row_key!r} failed in column "
-                                f"{_failing_column(input.columns, cells)!r}: {message} "
-                                '(on_row_error="fail"; use "isolate" to record and continue)'
-                            )
-                        )
-                    return
-                stats.rows_ok += 1
-                if rc.paid_calls == 0:
-                    stats.rows_cached += 1
-                row_metrics.row("cached" if rc.paid_calls == 0 else "ok")
-                done.append(RowResult(row.seq, row.row_key, cells, "ok"))
-
-        async def heartbeat_loop() -> None:
-            interval = max(0.2, ttl / 3)
-            while True:
-                await asyncio.sleep(interval)
-                activity.heartbeat({"rows_done": len(done) + stats.rows_resumed})
-                try:
-                    await runner.renew_leases()
-                except Exception as err:  # transport failure: retry on the next beat
-                    logger.warning("lease renewal failed, retrying: %s", err)
-                if runner.lease_lost is not None:
-                    fatal.append(runner.lease_lost)
-                    for task in row_tasks:
-                        task.cancel()
-                    return
-                if len(done) - flushed >= FLUSH_EVERY_ROWS:
-                    await flush()
-
-        row_tasks = [asyncio.ensure_future(run_row(r)) for r in todo]
-        beat = asyncio.ensure_future(heartbeat_loop())
-        try:
-            await asyncio.gather(*row_tasks, return_exceptions=True)
-        finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
-            for task in row_tasks:
-                task.cancel()
-        # Rows that finished are kept even when the chunk fails: they are paid for.
-        await flush()
+    def _finish(self, started: float) -> ChunkStats:
+        """The chunk's result, or the error that stopped it (all it held back counted)."""
+        input, stats, latch = self.input, self.stats, self.attempt.latch
         if latch.tripped:
             raise latch.error()  # with everything held back counted, not just the first
-        if fatal:
-            raise fatal[0]
-        if parked:
-            latest = max(parked, key=lambda err: err.resume_at)
+        if self.fatal:
+            raise self.fatal[0]
+        if self.attempt.leases.lost is not None:
+            raise self.attempt.leases.lost
+        if self.parked:
+            latest = max(self.parked, key=lambda err: err.resume_at)
             stats.parked = ParkedRows(
-                provider=latest.provider, until=latest.resume_at, rows=len(parked)
+                provider=latest.provider, until=latest.resume_at, rows=len(self.parked)
             )
             activity.logger.info(
                 "chunk %s-%s: %d row(s) parked until %s (%s)",
                 input.start,
                 input.end - 1,
-                len(parked),
+                len(self.parked),
                 latest.resume_at,
                 latest.provider,
             )
         stats.elapsed_s = time.monotonic() - started
-        return stats_from(runner, stats)
+        return stats_from(self.runner, stats)
 
 
 def _failing_column(columns: list[ColumnSpec], cells: dict[str, Any]) -> str:

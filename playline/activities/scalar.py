@@ -9,6 +9,7 @@ from temporalio import activity
 
 from playline import resolvers
 from playline.activities.chunk import make_runner
+from playline.calls.upkeep import AttemptUpkeep
 from playline.contract import StepInput, ToolCallInput
 from playline.services import ServicesHolder
 
@@ -21,15 +22,28 @@ class ScalarActivities:
 
     @activity.defn(name="playline.call_tool")
     async def call_tool(self, input: ToolCallInput) -> Any:
-        """One tool call through receipts and the governor; returns the tool's data."""
+        """One tool call through receipts and the governor; returns the tool's data.
+
+        Its lease is renewed (and the activity heartbeats, when the play gave it a
+        heartbeat timeout) for as long as the call takes, as a chunk's are: a call
+        queued at the governor or retrying is never taken over and paid again.
+        """
         services = self._holder.services
-        runner = make_runner(services, input.options, lease_ttl_s=input.options.heartbeat_timeout_s)
-        result = await runner.call(
-            input.tool_id,
-            input.input,
-            force=input.force,
-            stale_after_s=input.stale_after_seconds,
+        await services.settle_journal()
+        info = activity.info()
+        runner = make_runner(
+            services,
+            input.options,
+            lease_ttl_s=input.options.heartbeat_timeout_s,
+            force_token=f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}",
         )
+        async with AttemptUpkeep(runner.attempt, beat=activity.heartbeat):
+            result = await runner.call(
+                input.tool_id,
+                input.input,
+                force=input.force,
+                stale_after_s=input.stale_after_seconds,
+            )
         return result.data
 
     @activity.defn(name="playline.run_step")
