@@ -104,6 +104,11 @@ def provider(provider_server: ProviderServerProcess) -> ProviderServerProcess:
         fault_rate_5xx=0.0,
         fault_rate_timeout=0.0,
         fault_rate_malformed=0.0,
+        fault_rate_500_after_charge=0.0,
+        fault_rate_drop_after_charge=0.0,
+        fault_rate_timeout_after_charge=0.0,
+        timeout_sleep_s=30.0,
+        idempotency="key",
         fail_next={},
     )
     return provider_server

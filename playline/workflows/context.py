@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -31,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from playline.activities.scalar import ScalarActivities
     from playline.contract import (
         ChunkStats,
+        ColumnSpec,
         DatasetRef,
         DatasetResult,
         DatasetRunInput,
@@ -41,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         OnRowError,
         PlayRunResult,
         PlayState,
+        PreparedRun,
         PrepareRunInput,
         RunMode,
         RunOptions,
@@ -163,6 +166,28 @@ class PlayContext:
         name = self._unique("dataset", builder.key)
         run_ref = f"{info.workflow_id}/{info.run_id}/{name}"
         columns = list(builder.columns)
+        source, prepared = await self._prepare(builder, name, run_ref, key_fields, mode, columns)
+        run = DatasetRunInput(
+            prepared=prepared,
+            columns=columns,
+            on_row_error=on_row_error,
+            options=self.options,
+            control=self.controls.dispatch,
+            source_path=self._sources.get(source.id),
+        )
+        stats, cancelled = await self._run_chunks(name, run, source.id, mode, key_fields)
+        return await self._finalize(name, run_ref, prepared, stats, cancelled)
+
+    async def _prepare(
+        self,
+        builder: DatasetBuilder,
+        name: str,
+        run_ref: str,
+        key_fields: list[str],
+        mode: RunMode,
+        columns: list[ColumnSpec],
+    ) -> tuple[DatasetRef, PreparedRun]:
+        """Load inline rows, then check everything and write the run's manifest."""
         self.state.phase = f"preparing {name}"
         self.publish()
         source = await self._source_of(builder)
@@ -191,35 +216,38 @@ class PlayContext:
             + (f", {prepared.duplicates} duplicate keys" if prepared.duplicates else "")
             + (f", {prepared.seen_before} seen before" if prepared.seen_before else "")
         )
+        return source, prepared
+
+    async def _run_chunks(
+        self,
+        name: str,
+        run: DatasetRunInput,
+        source_id: str,
+        mode: RunMode,
+        key_fields: list[str],
+    ) -> tuple[ChunkStats, bool]:
+        """The ``playline.DatasetRun`` child: its stats, and whether it was cancelled."""
+        info = workflow.info()
         child_id = f"{info.workflow_id}/dataset/{name}"
         self.state.current_child_id = child_id
         self.state.phase = f"running {name}"
-        source_path = self._sources.get(source.id)
         summary, details = dataset_static(
             play=self.play,
             name=name,
-            prepared=prepared,
-            source_id=source.id,
-            source_path=source_path,
+            prepared=run.prepared,
+            source_id=source_id,
+            source_path=run.source_path,
             mode=mode,
             key_fields=key_fields,
-            columns=columns,
+            columns=run.columns,
             options=self.options,
         )
         self.publish()
-        sent = self.controls.dispatch
-        cancelled = False
+        sent = run.control
         try:
             child = await workflow.start_child_workflow(
                 DatasetRunWorkflow.run,
-                DatasetRunInput(
-                    prepared=prepared,
-                    columns=columns,
-                    on_row_error=on_row_error,
-                    options=self.options,
-                    control=sent,
-                    source_path=source_path,
-                ),
+                run,
                 id=child_id,
                 static_summary=summary,
                 static_details=details,
@@ -227,15 +255,24 @@ class PlayContext:
             self.controls.child = child
             if self.controls.dispatch != sent:  # changed while the run was starting
                 await self.controls.apply()
-            stats = await child
+            return await child, False
         except ChildWorkflowError as err:
             if not (is_cancelled_exception(err) and workflow.cancellation_reason() is not None):
                 raise as_failure(err) from err
             # Cancelled gracefully: the run settled its chunks and reported its counts.
-            cancelled = True
-            stats = self.state.current.stats if self.state.current else ChunkStats()
+            return (self.state.current.stats if self.state.current else ChunkStats()), True
         finally:
             self.controls.child = None
+
+    async def _finalize(
+        self,
+        name: str,
+        run_ref: str,
+        prepared: PreparedRun,
+        stats: ChunkStats,
+        cancelled: bool,
+    ) -> DatasetHandle:
+        """The run's counts and preview from the sheet; the play's tally; its handle."""
         result = await workflow.execute_activity_method(
             DatasetActivities.finalize_run,
             FinalizeInput(
@@ -276,6 +313,13 @@ class PlayContext:
     ) -> Any:
         """One tool call outside a dataset (through receipts and the governor)."""
         await self.dispatch_allowed()
+        # Runs recorded before the scalar call heartbeated (its lease renewed, F4)
+        # replay without the heartbeat timeout.
+        heartbeat = (
+            timedelta(seconds=self.options.heartbeat_timeout_s)
+            if workflow.patched("scalar-tool-heartbeat")
+            else None
+        )
         try:
             data = await workflow.execute_activity_method(
                 ScalarActivities.call_tool,
@@ -287,6 +331,7 @@ class PlayContext:
                     options=self.options,
                 ),
                 start_to_close_timeout=SHORT_ACTIVITY,
+                heartbeat_timeout=heartbeat,
                 retry_policy=SETUP_RETRY,
                 summary=f"tool {tool_id}",
             )

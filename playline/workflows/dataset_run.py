@@ -44,8 +44,10 @@ with workflow.unsafe.imports_passed_through():
         DatasetRunInput,
         DatasetRunState,
         DispatchControl,
+        Outstanding,
         ParkedRows,
         ProviderWait,
+        RowRange,
         RunStatus,
         Width,
         WidthInput,
@@ -82,13 +84,19 @@ def report_interval(age: timedelta) -> timedelta:
 
 @workflow.defn(name="playline.DatasetRun")
 class DatasetRunWorkflow:
-    """Runs one dataset's chunks under a sliding window; continues as new to bound history."""
+    """Runs one dataset's chunks under a sliding window; continues as new to bound history.
+
+    Its work still to do is one :class:`~playline.contract.Outstanding` (rows never
+    started, ranges to redo, ranges parked until a provider's reset), carried across
+    continue-as-new; it completes only when that is empty, whatever pauses, waits
+    and hand-overs happened on the way.
+    """
 
     def __init__(self) -> None:
         self._input: DatasetRunInput | None = None
         self._stats = ChunkStats()
-        self._rows_done = 0
-        self._pending: dict[asyncio.Task[ChunkStats], tuple[int, int]] = {}
+        self._work = Outstanding()
+        self._pending: dict[asyncio.Task[ChunkStats], RowRange] = {}
         self._control = DispatchControl()
         self._woken = False  # a control arrived since the loop last looked
         self._cancelling = False
@@ -101,6 +109,13 @@ class DatasetRunWorkflow:
         self._reported_at: datetime | None = None
         self._reported_status: RunStatus | None = None
         self._reports: list[asyncio.Task[None]] = []
+        self._sizer = ChunkSizer(5.0)
+        self._sized_by_time = False
+        self._adaptive = False
+        self._visible = False
+        self._launched = 0  # chunks of new rows started by this run (not redone ones)
+        self._refreshed_at: int | None = None
+        self._resumed = 0  # provider resets waited for by this run
 
     @workflow.signal(name=CONTROL_SIGNAL)
     def control(self, control: DispatchControl) -> None:
@@ -110,116 +125,142 @@ class DatasetRunWorkflow:
 
     @workflow.run
     async def run(self, input: DatasetRunInput) -> ChunkStats:
-        self._input = input
-        self._stats = input.stats.model_copy()
-        self._control = input.control
-        self._started_at = input.started_at or workflow.now()
-        prepared = input.prepared
-        total = prepared.admitted
-        pinned = input.options.chunk_size
-        # Histories from before time-sized chunks ran every chunk at the old default.
-        sized_by_time = pinned is None and workflow.patched("time-sized-chunks")
-        sizer = ChunkSizer(input.options.target_chunk_seconds)
-        if input.chunk_rows is not None:
-            sizer.size = input.chunk_rows
-        self._width = Width(
-            chunks_in_flight=prepared.suggested_chunks_in_flight,
-            row_concurrency=prepared.suggested_row_concurrency,
-        )
-        adaptive = workflow.patched("governor-dispatch-width")
-        # Histories from before progress reports and row-range activity ids have neither.
-        visible = workflow.patched("dataset-run-progress")
-        self._reporting = visible and workflow.info().parent is not None
-        self._rows_done = input.offset
-        next_start = input.offset
-        launched = 0
-        refreshed_at: int | None = None
-        pending = self._pending
-        # Ranges whose rows a spent quota left pending, and the parking that holds them.
-        parked_ranges: list[tuple[int, int]] = []
-        parking: ParkedRows | None = None
-        redo: list[tuple[int, int]] = []
-        resumed = 0
+        self._begin(input)
         try:
-            while True:
-                dispatching = not self._cancelling and not self._control.paused
-                due = refreshed_at is None or launched - refreshed_at >= WIDTH_REFRESH_CHUNKS
-                if adaptive and due and dispatching and next_start < total:
-                    try:
-                        self._set_width(await self._current_width(input))
-                    except (asyncio.CancelledError, ActivityError) as err:
-                        self._on_cancel(err)
-                        continue
-                    refreshed_at = launched
-                while (
-                    not self._cancelling
-                    and not self._control.paused
-                    and len(pending) < self._window()
-                    and (
-                        redo
-                        or (next_start < total and launched < input.options.chunks_per_workflow_run)
-                    )
-                ):
-                    if redo:
-                        start, end = redo.pop(0)
-                        task = self._start_chunk(input, start, end, visible, resumed)
-                        pending[task] = (start, end)
-                        continue
-                    size = sizer.size if sized_by_time else (pinned or FIRST_CHUNK_ROWS)
-                    end = min(next_start + size, total)
-                    task = self._start_chunk(input, next_start, end, visible)
-                    pending[task] = (next_start, end)
-                    next_start = end
-                    launched += 1
-                self._show()
-                if not pending and parking is not None and not self._cancelling:
-                    # Everything else is done: wait for the provider's reset, durably.
-                    try:
-                        await self._wait_for_reset(parking)
-                    except asyncio.CancelledError as err:
-                        self._on_cancel(err)
-                        continue
-                    redo, parked_ranges, parking = parked_ranges, [], None
-                    resumed += 1
-                    continue
-                if not pending:
-                    finished = next_start >= total
-                    if (
-                        finished
-                        or self._cancelling
-                        or launched >= input.options.chunks_per_workflow_run
-                    ):
-                        break
-                # Here dispatch waits: for a chunk to finish, or (nothing in flight) for
-                # the play to resume it. A parked provider waits above, on its timer.
-                try:
-                    await workflow.wait_condition(
-                        lambda: self._woken or any(task.done() for task in pending)
-                    )
-                except asyncio.CancelledError as err:
-                    self._on_cancel(err)
-                    continue
-                self._woken = False
-                for task in [t for t in pending if t.done()]:
-                    start, end = pending.pop(task)
-                    chunk = task.result()
-                    held = chunk.parked
-                    if held is not None:
-                        parked_ranges.append((start, end))
-                        parking = merge_parked(parking, held)
-                        chunk = chunk.model_copy(update={"parked": None})
-                    self._stats.add(chunk)
-                    self._rows_done += end - start - (held.rows if held else 0)
-                    if held is None:
-                        sizer.observe(end - start, chunk.elapsed_s)
-                self._report()
+            await self._dispatch_until_done(input)
         except ActivityError as err:
-            for task in pending:
+            for task in self._pending:
                 task.cancel()
             failure = as_failure(err)
             self._ended = "failed"
             self._show()
             raise failure from err
+        return await self._end(input)
+
+    def _begin(self, input: DatasetRunInput) -> None:
+        """Take over the input's state: counts, controls, chunk sizing, the work left."""
+        self._input = input
+        self._stats = input.stats.model_copy()
+        self._control = input.control
+        self._started_at = input.started_at or workflow.now()
+        prepared = input.prepared
+        # Histories from before time-sized chunks ran every chunk at the old default.
+        self._sized_by_time = input.options.chunk_size is None and workflow.patched(
+            "time-sized-chunks"
+        )
+        self._sizer = ChunkSizer(input.options.target_chunk_seconds)
+        if input.chunk_rows is not None:
+            self._sizer.size = input.chunk_rows
+        self._width = Width(
+            chunks_in_flight=prepared.suggested_chunks_in_flight,
+            row_concurrency=prepared.suggested_row_concurrency,
+        )
+        self._adaptive = workflow.patched("governor-dispatch-width")
+        # Histories from before progress reports and row-range activity ids have neither.
+        self._visible = workflow.patched("dataset-run-progress")
+        self._reporting = self._visible and workflow.info().parent is not None
+        self._work = input.outstanding or Outstanding(
+            next_start=input.offset, rows_done=input.offset
+        )
+
+    async def _dispatch_until_done(self, input: DatasetRunInput) -> None:
+        """Keep the window full until nothing is left for this run (or it must hand over)."""
+        work, pending = self._work, self._pending
+        total = input.prepared.admitted
+        while True:
+            if self._width_due(total):
+                try:
+                    self._set_width(await self._current_width(input))
+                except (asyncio.CancelledError, ActivityError) as err:
+                    self._on_cancel(err)
+                    continue
+                self._refreshed_at = self._launched
+            self._launch(input)
+            self._show()
+            if not pending and work.parking is not None and not self._cancelling:
+                # Everything else is done: wait for the provider's reset, durably.
+                try:
+                    await self._wait_for_reset(work.parking)
+                except asyncio.CancelledError as err:
+                    self._on_cancel(err)
+                    continue
+                work.redo, work.parked, work.parking = [*work.redo, *work.parked], [], None
+                self._resumed += 1
+                continue
+            if not pending and (
+                work.empty(total) or self._cancelling or (self._handing_over() and not work.redo)
+            ):
+                return
+            # Here dispatch waits: for a chunk to finish, or (nothing in flight) for
+            # the play to resume it. A parked provider waits above, on its timer.
+            try:
+                await workflow.wait_condition(
+                    lambda: self._woken or any(task.done() for task in pending)
+                )
+            except asyncio.CancelledError as err:
+                self._on_cancel(err)
+                continue
+            self._woken = False
+            self._collect()
+            self._report()
+
+    def _width_due(self, total: int) -> bool:
+        """Whether to ask the governor for a fresh width before launching more."""
+        dispatching = not self._cancelling and not self._control.paused
+        refreshed = self._refreshed_at
+        due = refreshed is None or self._launched - refreshed >= WIDTH_REFRESH_CHUNKS
+        return self._adaptive and due and dispatching and self._work.next_start < total
+
+    def _handing_over(self) -> bool:
+        """This run has started its share of chunks: it continues as new once drained."""
+        assert self._input is not None
+        return self._launched >= self._input.options.chunks_per_workflow_run
+
+    def _launch(self, input: DatasetRunInput) -> None:
+        """Start chunks while the window has room: ranges to redo first, then new rows."""
+        work, pending = self._work, self._pending
+        total = input.prepared.admitted
+        while (
+            not self._cancelling
+            and not self._control.paused
+            and len(pending) < self._window()
+            and (work.redo or (work.next_start < total and not self._handing_over()))
+        ):
+            if work.redo:
+                again = work.redo.pop(0)
+                task = self._start_chunk(input, again.start, again.end, self._resumed)
+                pending[task] = again
+                continue
+            start = work.next_start
+            pinned = input.options.chunk_size
+            size = self._sizer.size if self._sized_by_time else (pinned or FIRST_CHUNK_ROWS)
+            end = min(start + size, total)
+            pending[self._start_chunk(input, start, end)] = RowRange(
+                start=start, end=end, rows=end - start
+            )
+            work.next_start = end
+            self._launched += 1
+
+    def _collect(self) -> None:
+        """Account the chunks that finished; the rows they parked join ``parked``."""
+        work = self._work
+        for task in [t for t in self._pending if t.done()]:
+            span = self._pending.pop(task)
+            chunk = task.result()
+            held = chunk.parked
+            if held is not None:
+                work.parked.append(RowRange(start=span.start, end=span.end, rows=held.rows))
+                work.parking = merge_parked(work.parking, held)
+                chunk = chunk.model_copy(update={"parked": None})
+            self._stats.add(chunk)
+            # Only the rows this range still had to do, less those parked again: a
+            # redone range never counts its finished rows twice.
+            work.rows_done += span.rows - (held.rows if held else 0)
+            if held is None:
+                self._sizer.observe(span.end - span.start, chunk.elapsed_s)
+
+    async def _end(self, input: DatasetRunInput) -> ChunkStats:
+        """Ended cancelled, completed, or continued as new with the work left."""
         if self._cancelling:
             # Everything in flight settled: the play learns the final counts, then the
             # run ends as cancelled.
@@ -231,25 +272,26 @@ class DatasetRunWorkflow:
                 "cancelled: no new chunk started, in-flight chunks settled"
             )
         await self._reports_sent()
-        if next_start >= total:
+        work = self._work
+        if work.empty(input.prepared.admitted):
             self._ended = "completed"
             self._show()
-        if next_start < total:
-            workflow.continue_as_new(
-                DatasetRunInput(
-                    prepared=prepared,
-                    columns=input.columns,
-                    on_row_error=input.on_row_error,
-                    options=input.options,
-                    offset=next_start,
-                    stats=self._stats,
-                    chunk_rows=sizer.size if sized_by_time else None,
-                    control=self._control,
-                    started_at=self._started_at,
-                    source_path=input.source_path,
-                )
+            return self._stats
+        workflow.continue_as_new(
+            DatasetRunInput(
+                prepared=input.prepared,
+                columns=input.columns,
+                on_row_error=input.on_row_error,
+                options=input.options,
+                offset=work.next_start,
+                stats=self._stats,
+                chunk_rows=self._sizer.size if self._sized_by_time else None,
+                control=self._control,
+                started_at=self._started_at,
+                source_path=input.source_path,
+                outstanding=work,
             )
-        return self._stats
+        )
 
     async def _wait_for_reset(self, parking: ParkedRows) -> None:
         """Sleep on a durable timer until ``parking``'s provider admits calls again."""
@@ -294,13 +336,9 @@ class DatasetRunWorkflow:
         )
 
     def _start_chunk(
-        self,
-        input: DatasetRunInput,
-        start: int,
-        end: int,
-        named_by_rows: bool,
-        resumed: int = 0,
+        self, input: DatasetRunInput, start: int, end: int, resumed: int = 0
     ) -> asyncio.Task[ChunkStats]:
+        named_by_rows = self._visible
         activity_id = f"rows-{start}-{end - 1}" + (f"-resumed-{resumed}" if resumed else "")
         return asyncio.ensure_future(
             workflow.execute_activity_method(
@@ -367,7 +405,7 @@ class DatasetRunWorkflow:
         return DatasetRunState(
             dataset=prepared.dataset if prepared else "",
             rows_total=prepared.admitted if prepared else 0,
-            rows_done=self._rows_done,
+            rows_done=self._work.rows_done,
             chunks_in_flight=len(self._pending),
             stats=self._stats,
             status=self._status(),
@@ -375,5 +413,5 @@ class DatasetRunWorkflow:
             paused=self._control.paused,
             paces=self._width.paces,
             waits=self._waits,
-            ranges=sorted(self._pending.values()),
+            ranges=sorted((span.start, span.end) for span in self._pending.values()),
         )
