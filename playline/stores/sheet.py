@@ -10,6 +10,11 @@ Three things live here:
   keys (``seq`` 0..n-1) with a status each. Chunks are ranges of ``seq``, so chunk
   activity arguments are a handful of integers, never rows.
 
+A row key is the key fields' values (:func:`row_key_of`) or, for a run without a
+key, the row's source and position (:func:`positional_key`): two different files
+run into one dataset without a key keep their rows apart, and the same file (its
+source id is its content's digest) finds its rows again.
+
 The interface (:class:`SheetStore`) is backend-neutral;
 :class:`~playline.stores.sheet_sqlite.SqliteSheetStore` is the embedded default,
 :class:`~playline.stores.sheet_postgres.PostgresSheetStore` the fleet's. Both stream:
@@ -26,11 +31,14 @@ from typing import Any, Literal, Protocol
 
 from playline.contract import RunMode
 from playline.errors import InvalidPlayInput
+from playline.stores.csv_io import header_summary
 
 RowStatus = Literal["pending", "ok", "error"]
 
 #: Rows per page when a backend streams a source in or a run's keys through Python.
 PAGE_ROWS = 2000
+#: Repeated row keys a run reports at most (``PreparedRun.duplicate_keys``).
+SHOWN_DUPLICATE_KEYS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +50,9 @@ class RunInfo:
     duplicates: int  # source rows whose key repeated an earlier row of the same source
     seen_before: int  # net_new: rows skipped because the dataset already had the key
     columns: list[str]  # input columns then computed columns, for export
+    #: the first few keys that repeated, in the order they first occur (``prepare_run``
+    #: fills it; ``run_info`` leaves it empty: read it with ``duplicate_keys``)
+    duplicate_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +106,15 @@ class SheetStore(Protocol):
         The first row of each key is admitted (later ones count as duplicates);
         ``net_new`` also skips keys the dataset already has. Admitted rows are
         merged into their sheet rows (source columns win) and numbered 0..n-1 in
-        source order. Idempotent per ``run_ref``.
+        source order. Idempotent per ``run_ref``. The result's ``duplicate_keys``
+        holds the first :data:`SHOWN_DUPLICATE_KEYS` repeated keys, in the order
+        they first occur.
         """
+        ...
+
+    async def duplicate_keys(self, run_ref: str) -> list[str]:
+        """The repeated keys ``prepare_run`` found (kept with the run's manifest);
+        ``[]`` for a run without duplicates or an unknown run."""
         ...
 
     async def run_info(self, run_ref: str) -> RunInfo | None:
@@ -124,10 +142,22 @@ class SheetStore(Protocol):
     async def close(self) -> None: ...
 
 
-def row_key_of(row: dict[str, Any], key_fields: Sequence[str], position: int) -> str:
-    """The row key: the key fields' values joined, or the source position if no key."""
+def positional_key(source_id: str, position: int) -> str:
+    """The row key of a run without a key: ``#<source dataset id>:<position>``."""
+    return f"#{source_id}:{position}"
+
+
+def row_key_of(
+    row: dict[str, Any],
+    key_fields: Sequence[str],
+    position: int,
+    source_id: str | None = None,
+) -> str:
+    """The row key: the key fields' values joined, or (no key) the row's source and
+    position (:func:`positional_key`). Without ``source_id`` a keyless key is the
+    position alone, unique within one source only: the stores always pass it."""
     if not key_fields:
-        return f"#{position}"
+        return f"#{position}" if source_id is None else positional_key(source_id, position)
     parts = []
     for field in key_fields:
         value = row.get(field)
@@ -148,7 +178,7 @@ def missing_key_fields(
     if missing:
         raise InvalidPlayInput(
             f"row key field(s) {missing} are not columns of {source_id!r} "
-            f"(columns: {list(source_columns)})"
+            f"({header_summary(source_columns)})"
         )
 
 

@@ -6,11 +6,16 @@ fleet and a million rows:
 * a source is loaded with one ``COPY`` fed page by page from its iterator (the
   pages are pulled on a thread, so a file being parsed never blocks the loop);
 * a run is admitted by SQL: the row keys are computed in Python page by page
-  (:func:`~playline.stores.sheet.row_key_of`, one rule for every backend), copied
-  into a temporary table, and dedup, ``net_new`` and the manifest are
-  ``INSERT ... SELECT`` statements;
+  (:func:`~playline.stores.sheet.row_key_of`, one rule for every backend; a run
+  without a key numbers its rows in SQL), copied into a temporary table, and dedup,
+  ``net_new``, the first repeated keys and the manifest are ``INSERT ... SELECT``
+  statements;
 * a chunk's rows are one ``SELECT``, its results one statement whatever the
   number of rows (cells merge into the row's jsonb with ``||``).
+
+The tables come from the stores' schema (``postgres_db.MIGRATIONS``, component
+``stores``); what the sheet added later is its own component, ``sheet``
+(:data:`SHEET_MIGRATIONS`), applied the first time a worker prepares a run.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from itertools import islice
 from typing import Any
 
@@ -25,9 +31,11 @@ import psycopg
 
 from playline.contract import RunMode
 from playline.errors import InvalidPlayInput
+from playline.stores.migrations import Migration, migrate_postgres
 from playline.stores.postgres_db import PostgresDatabase
 from playline.stores.sheet import (
     PAGE_ROWS,
+    SHOWN_DUPLICATE_KEYS,
     RowResult,
     RunInfo,
     RunRow,
@@ -36,7 +44,16 @@ from playline.stores.sheet import (
     run_columns,
 )
 
-__all__ = ["PostgresSheetStore"]
+__all__ = ["SHEET_MIGRATIONS", "PostgresSheetStore"]
+
+#: The sheet's own steps on top of the stores' schema (component ``sheet``).
+SHEET_MIGRATIONS = (
+    Migration(
+        1,
+        "runs keep their first repeated row keys",
+        ("ALTER TABLE playline_runs ADD COLUMN duplicate_keys jsonb",),
+    ),
+)
 
 _NOW = "COALESCE(%(now)s::float8, extract(epoch FROM statement_timestamp()))"
 
@@ -66,6 +83,21 @@ class PostgresSheetStore:
     def __init__(self, db: PostgresDatabase, *, clock: Callable[[], float] | None = None) -> None:
         self._db = db
         self._clock = clock
+        self._migrated = False
+        self._migrating = asyncio.Lock()
+
+    async def _migrate(self) -> None:
+        """Apply :data:`SHEET_MIGRATIONS` once per store (a worker's, about to prepare a
+        run: a client that only reads never changes the schema)."""
+        if self._migrated:
+            return
+        async with self._migrating:
+            if not self._migrated:
+                async with self._db.connection() as conn:
+                    await migrate_postgres(
+                        conn, SHEET_MIGRATIONS, component="sheet", where=self._db.where, create=True
+                    )
+                self._migrated = True
 
     def _now(self) -> float | None:
         return None if self._clock is None else self._clock()
@@ -129,14 +161,15 @@ class PostgresSheetStore:
         computed_columns: Sequence[str],
     ) -> RunInfo:
         fields = list(key_fields)
+        await self._migrate()
 
         async def tx(conn: psycopg.AsyncConnection[Any]) -> RunInfo:
             await conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtext('playline:run:' || %s))", [run_ref]
             )
             existing = await _read_run_info(conn, run_ref)
-            if existing is not None:
-                return existing  # idempotent: a retried activity sees the same manifest
+            if existing is not None:  # idempotent: a retried activity sees the same manifest
+                return replace(existing, duplicate_keys=tuple(await _duplicate_keys(conn, run_ref)))
             cur = await conn.execute(
                 "SELECT columns, count FROM playline_sources WHERE dataset_id = %s", [source_id]
             )
@@ -161,6 +194,7 @@ class PostgresSheetStore:
             counts = await cur.fetchone()
             assert counts is not None
             staged, distinct, admitted = (int(n) for n in counts)
+            repeated = await _first_repeated_keys(conn) if staged > distinct else []
             await conn.execute(
                 "INSERT INTO playline_run_rows (run_ref, seq, row_key, status)"
                 " SELECT %s, seq, row_key, 'pending' FROM picked",
@@ -177,9 +211,9 @@ class PostgresSheetStore:
             )
             await conn.execute(
                 "INSERT INTO playline_runs (run_ref, dataset, source_id, mode, total, admitted,"
-                " duplicates, seen_before, columns, created_at) VALUES (%(run)s, %(dataset)s,"
-                " %(source)s, %(mode)s, %(total)s, %(admitted)s, %(duplicates)s, %(seen)s,"
-                " %(columns)s, " + _NOW + ")",
+                " duplicates, seen_before, columns, created_at, duplicate_keys) VALUES (%(run)s,"
+                " %(dataset)s, %(source)s, %(mode)s, %(total)s, %(admitted)s, %(duplicates)s,"
+                " %(seen)s, %(columns)s, " + _NOW + ", %(repeated)s)",
                 {
                     "run": run_ref,
                     "dataset": dataset,
@@ -191,13 +225,19 @@ class PostgresSheetStore:
                     "seen": distinct - admitted,
                     "columns": json.dumps(run_columns(source_columns, computed_columns)),
                     "now": self._now(),
+                    "repeated": json.dumps(repeated),
                 },
             )
             info = await _read_run_info(conn, run_ref)
             assert info is not None
-            return info
+            return replace(info, duplicate_keys=tuple(repeated))
 
         return await self._db.transaction(tx)
+
+    async def duplicate_keys(self, run_ref: str) -> list[str]:
+        await self._migrate()
+        async with self._db.connection() as conn:
+            return await _duplicate_keys(conn, run_ref)
 
     async def run_info(self, run_ref: str) -> RunInfo | None:
         async with self._db.connection() as conn:
@@ -273,10 +313,10 @@ async def _stage_keys(
         "CREATE TEMP TABLE staged_keys (pos integer PRIMARY KEY, row_key text NOT NULL)"
         " ON COMMIT DROP"
     )
-    if not key_fields:
+    if not key_fields:  # sheet.positional_key, in SQL
         await conn.execute(
-            "INSERT INTO staged_keys SELECT pos, '#' || pos FROM playline_source_rows"
-            " WHERE dataset_id = %s",
+            "INSERT INTO staged_keys SELECT pos, '#' || dataset_id || ':' || pos"
+            " FROM playline_source_rows WHERE dataset_id = %s",
             [source_id],
         )
     else:
@@ -298,6 +338,24 @@ async def _stage_keys(
                     await copy.write_row((pos, row_key_of(row, key_fields, pos)))
             after = page[-1][0]
     await conn.execute("ANALYZE staged_keys")
+
+
+async def _first_repeated_keys(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    """The first few staged keys that occur more than once, by their first position."""
+    cur = await conn.execute(
+        "SELECT row_key FROM staged_keys GROUP BY row_key HAVING count(*) > 1"
+        " ORDER BY min(pos) LIMIT %s",
+        [SHOWN_DUPLICATE_KEYS],
+    )
+    return [str(row[0]) for row in await cur.fetchall()]
+
+
+async def _duplicate_keys(conn: psycopg.AsyncConnection[Any], run_ref: str) -> list[str]:
+    cur = await conn.execute(
+        "SELECT duplicate_keys FROM playline_runs WHERE run_ref = %s", [run_ref]
+    )
+    row = await cur.fetchone()
+    return [str(k) for k in row[0]] if row is not None and row[0] else []
 
 
 async def _read_run_info(conn: psycopg.AsyncConnection[Any], run_ref: str) -> RunInfo | None:

@@ -2,8 +2,8 @@
 
 See :mod:`playline.stores.sheet` for what each table holds and the contract. Loads
 and run preparation stream: a source is inserted page by page from its iterator
-and a run's admission (dedup, ``net_new``) is done by SQL over a temporary table
-of row keys, so neither holds a dataset in Python.
+and a run's admission (dedup, ``net_new``, the first repeated keys) is done by SQL
+over a temporary table of row keys, so neither holds a dataset in Python.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from playline.errors import InvalidPlayInput
 from playline.stores.migrations import Migration
 from playline.stores.sheet import (
     PAGE_ROWS,
+    SHOWN_DUPLICATE_KEYS,
     RowResult,
     RunInfo,
     RunRow,
@@ -52,6 +54,11 @@ MIGRATIONS = (
             "row_key TEXT NOT NULL, status TEXT NOT NULL, error TEXT, "
             "PRIMARY KEY (run_ref, seq))",
         ),
+    ),
+    Migration(
+        2,
+        "runs keep their first repeated row keys (a JSON list)",
+        ("ALTER TABLE runs ADD COLUMN duplicate_keys TEXT",),
     ),
 )
 
@@ -133,8 +140,8 @@ class SqliteSheetStore:
 
         def tx(conn: sqlite3.Connection) -> RunInfo:
             existing = _read_run_info(conn, run_ref)
-            if existing is not None:
-                return existing  # idempotent: a retried activity sees the same manifest
+            if existing is not None:  # idempotent: a retried activity sees the same manifest
+                return replace(existing, duplicate_keys=tuple(_duplicate_keys(conn, run_ref)))
             src = conn.execute(
                 "SELECT columns, count FROM sources WHERE dataset_id = ?", (source_id,)
             ).fetchone()
@@ -160,6 +167,7 @@ class SqliteSheetStore:
             staged, distinct = conn.execute(
                 "SELECT count(*), count(DISTINCT row_key) FROM staged_keys"
             ).fetchone()
+            repeated = _first_repeated_keys(conn) if staged > distinct else []
             (admitted,) = conn.execute("SELECT count(*) FROM picked").fetchone()
             conn.execute(
                 "INSERT INTO run_rows (run_ref, seq, row_key, status) "
@@ -179,7 +187,9 @@ class SqliteSheetStore:
             conn.execute("DROP TABLE temp.picked")
             conn.execute("DROP TABLE temp.staged_keys")
             conn.execute(
-                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (run_ref, dataset, source_id, mode, total, admitted, "
+                "duplicates, seen_before, columns, created_at, duplicate_keys) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_ref,
                     dataset,
@@ -191,13 +201,17 @@ class SqliteSheetStore:
                     distinct - admitted,
                     json.dumps(run_columns(source_columns, computed_columns)),
                     now,
+                    json.dumps(repeated),
                 ),
             )
             info = _read_run_info(conn, run_ref)
             assert info is not None
-            return info
+            return replace(info, duplicate_keys=tuple(repeated))
 
         return await self._db.write(tx)
+
+    async def duplicate_keys(self, run_ref: str) -> list[str]:
+        return await self._db.read(lambda conn: _duplicate_keys(conn, run_ref))
 
     async def run_info(self, run_ref: str) -> RunInfo | None:
         return await self._db.read(lambda conn: _read_run_info(conn, run_ref))
@@ -278,11 +292,13 @@ class SqliteSheetStore:
 
 
 def _stage_keys(conn: sqlite3.Connection, source_id: str, key_fields: Sequence[str]) -> None:
-    """``temp.staged_keys``: every source position with its row key, page by page."""
+    """``temp.staged_keys``: every source position with its row key, page by page
+    (without a key: :func:`~playline.stores.sheet.positional_key`, in SQL)."""
     conn.execute("CREATE TEMP TABLE staged_keys (pos INTEGER PRIMARY KEY, row_key TEXT NOT NULL)")
     if not key_fields:
         conn.execute(
-            "INSERT INTO staged_keys SELECT pos, '#' || pos FROM source_rows WHERE dataset_id = ?",
+            "INSERT INTO staged_keys SELECT pos, '#' || dataset_id || ':' || pos "
+            "FROM source_rows WHERE dataset_id = ?",
             (source_id,),
         )
         return
@@ -294,6 +310,21 @@ def _stage_keys(conn: sqlite3.Connection, source_id: str, key_fields: Sequence[s
             "INSERT INTO staged_keys (pos, row_key) VALUES (?, ?)",
             [(pos, row_key_of(json.loads(raw), key_fields, pos)) for pos, raw in page],
         )
+
+
+def _first_repeated_keys(conn: sqlite3.Connection) -> list[str]:
+    """The first few staged keys that occur more than once, by their first position."""
+    rows = conn.execute(
+        "SELECT row_key FROM staged_keys GROUP BY row_key HAVING count(*) > 1 "
+        "ORDER BY min(pos) LIMIT ?",
+        (SHOWN_DUPLICATE_KEYS,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def _duplicate_keys(conn: sqlite3.Connection, run_ref: str) -> list[str]:
+    row = conn.execute("SELECT duplicate_keys FROM runs WHERE run_ref = ?", (run_ref,)).fetchone()
+    return [str(k) for k in json.loads(row[0])] if row is not None and row[0] else []
 
 
 def _read_run_info(conn: sqlite3.Connection, run_ref: str) -> RunInfo | None:

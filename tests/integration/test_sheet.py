@@ -3,15 +3,22 @@ sources, run admission (dedup, net_new), chunks, results, counts."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from playline.config import Settings
 from playline.errors import InvalidPlayInput
 from playline.stores.backends import Stores, open_stores
-from playline.stores.sheet import RowResult, SheetStore
+from playline.stores.migrations import migrate_sqlite, postgres_version
+from playline.stores.sheet import RowResult, RunInfo, SheetStore, positional_key
+from playline.stores.sheet_postgres import SHEET_MIGRATIONS
+from playline.stores.sheet_sqlite import MIGRATIONS, SqliteSheetStore
 from tests.integration.conftest import Clock
+from tests.pg import pg_schema
 
 COLUMNS = ["id", "name"]
 
@@ -120,10 +127,59 @@ async def test_net_new_skips_keys_the_dataset_already_has(sheet: SheetStore) -> 
     assert await prepare(sheet, "run3", "src@2") == (4, 3, 1, 0)
 
 
-async def test_a_run_without_a_key_admits_every_row_by_position(sheet: SheetStore) -> None:
+async def test_a_run_without_a_key_admits_every_row_by_source_and_position(
+    sheet: SheetStore,
+) -> None:
     await sheet.put_source("src@1", COLUMNS, people("a", "a"))
     assert await prepare(sheet, "run1", "src@1", key=()) == (2, 2, 0, 0)
-    assert [r.row_key for r in await sheet.read_run_rows("run1", 0, 10)] == ["#0", "#1"]
+    rows = await sheet.read_run_rows("run1", 0, 10)
+    assert [r.row_key for r in rows] == [positional_key("src@1", 0), "#src@1:1"]
+
+
+async def test_keyless_runs_over_different_sources_keep_their_rows_apart(
+    sheet: SheetStore,
+) -> None:
+    """Row 0 of another file is another row: nothing of the first file's row 0 (its
+    computed cells, its extra columns) shows through, while the same file finds its
+    rows (and their cells) again."""
+    await sheet.put_source("first@1", ["id", "name", "ssn"], [["a", "Ann", "123-45"]])
+    await prepare(sheet, "run1", "first@1", key=())
+    await sheet.write_results("run1", [RowResult(0, "#first@1:0", {"email": "ann@x"}, "ok")])
+    await sheet.put_source("second@2", COLUMNS, people("z"))
+    await prepare(sheet, "run2", "second@2", key=())
+    [row] = await sheet.read_run_rows("run2", 0, 5)
+    assert row.data == {"id": "z", "name": "name-z"}
+    await prepare(sheet, "run3", "first@1", key=())
+    [again] = await sheet.read_run_rows("run3", 0, 5)
+    assert again.data == {"id": "a", "name": "Ann", "ssn": "123-45", "email": "ann@x"}
+
+
+async def test_a_run_keeps_its_first_repeated_keys(sheet: SheetStore) -> None:
+    await sheet.put_source("src@1", COLUMNS, people("b", "a", "b", "c", "a", "d", "d", "e", "e"))
+    info = await sheet.prepare_run(
+        "run1",
+        source_id="src@1",
+        dataset="people",
+        key_fields=["id"],
+        mode="upsert",
+        computed_columns=[],
+    )
+    assert (info.duplicates, info.duplicate_keys) == (4, ("b", "a", "d"))
+    assert await sheet.duplicate_keys("run1") == ["b", "a", "d"]
+    again = await sheet.prepare_run(  # a retried activity
+        "run1",
+        source_id="src@1",
+        dataset="people",
+        key_fields=["id"],
+        mode="upsert",
+        computed_columns=[],
+    )
+    assert again.duplicate_keys == ("b", "a", "d")
+    assert (await sheet.run_info("run1")) == replace(info, duplicate_keys=())
+    await sheet.put_source("src@2", COLUMNS, people("x", "y"))
+    await prepare(sheet, "run2", "src@2")
+    assert await sheet.duplicate_keys("run2") == []
+    assert await sheet.duplicate_keys("nope") == []
 
 
 async def test_composite_keys_and_bad_keys(sheet: SheetStore) -> None:
@@ -194,3 +250,48 @@ async def test_ten_thousand_rows_go_in_and_come_back_in_chunks(sheet: SheetStore
     assert [r.seq for r in chunk] == list(range(5000, 5025))
     assert chunk[0].data["email"] == "5000@x" and "email" not in chunk[1].data
     assert await sheet.run_counts("run1") == {"pending": n // 2, "ok": n // 2, "error": 0}
+
+
+async def test_a_sqlite_sheet_of_the_first_schema_gains_the_repeated_keys(
+    tmp_path: Path,
+) -> None:
+    """A sheet file written before runs kept their repeated keys opens, migrated: its
+    runs read back as they were, with no keys."""
+    path = tmp_path / "sheet.db"
+    old = sqlite3.connect(path)
+    migrate_sqlite(old, MIGRATIONS[:1], where=str(path), create=True)
+    old.execute(
+        "INSERT INTO runs VALUES ('r', 'people', 'src@1', 'upsert', 2, 1, 1, 0, '[\"id\"]', 1)"
+    )
+    old.commit()
+    old.close()
+    store = SqliteSheetStore(path)
+    try:
+        assert await store.run_info("r") == RunInfo("r", "people", 2, 1, 1, 0, ["id"])
+        assert await store.duplicate_keys("r") == []
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+async def test_a_postgres_sheet_adds_its_own_schema_step_on_the_first_run() -> None:
+    """The sheet's later columns are its own schema component, applied once by a worker
+    that prepares a run (a client that only reads changes nothing)."""
+    async with pg_schema() as url:
+        stores = await open_stores(Settings(store_url=url), create=True)
+        try:
+            assert await _sheet_version(url) == 0
+            await stores.sheet.put_source("src@1", COLUMNS, people("a", "a"))
+            await prepare(stores.sheet, "run1", "src@1")
+            assert await _sheet_version(url) == len(SHEET_MIGRATIONS)
+            assert await stores.sheet.duplicate_keys("run1") == ["a"]
+        finally:
+            await stores.close()
+
+
+async def _sheet_version(url: str) -> int:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        return await postgres_version(conn, "sheet")
