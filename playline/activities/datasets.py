@@ -3,7 +3,12 @@
 Everything here either validates (so bad input fails before a provider call is
 dispatched) or moves rows between files and the sheet store, streaming, so a
 worker's memory does not grow with a dataset. Workflow history only ever sees
-references and counts, plus the bounded preview and inline rows.
+references and counts, plus the bounded preview, inline rows and repeated keys
+(the last two only when the run shows rows: ``preview_rows > 0``).
+
+A play names what the worker reads, so the worker decides what it may read
+(:mod:`playline.stores.access`): local files under its data directories, URLs only
+when allowed and only to public hosts.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from playline.contract import (
 )
 from playline.errors import InvalidPlayInput
 from playline.services import ServicesHolder
-from playline.stores.csv_io import cell_text
+from playline.stores.access import check_worker_path
+from playline.stores.csv_io import SHOWN_NAME_CHARS, cell_text
 from playline.stores.export import export_run, row_out, summarize_run
 from playline.stores.sources import (
     download_csv,
@@ -51,15 +57,17 @@ class DatasetActivities:
     @activity.defn(name="playline.load_csv")
     async def load_csv(self, input: LoadCsvInput) -> DatasetRef:
         """The play's CSV into the sheet store: a ``store:<id>`` already there (checked,
-        nothing read), an ``http(s)://`` URL (downloaded here) or a path on this worker."""
+        nothing read), an ``http(s)://`` URL (downloaded here, if this worker loads URLs)
+        or a path on this worker (under its data directories)."""
         services = self._holder.services
+        settings = services.settings
         required = input.required_columns
         dataset_id = store_source_id(input.path)
         if dataset_id is not None:
             return await find_source(services.sheet, dataset_id, required)
         if is_url(input.path):
-            downloads = services.settings.home / "downloads"
-            async with download_csv(services.http, input.path, directory=downloads) as local:
+            downloads = settings.home / "downloads"
+            async with download_csv(settings, input.path, directory=downloads) as local:
                 return await upload_csv(
                     services.sheet,
                     local,
@@ -67,8 +75,9 @@ class DatasetActivities:
                     required_columns=required,
                     name=shown_url(input.path),
                 )
+        local = check_worker_path(settings, input.path)
         return await upload_csv(
-            services.sheet, input.path, key=input.key, required_columns=required
+            services.sheet, local, key=input.key, required_columns=required, name=input.path
         )
 
     @activity.defn(name="playline.load_rows")
@@ -80,6 +89,7 @@ class DatasetActivities:
         for row in input.rows:
             columns.extend(c for c in row if c not in columns)
         values = [[cell_text(row.get(c)) for c in columns] for row in input.rows]
+        _refuse_nul(input.key, columns, values)
         digest = hashlib.sha256(json.dumps([columns, values]).encode()).hexdigest()
         dataset_id = f"{input.key}@{digest[:16]}"
         count = await self._holder.services.sheet.put_source(dataset_id, columns, values)
@@ -115,6 +125,7 @@ class DatasetActivities:
         )
         counts = await services.sheet.run_counts(input.run_ref)
         width = dispatch_width(services.governor, sorted(providers), input.options)
+        shows_rows = input.options.preview_rows > 0  # row keys may be personal data
         return PreparedRun(
             run_ref=info.run_ref,
             dataset=info.dataset,
@@ -122,6 +133,7 @@ class DatasetActivities:
             admitted=info.admitted,
             duplicates=info.duplicates,
             seen_before=info.seen_before,
+            duplicate_keys=list(info.duplicate_keys) if shows_rows else [],
             already_done=counts["ok"] + counts["error"],
             suggested_chunks_in_flight=width.chunks_in_flight,
             suggested_row_concurrency=width.row_concurrency,
@@ -130,14 +142,16 @@ class DatasetActivities:
 
     @activity.defn(name="playline.finalize_run")
     async def finalize_run(self, input: FinalizeInput) -> DatasetResult:
-        """Counts, ``preview_rows`` preview rows and (all-or-nothing) the inline rows."""
+        """Counts, ``preview_rows`` preview rows, (all-or-nothing) the inline rows and,
+        when rows may be shown, the first repeated row keys."""
+        sheet = self._holder.services.sheet
         summary = await summarize_run(
-            self._holder.services.sheet,
-            input.run_ref,
-            input.inline_rows_budget_bytes,
-            input.preview_rows,
+            sheet, input.run_ref, input.inline_rows_budget_bytes, input.preview_rows
         )
         info = summary.info
+        repeated: list[str] = []
+        if info.duplicates and input.preview_rows > 0:
+            repeated = await sheet.duplicate_keys(input.run_ref)
         return DatasetResult(
             ref=DatasetRef(id=info.dataset, count=info.admitted, columns=info.columns),
             run_ref=info.run_ref,
@@ -146,6 +160,7 @@ class DatasetActivities:
             admitted=info.admitted,
             duplicates=info.duplicates,
             seen_before=info.seen_before,
+            duplicate_keys=repeated,
             preview=summary.preview,
             rows=summary.rows,
         )
@@ -163,6 +178,28 @@ class DatasetActivities:
 
     @activity.defn(name="playline.export")
     async def export(self, input: ExportInput) -> int:
+        """A run's rows to a file on this worker, under its data directories (a play
+        may not write wherever it likes); CSV formulas inert unless ``raw``."""
+        services = self._holder.services
+        target = check_worker_path(services.settings, input.path, kind="export")
         return await export_run(
-            self._holder.services.sheet, input.run_ref, input.path, input.format
+            services.sheet, input.run_ref, str(target), input.format, raw=input.raw
         )
+
+
+def _refuse_nul(key: str, columns: list[str], values: list[list[str]]) -> None:
+    """Refuse inline rows holding a NUL character (no store keeps one), naming the row
+    and column but not the value."""
+    for index, column in enumerate(columns):
+        if "\x00" in column:
+            raise InvalidPlayInput(
+                f"dataset {key!r}: column name {index + 1} holds a NUL character, which no "
+                "store can keep; remove it"
+            )
+    for number, row in enumerate(values, start=1):
+        for column, text in zip(columns, row, strict=True):
+            if "\x00" in text:
+                raise InvalidPlayInput(
+                    f"dataset {key!r}: row {number}, column {column[:SHOWN_NAME_CHARS]!r}: the "
+                    "value holds a NUL character, which no store can keep; remove it"
+                )

@@ -154,8 +154,9 @@ def row_key_of(
     source_id: str | None = None,
 ) -> str:
     """The row key: the key fields' values joined, or (no key) the row's source and
-    position (:func:`positional_key`). Without ``source_id`` a keyless key is the
-    position alone, unique within one source only: the stores always pass it."""
+    position (:func:`positional_key`; the stores number keyless rows in SQL by the
+    same rule). Without ``source_id`` a keyless key is the position alone, which is
+    unique within one source only."""
     if not key_fields:
         return f"#{position}" if source_id is None else positional_key(source_id, position)
     parts = []

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from pathlib import Path
 
-import httpx
 import pytest
 
 from playline.config import Settings
@@ -91,6 +90,22 @@ async def test_a_store_reference_is_checked_like_a_header(stores: Stores, tmp_pa
     assert await find_source(stores.sheet, ref.id, ["lead_id"]) == ref
     with pytest.raises(InvalidPlayInput, match=r"store:leads@.*missing required column\(s\)"):
         await find_source(stores.sheet, ref.id, ["email"])
+
+
+async def test_a_stored_header_is_described_not_quoted(stores: Stores, tmp_path: Path) -> None:
+    path = tmp_path / "wide.csv"
+    path.write_text("id,name,three,TOKEN=SECRET\n1,a,b,c\n")
+    ref = await upload_csv(stores.sheet, path)
+    for load in (
+        find_source(stores.sheet, ref.id, ["email"]),
+        upload_csv(stores.sheet, path, required_columns=["email"]),  # the stored copy
+    ):
+        with pytest.raises(InvalidPlayInput) as info:
+            await load
+        assert str(info.value).endswith(
+            "missing required column(s) ['email']; the header has 4 columns: 'id', 'name', "
+            "'three', ..."
+        )
     with pytest.raises(InvalidPlayInput, match="store:nope@1: no such dataset"):
         await find_source(stores.sheet, "nope@1")
 
@@ -121,13 +136,15 @@ def file_server(tmp_path: Path) -> Iterator[str]:
         server.server_close()
 
 
+#: URL loads on, the tests' loopback server allowed (as an internal file server would be).
+URLS = Settings(url_loads=True, url_allow_hosts=("127.0.0.1",))
+
+
 async def test_a_csv_url_is_streamed_to_a_temporary_file(file_server: str, tmp_path: Path) -> None:
     source = write_leads(tmp_path / "www" / "leads.csv", 50)
     downloads = tmp_path / "downloads"
-    async with (
-        httpx.AsyncClient() as http,
-        download_csv(http, f"{file_server}/leads.csv?sig=SECRET", directory=downloads) as local,
-    ):
+    url = f"{file_server}/leads.csv?sig=SECRET"
+    async with download_csv(URLS, url, directory=downloads) as local:
         assert local.read_bytes() == source.read_bytes()
     assert list(downloads.iterdir()) == []  # removed afterwards
 
@@ -135,18 +152,18 @@ async def test_a_csv_url_is_streamed_to_a_temporary_file(file_server: str, tmp_p
 async def test_a_bad_csv_url_names_the_url_and_status_but_not_its_query(
     file_server: str, tmp_path: Path
 ) -> None:
-    async with httpx.AsyncClient() as http:
-        with pytest.raises(InvalidPlayInput) as missing:
-            async with download_csv(http, f"{file_server}/nope.csv?sig=SECRET", directory=tmp_path):
-                pass
-        assert f"CSV URL {file_server}/nope.csv?… answered HTTP 404" in str(missing.value)
-        assert "SECRET" not in str(missing.value)
-        with pytest.raises(SourceUnavailable, match="answered HTTP 503"):
-            async with download_csv(http, f"{file_server}/broken.csv", directory=tmp_path):
-                pass
-        with pytest.raises(SourceUnavailable, match=r"127.0.0.1:1/x.csv could not be fetched"):
-            async with download_csv(http, "http://u:pw@127.0.0.1:1/x.csv", directory=tmp_path):
-                pass
+    with pytest.raises(InvalidPlayInput) as missing:
+        async with download_csv(URLS, f"{file_server}/nope.csv?sig=SECRET", directory=tmp_path):
+            pass
+    assert f"CSV URL {file_server}/nope.csv?… answered HTTP 404" in str(missing.value)
+    assert "SECRET" not in str(missing.value)
+    with pytest.raises(SourceUnavailable, match="answered HTTP 503"):
+        async with download_csv(URLS, f"{file_server}/broken.csv", directory=tmp_path):
+            pass
+    with pytest.raises(SourceUnavailable, match=r"127.0.0.1:1/x.csv could not be fetched") as down:
+        async with download_csv(URLS, "http://u:pw@127.0.0.1:1/x.csv", directory=tmp_path):
+            pass
+    assert "pw" not in str(down.value)
 
 
 async def prepared_run(sheet: SheetStore, path: Path, *, failed: int = 0) -> str:
