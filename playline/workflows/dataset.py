@@ -29,6 +29,8 @@ with workflow.unsafe.imports_passed_through():
     from playline.resolvers import registered_name
 
 SHORT_ACTIVITY = timedelta(minutes=10)
+#: The patch id of refusing ``net_new`` without a row key.
+NET_NEW_NEEDS_A_KEY = "net-new-needs-a-key"
 
 
 class DatasetRunner(Protocol):
@@ -103,13 +105,24 @@ class DatasetHandle:
                 yield row
             offset += len(page)
 
-    async def export(self, path: str, *, format: Literal["csv", "jsonl"] = "csv") -> int:
-        """Write the result's rows to a file on the worker; returns the row count."""
+    async def export(
+        self, path: str, *, format: Literal["csv", "jsonl"] = "csv", raw: bool = False
+    ) -> int:
+        """Write the result's rows to a file on the worker (under its data directories);
+        returns the row count.
+
+        Args:
+            path: the file to write.
+            format: ``"csv"`` or ``"jsonl"``.
+            raw: CSV only: write cells as they are. By default a cell a spreadsheet
+                would run as a formula (``=...``, ``+...``, ``-...``, ``@...``) is
+                prefixed with ``'``, so opening the export runs nothing.
+        """
         if self.result is None:
             raise InvalidPlayInput("only a dataset run's result can be exported")
         return await workflow.execute_activity_method(
             DatasetActivities.export,
-            ExportInput(run_ref=self.result.run_ref, path=path, format=format),
+            ExportInput(run_ref=self.result.run_ref, path=path, format=format, raw=raw),
             start_to_close_timeout=SHORT_ACTIVITY,
         )
 
@@ -152,9 +165,11 @@ class DatasetBuilder:
 
         Args:
             key: the row key field(s); rows with equal keys are one row. ``None``
-                keys rows by position.
+                keys rows by their source and position: rows of different files
+                never merge, and a run over the same file finds its rows again.
             mode: ``"upsert"`` processes every row; ``"net_new"`` only rows whose key
-                this dataset has never seen, and reports only those.
+                this dataset has never seen, and reports only those (it needs a key:
+                without one every file's rows are new).
             on_row_error: ``"isolate"`` records a failing row's error and goes on;
                 ``"fail"`` fails the play on the first failing row.
         """
@@ -165,4 +180,11 @@ class DatasetBuilder:
                 f"on_row_error must be 'isolate' or 'fail', not {on_row_error!r}"
             )
         key_fields = [key] if isinstance(key, str) else list(key or [])
+        # Behind a patch: a play started before this check keeps running as it did.
+        if mode == "net_new" and not key_fields and workflow.patched(NET_NEW_NEEDS_A_KEY):
+            raise InvalidPlayInput(
+                f"dataset {self.key!r}: mode='net_new' needs a row key (it admits rows whose "
+                "key the dataset has not seen); pass key=... naming the field(s) that "
+                "identify a row"
+            )
         return await self.runner.run_dataset(self, key_fields, mode, on_row_error)
