@@ -12,8 +12,8 @@ import pytest
 
 from playline.calls.attempt import Attempt
 from playline.calls.catalog import Catalog
-from playline.calls.http import ProviderClient, SecretScrubber
 from playline.calls.dispatch import Request
+from playline.calls.http import ProviderClient, SecretScrubber
 from playline.calls.live import PacedSender, RetryPolicy
 from playline.calls.outcome import Answered, Failed
 from playline.errors import ProviderRejected, ProviderTimeout, ProviderTransientError
