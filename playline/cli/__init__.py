@@ -66,6 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
     def run_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", help="write the result rows to this CSV file")
         p.add_argument(
+            "--raw",
+            action="store_true",
+            help="with --out: write cells as they are; by default a cell a spreadsheet "
+            "would run as a formula (=, +, -, @ first) gets a leading '",
+        )
+        p.add_argument(
+            "--retry-ambiguous",
+            action="store_true",
+            help="re-send calls that were sent without a definitive answer (they may have "
+            "been charged); off by default so nothing is paid twice by accident",
+        )
+        p.add_argument(
             "--fixtures", nargs="+", help="fixture mode: answer tools from these JSONL files"
         )
         p.add_argument(

@@ -115,8 +115,33 @@ def print_summary(
         f"{s.calls_shared} shared in-run, {s.retries} retries"
     )
     console_out.print(f"  credits spent: {s.credits:g}")
+    if s.calls_ambiguous:
+        console_out.print(
+            f"  ambiguous calls: {s.calls_ambiguous} (sent, no definitive answer: they may "
+            "have been charged and were not re-sent; re-send them on purpose with "
+            "--retry-ambiguous)",
+            markup=False,
+            highlight=False,
+        )
+    duplicates = sum(d.duplicates for d in result.datasets)
+    if duplicates:
+        console_out.print(
+            f"  duplicate row keys: {duplicates}{_first_keys(result)}; each key's first row "
+            "was kept",
+            markup=False,
+            highlight=False,
+        )
     if s.first_error:
         console_out.print(f"  first row error: {s.first_error}")
+
+
+def _first_keys(result: PlayRunResult) -> str:
+    """`` (first: 'a', 'b', 'c')`` from the datasets' reported keys (none: ``""``; a run
+    with ``preview_rows=0`` reports none). A compound key's parts are shown ``a/b``."""
+    keys = [k for d in result.datasets for k in d.duplicate_keys][:3]
+    if not keys:
+        return ""
+    return " (first: " + ", ".join(repr(k.replace("\x1f", "/")) for k in keys) + ")"
 
 
 class RunDocument(BaseModel):

@@ -78,6 +78,8 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         fields["enforce_fixture_pacing"] = bool(args.enforce_pacing)
     if getattr(args, "chunk_size", None) is not None:
         fields["chunk_size"] = args.chunk_size
+    if getattr(args, "retry_ambiguous", False):
+        fields["retry_ambiguous"] = True
     try:
         return RunOptions(**fields)
     except ValidationError as err:
@@ -112,12 +114,15 @@ async def upload_input_csv(path: str, settings: Settings) -> str:
     return store_source(ref.id)
 
 
-async def export_result(result: PlayRunResult, path: str, settings: Settings) -> int:
-    """Stream the play's last dataset run from the workers' store to a local ``path``."""
+async def export_result(
+    result: PlayRunResult, path: str, settings: Settings, *, raw: bool = False
+) -> int:
+    """Stream the play's last dataset run from the workers' store to a local ``path``
+    (spreadsheet formulas made inert unless ``raw``)."""
     if not result.datasets:
         raise PlaylineError(f"play {result.play} produced no dataset to export")
     async with await open_stores(settings, create=False) as stores:
-        return await export_run(stores.sheet, result.datasets[-1].run_ref, path)
+        return await export_run(stores.sheet, result.datasets[-1].run_ref, path, raw=raw)
 
 
 async def refuse_unknown_play(
@@ -227,9 +232,11 @@ async def execute(
     out_path: str | None,
     reconnect_s: float = 60.0,
     json_out: bool = False,
+    raw: bool = False,
 ) -> PlayRunResult:
     """Start a play, follow it (optionally with a progress bar), print its summary
-    (or, with ``json_out``, one JSON document on stdout: the result or the failure)."""
+    (or, with ``json_out``, one JSON document on stdout: the result or the failure),
+    then export it to ``out_path`` (formulas inert unless ``raw``)."""
     workflow_id = workflow_id or f"{play}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     summary, details = play_static(play, input, options)
     try:
@@ -276,7 +283,7 @@ async def execute(
     if not json_out:
         print_summary(result, settings, workflow_id, handle.result_run_id)
     if out_path:
-        count = await export_result(result, out_path, settings)
+        count = await export_result(result, out_path, settings, raw=raw)
         document.exported = {"path": out_path, "rows": count}
         if not json_out:
             out().print(f"  wrote {count} rows to {out_path}")
@@ -303,5 +310,6 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         out_path=args.out,
         reconnect_s=args.reconnect_timeout,
         json_out=args.json,
+        raw=args.raw,
     )
     return 0

@@ -78,6 +78,13 @@ def add_runs_parser(
         p.add_argument("id", help="workflow id")
         if name == "export":
             p.add_argument("--out", required=True, help="CSV file to write")
+        if name in ("export", "cancel"):
+            p.add_argument(
+                "--raw",
+                action="store_true",
+                help="write cells as they are; by default a cell a spreadsheet would run "
+                "as a formula (=, +, -, @ first) gets a leading '",
+            )
         if name == "window":
             p.add_argument("chunks", type=int, help="chunks in flight at most (1 to 64)")
         if name == "cancel":
@@ -119,7 +126,7 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     if command == "get":
         return await get_run(handle, desc, args, settings)
     if command == "export":
-        count = await export_done(handle, desc, args.out, settings)
+        count = await export_done(handle, desc, args.out, settings, raw=args.raw)
         out().print(f"wrote {count} rows to {args.out}")
         return 0
     if desc.status != WorkflowExecutionStatus.RUNNING:
@@ -183,7 +190,7 @@ async def cancel(
         document = document.failed(err)
     document.state = await _state(handle)
     if args.out:
-        count = await export_done(handle, await handle.describe(), args.out, settings)
+        count = await export_done(handle, await handle.describe(), args.out, settings, raw=args.raw)
         document.exported = {"path": args.out, "rows": count}
     if args.json:
         print_json(document)
@@ -240,11 +247,13 @@ async def export_done(
     desc: WorkflowExecutionDescription,
     path: str,
     settings: Settings,
+    *,
+    raw: bool = False,
 ) -> int:
     """Export a completed play's result, or what a failed or cancelled play had done
-    (its last dataset run, named in the memo)."""
+    (its last dataset run, named in the memo); formulas inert unless ``raw``."""
     if desc.status == WorkflowExecutionStatus.COMPLETED:
-        return await export_result(await handle.result(), path, settings)
+        return await export_result(await handle.result(), path, settings, raw=raw)
     refs: list[str] = []
     with contextlib.suppress(KeyError):
         refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
@@ -254,7 +263,7 @@ async def export_done(
         )
     services = await Services.open(settings)
     try:
-        return await export_run(services.sheet, refs[-1], path)
+        return await export_run(services.sheet, refs[-1], path, raw=raw)
     finally:
         await services.close()
 

@@ -3,6 +3,10 @@
 ``demo`` and ``dev`` bring up the embedded stack in one process: a Temporal dev
 server (reused when one answers at the configured address), the local provider
 server and a worker. ``worker`` runs a worker against an existing Temporal.
+
+The embedded stack serves the user who started it, on their machine, so when
+``PLAYLINE_DATA_DIRS`` is unset its worker may read files under the current
+directory (and says so); a ``worker`` reads only what ``PLAYLINE_DATA_DIRS`` names.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import TypeVar
 
 from playline.cli.devserver import DevServer, reachable
 from playline.cli.render import console, out
-from playline.cli.run import execute, run_options
+from playline.cli.run import execute, run_options, upload_input_csv
 from playline.config import Settings
 from playline.demo import LEADS_CSV
 from playline.errors import PlaylineError
@@ -87,6 +91,13 @@ async def local_stack(args: argparse.Namespace, settings: Settings) -> AsyncIter
             keys["PLAYLINE_PROVIDER_URL"] = provider.base_url
             console.print(f"local provider server on {provider.base_url}")
         settings = settings.with_environ(**keys)
+        if not settings.data_dirs:
+            cwd = Path.cwd()
+            settings = settings.with_overrides(data_dirs=(cwd,))
+            console.print(
+                f"plays may read CSV and fixture files under {cwd} (PLAYLINE_DATA_DIRS is "
+                "unset; set it to choose the directories)"
+            )
         services = await Services.open(settings)
         worker_client = await connect(settings=settings, services=services)
         worker = build_worker(worker_client, task_queue=args.task_queue)
@@ -117,17 +128,25 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         raise PlaylineError(f"--csv {csv_path}: no such file")
     async with local_stack(args, settings) as stack:
         client = await connect(settings=stack.settings)
+        # The demo's own leads are package data, which a worker may always read; a
+        # --csv of the user's goes through the store, wherever it is on this machine.
+        source = (
+            await upload_input_csv(str(csv_path), stack.settings)
+            if args.csv
+            else str(csv_path.resolve())
+        )
         started = time.monotonic()
         work = execute(
             client,
             stack.settings,
             play="enrich_leads",
-            input={"csv_path": str(csv_path.resolve())},
+            input={"csv_path": source},
             options=run_options(args),
             task_queue=args.task_queue,
             workflow_id=None,
             watch=True,
             out_path=args.out,
+            raw=args.raw,
         )
         result = await stack.while_worker_runs(work)
         elapsed = time.monotonic() - started

@@ -33,14 +33,20 @@ INVALID_INPUT_TIMEOUT_S = 10.0
 
 
 async def fails_with(
-    client: Any, task_queue: str, play: str, play_input: Any, *, timeout_s: float = 60.0
+    client: Any,
+    task_queue: str,
+    play: str,
+    play_input: Any,
+    *,
+    timeout_s: float = 60.0,
+    workflow_id: str | None = None,
 ) -> ApplicationError:
-    """Run a play that must fail; return its root cause.
+    """Run a play that must fail (as ``workflow_id``, default a new id); its root cause.
 
     A play that hangs instead (e.g. its workflow task keeps failing) fails the test
     with the workflow task's failure message, and is terminated.
     """
-    workflow_id = new_id(play)
+    workflow_id = workflow_id or new_id(play)
     try:
         with pytest.raises(WorkflowFailureError) as info:
             await run(
