@@ -1,15 +1,18 @@
 """One tool call, from a resolver to a recorded receipt. No Temporal in here.
 
-The path of one call, top to bottom, in five files::
+The path of one call, top to bottom::
 
     rc.tool("email_finder", {...})                     activities/chunk.py (RowCall)
       -> ToolRunner.call: validate, dedup, claim       calls/runner.py
-           -> ReceiptStore.claim (bulk, per tick)      stores/receipts.py
+           -> ReceiptStore.claim (bulk, per tick)      stores/receipts.py (decide_claim)
            -> Dispatcher.settle                        calls/dispatch.py (the protocol)
-                LiveDispatcher / PacedSender.send      calls/live.py
-                  -> Governor.permit                   pacing/governor.py
-                  -> ProviderClient.send (httpx)       calls/http.py
-                -> ReceiptStore.complete (fenced)      stores/receipts.py
+                LiveDispatcher.settle                  calls/live.py
+                  -> PacedSender.send -> CallOutcome   calls/live.py
+                       -> Governor.permit              pacing/governor.py
+                       -> Attempt.mark_sent (none)     calls/attempt.py
+                       -> ProviderClient.exchange      calls/http.py
+                  -> settle(outcome) -> receipt        calls/settle.py (one rule)
+                       -> ReceiptStore.complete/...    stores/receipts.py (fenced)
 
 Fixture mode swaps ``LiveDispatcher`` for ``FixtureDispatcher``
 (:mod:`~playline.calls.fixtures`); a tool with a bulk endpoint is settled by
