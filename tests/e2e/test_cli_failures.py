@@ -7,6 +7,7 @@ Real processes: the ``playline`` command as a user runs it, real Temporal dev se
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -189,28 +190,29 @@ async def test_runs_get_of_a_failed_play_shows_the_root_cause(
 ) -> None:
     common = ("--address", temporal_address, "--task-queue", task_queue)
     run_id = new_id("fails")
+    missing = tmp_path / "nonexistent" / "leads.csv"  # in a data dir, so only its absence fails
     async with worker():
         failed = await playline(
             "run",
             "t_tool_column",
             "--input",
-            '{"csv_path": "/nonexistent/leads.csv"}',
+            json.dumps({"csv_path": str(missing)}),
             "--id",
             run_id,
             *common,
             home=tmp_path,
         )
     assert failed.returncode == 1 and "Traceback" not in failed.stderr
-    assert "CSV file /nonexistent/leads.csv does not exist" in failed.stderr
+    assert f"CSV file {missing} does not exist" in failed.stderr
     got = await playline("runs", "get", run_id, *common, home=tmp_path)
     assert got.returncode == 0, got.stderr
     assert "FAILED" in got.stdout
-    assert "CSV file /nonexistent/leads.csv does not exist" in got.stdout
+    assert f"CSV file {missing} does not exist" in got.stdout
     assert "InvalidPlayInput" in got.stdout
     # The play's own failure (its top event in the UI) is the root cause, not a wrapper.
     history = await client.get_workflow_handle(run_id).fetch_history()
     failure = history.events[-1].workflow_execution_failed_event_attributes.failure
-    assert failure.message == "CSV file /nonexistent/leads.csv does not exist"
+    assert failure.message == f"CSV file {missing} does not exist"
     assert failure.application_failure_info.type == "InvalidPlayInput"
 
 

@@ -75,7 +75,7 @@ def test_bad_fixture_paths_and_lines_are_named(tmp_path: Path) -> None:
 
 
 async def test_a_worker_opens_each_book_once_and_again_after_an_edit(tmp_path: Path) -> None:
-    services = await Services.open(Settings(home=tmp_path / "home"))
+    services = await Services.open(Settings(home=tmp_path / "home", data_dirs=(tmp_path,)))
     try:
         directory = tmp_path / "fixtures"
         directory.mkdir()
