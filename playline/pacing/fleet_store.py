@@ -79,10 +79,13 @@ class FleetPacingUnavailable(PlaylineError):
     """The fleet pacing store (PostgreSQL) could not be reached or used.
 
     No provider call is dispatched without a fleet ticket, so the call fails
-    instead of risking the shared budget; Temporal retries the activity.
+    instead of risking the shared budget. It is about the worker's store, not the
+    row: it stops the chunk (rows not started stay pending, nothing was sent) and
+    Temporal retries the activity, so a store restart fails no row.
     """
 
     retryable = True
+    chunk_fatal = True
 
 
 #: The limits a fleet row can hold (each ``None``: keep the worker's catalog value).

@@ -105,7 +105,13 @@ class ResultJournal:
                     path.rename(taken)
                 except FileNotFoundError:
                     continue  # another process took it
-                entries = [JournalEntry(**json.loads(line)) for line in _lines(taken)]
+                try:
+                    lines = _lines(taken)
+                except FileNotFoundError:
+                    # A replay another process left unfinished (a crash) is taken up, so
+                    # one still running may take this one from under us: it records it.
+                    continue
+                entries = [JournalEntry(**json.loads(line)) for line in lines]
                 for index, entry in enumerate(entries):
                     try:
                         recorded += await _record(receipts, entry)
