@@ -204,13 +204,19 @@ class ProviderClient:
         url = provider.resolved_base_url(self._env) + (path or tool.path)
         headers = self._headers(tool, idempotency_key, key_env)
         timeout = self.timeout_s(tool)
+        # Connecting (or waiting for a pooled connection) gives up a little before the
+        # whole exchange's deadline, so a connection never made is told apart from an
+        # answer that never came: only the second may have been charged.
+        phases = httpx.Timeout(
+            timeout, connect=CONNECT_SHARE * timeout, pool=CONNECT_SHARE * timeout
+        )
         if tool.method == "GET":
             request = self._http.build_request(
-                "GET", url, params=payload, headers=headers, timeout=timeout
+                "GET", url, params=payload, headers=headers, timeout=phases
             )
         else:
             request = self._http.build_request(
-                "POST", url, json=payload, headers=headers, timeout=timeout
+                "POST", url, json=payload, headers=headers, timeout=phases
             )
         try:
             async with asyncio.timeout(timeout):
@@ -286,6 +292,9 @@ def _too_large(tool: ToolSpec, cap: int) -> ProviderTransientError:
         may_have_charged=True,
     )
 
+
+#: The share of a call's timeout that connecting may take (see ``exchange``).
+CONNECT_SHARE = 0.9
 
 #: 5xx answers that say the request was not processed (so it was not charged).
 NOT_PROCESSED_5XX = frozenset({503})
