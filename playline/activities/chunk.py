@@ -19,6 +19,13 @@ What stops the chunk (a lost lease, a failed store write, an error about the pla
 stops *new* work only: rows not started stay pending, calls in flight finish and
 record their answers (they may be paid for), bulk requests in flight too, and every
 finished row is flushed before the attempt reports.
+
+An attempt that fails has paid for its calls all the same, but its stats never reach
+the workflow, and the retry finds those calls as receipt hits (or their rows done).
+So every heartbeat carries the call stats of this attempt and of the failed ones
+before it, a failing attempt sends a last heartbeat with them, and the next attempt
+starts from them: the run reports every call it paid for, once (a worker that dies
+loses only what it paid since its last heartbeat).
 """
 
 from __future__ import annotations
@@ -30,13 +37,14 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import asdict, fields
 from types import MappingProxyType
 from typing import Any
 
 from temporalio import activity
 
 from playline import resolvers
-from playline.calls.attempt import Attempt
+from playline.calls.attempt import Attempt, CallStats
 from playline.calls.dispatch import Dispatcher
 from playline.calls.fixtures import FixtureDispatcher
 from playline.calls.live import LiveDispatcher, PacedSender
@@ -131,7 +139,10 @@ def make_runner(
 
 
 def stats_from(runner: ToolRunner, into: ChunkStats) -> ChunkStats:
-    s = runner.stats
+    return add_calls(runner.stats, into)
+
+
+def add_calls(s: CallStats, into: ChunkStats) -> ChunkStats:
     into.calls_made += s.made
     into.calls_cached += s.cached
     into.calls_shared += s.shared
@@ -141,6 +152,22 @@ def stats_from(runner: ToolRunner, into: ChunkStats) -> ChunkStats:
     into.retries += s.retries
     into.credits += s.credits
     return into
+
+
+def sum_calls(a: CallStats, b: CallStats) -> CallStats:
+    return CallStats(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(a)})
+
+
+def carried_calls(details: Any) -> CallStats:
+    """The call stats an earlier attempt's heartbeat carried (none if it carried none)."""
+    carried = details.get("calls") if isinstance(details, Mapping) else None
+    if not isinstance(carried, Mapping):
+        return CallStats()
+    known = {f.name: type(getattr(CallStats(), f.name)) for f in fields(CallStats)}
+    try:
+        return CallStats(**{k: known[k](v) for k, v in carried.items() if k in known})
+    except (TypeError, ValueError):
+        return CallStats()
 
 
 async def _evaluate(spec: ColumnSpec, row: Mapping[str, Any], rc: RowCall) -> tuple[bool, Any]:
@@ -196,6 +223,8 @@ class ChunkRun:
         self.flushed = 0
         self.fatal: list[BaseException] = []
         self.parked: list[ProviderQuotaExhausted] = []
+        #: the calls earlier (failed) attempts of this chunk paid for, from their heartbeat
+        self.carried = CallStats()
         self._gate = asyncio.Semaphore(max(1, input.row_concurrency))
         self._row_metrics = RowMetrics()
         self._flushing = asyncio.Lock()
@@ -206,6 +235,16 @@ class ChunkRun:
         """Run the pending rows of the range; the chunk's stats, or what stopped it."""
         started = time.monotonic()
         todo = await self._pending_rows()
+        try:
+            await self._run_rows(todo)
+            return self._finish(started)
+        except BaseException:
+            # What this attempt paid for reaches the next one (see the module docstring).
+            with contextlib.suppress(Exception):
+                activity.heartbeat(self._progress())
+            raise
+
+    async def _run_rows(self, todo: list[RunRow]) -> None:
         upkeep = AttemptUpkeep(self.attempt, beat=activity.heartbeat, progress=self._progress)
         flusher = asyncio.create_task(self._flush_loop(upkeep.interval_s))
         tasks = [asyncio.ensure_future(self._run_row(row)) for row in todo]
@@ -224,9 +263,11 @@ class ChunkRun:
                 # Rows that finished are kept even when the chunk fails: they are paid for.
                 await self._flush(final=True)
         except asyncio.CancelledError:
+            # Cancelled (the play was, or the attempt timed out): bulk requests are
+            # cancelled with it rather than left running past their attempt.
+            self.runner.dispatcher.abort()
             await asyncio.shield(self._flush_quietly())
             raise
-        return self._finish(started)
 
     async def _pending_rows(self) -> list[RunRow]:
         input = self.input
@@ -241,6 +282,7 @@ class ChunkRun:
         if details:
             # The previous attempt's last heartbeat; the sheet's row statuses are
             # the authority on what is done (they are written before heartbeats).
+            self.carried = carried_calls(details[0])
             activity.logger.info(
                 "chunk %s-%s resumes: last attempt reported %s; %d rows already done",
                 input.start,
@@ -250,8 +292,13 @@ class ChunkRun:
             )
         return todo
 
-    def _progress(self) -> dict[str, int]:
-        return {"rows_done": len(self.done) + self.stats.rows_resumed}
+    def _progress(self) -> dict[str, Any]:
+        """What a heartbeat carries: rows done, and the calls paid for so far (with
+        those of earlier attempts)."""
+        return {
+            "rows_done": len(self.done) + self.stats.rows_resumed,
+            "calls": asdict(sum_calls(self.carried, self.runner.stats)),
+        }
 
     def _stopped(self) -> bool:
         """Whether new rows may start: not after a fatal error or a lost lease."""
@@ -386,7 +433,7 @@ class ChunkRun:
                 latest.provider,
             )
         stats.elapsed_s = time.monotonic() - started
-        return stats_from(self.runner, stats)
+        return add_calls(self.carried, stats_from(self.runner, stats))
 
 
 def _failing_column(columns: list[ColumnSpec], cells: dict[str, Any]) -> str:

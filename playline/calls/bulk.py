@@ -111,13 +111,21 @@ class BulkDispatcher:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         queue = self._queues.setdefault(tool.id, [])
         self._tools[tool.id] = tool
-        queue.append(_Pending(key, payload, generation, future))
+        pending = _Pending(key, payload, generation, future)
+        queue.append(pending)
         if len(queue) >= tool.batch.max_items:
             self._flush(tool)
         elif tool.id not in self._timers:
             loop = asyncio.get_running_loop()
             self._timers[tool.id] = loop.call_later(tool.batch.linger_ms / 1000, self._flush, tool)
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # The row is gone (its chunk attempt cancelled): a member still waiting for
+            # its batch to fill is withdrawn, so no batch is sent for it after the
+            # attempt, and a linger timer with nothing left to send is stopped.
+            self._withdraw(tool.id, pending)
+            raise
 
     async def resume(self, tool: ToolSpec, agg_key: str, key: str) -> Any:
         """Finish the unfinished batch ``key`` belongs to; returns ``key``'s result."""
@@ -142,12 +150,41 @@ class BulkDispatcher:
                 task.cancel()
             raise
 
+    def abort(self) -> None:
+        """The attempt was cancelled: nothing queued is sent, no linger timer fires, and
+        the bulk requests running are cancelled with it (a request already sent to a
+        tool that does not de-duplicate was marked sent first, so its next claimant
+        records it ambiguous; one that does is re-sent under the same key)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        for queue in self._queues.values():
+            for pending in queue:
+                pending.future.cancel()
+        self._queues.clear()
+        for task in list(self.tasks):
+            task.cancel()
+
     # -- internals ----------------------------------------------------------
 
     def _track(self, task: asyncio.Future[Any]) -> None:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    def _withdraw(self, tool_id: str, pending: _Pending) -> None:
+        queue = self._queues.get(tool_id, [])
+        for at, queued in enumerate(queue):
+            if queued is pending:
+                del queue[at]
+                break
+        else:
+            return  # already in a batch: that request finishes and records it
+        if not queue:
+            del self._queues[tool_id]
+            timer = self._timers.pop(tool_id, None)
+            if timer is not None:
+                timer.cancel()
 
     def _flush(self, tool: ToolSpec) -> None:
         timer = self._timers.pop(tool.id, None)
@@ -159,7 +196,10 @@ class BulkDispatcher:
 
     async def _run_batch(self, tool: ToolSpec, members: list[_Pending]) -> None:
         assert tool.batch is not None
-        members = sorted(members, key=lambda m: m.key)
+        # Members whose rows were cancelled between the flush and now are not sent.
+        members = sorted((m for m in members if not m.future.done()), key=lambda m: m.key)
+        if not members:
+            return
         keys = [m.key for m in members]
         agg = aggregate_key(tool.id, [(m.key, m.generation) for m in members])
         request = {tool.batch.items_field: [m.payload for m in members]}

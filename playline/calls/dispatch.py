@@ -91,3 +91,7 @@ class Dispatcher(Protocol):
     async def aclose(self) -> None:
         """Wait for work this dispatcher started on its own (bulk requests) to finish."""
         ...
+
+    def abort(self) -> None:
+        """Cancel work this dispatcher started on its own: its attempt was cancelled."""
+        ...

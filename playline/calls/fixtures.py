@@ -214,3 +214,6 @@ class FixtureDispatcher:
 
     async def aclose(self) -> None:
         return None
+
+    def abort(self) -> None:
+        return None

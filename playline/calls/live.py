@@ -250,3 +250,7 @@ class LiveDispatcher:
     async def aclose(self) -> None:
         """Let the bulk requests in flight finish and record (see ``BulkDispatcher``)."""
         await self.bulk.aclose()
+
+    def abort(self) -> None:
+        """Cancel the bulk requests still queued or running (see ``BulkDispatcher``)."""
+        self.bulk.abort()

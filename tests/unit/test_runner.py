@@ -157,6 +157,8 @@ class RecordingDispatcher:
 
     async def aclose(self) -> None: ...
 
+    def abort(self) -> None: ...
+
 
 def make(receipts: MemoryReceipts) -> tuple[ToolRunner, RecordingDispatcher]:
     attempt = Attempt(
