@@ -27,10 +27,13 @@ def test_non_retryable_types_come_from_the_classes() -> None:
 
 
 def test_chunk_fatal_errors_are_about_the_play_or_the_worker() -> None:
+    import playline.pacing.fleet_store  # noqa: F401  (its error subclasses PlaylineError)
+
     fatal = {cls.__name__ for cls in _all(errors.PlaylineError) if cls.chunk_fatal}
     assert fatal == {
         "LeaseLost",
         "PersistenceCircuitOpen",
+        "FleetPacingUnavailable",
         "MissingApiKey",
         "UnknownTool",
         "UnknownResolver",
