@@ -74,7 +74,8 @@ async def one_run(
         if mode == "fixture"
         else RunOptions()
     )
-    settings = Settings.from_env(home=home, store_url=store_url)
+    # The generated leads and fixtures live under tmp; the demo's are package data.
+    settings = Settings.from_env(home=home, store_url=store_url, data_dirs=(tmp,))
     worker_client = await connect(address, settings=settings)
     client = await connect(address)
     async with build_worker(worker_client, task_queue=queue):

@@ -348,6 +348,7 @@ def write_catalog(path: Path, pacing: dict[str, Any], *, timeout_s: float | None
 base_url = "http://127.0.0.1:8787"
 base_url_env = "PLAYLINE_PROVIDER_URL"
 auth = {{ env = "ACME_API_KEY", header = "X-Api-Key" }}
+idempotency = "key"  # the local provider server de-duplicates Idempotency-Key
 pacing = {{ {fields} }}
 
 [tools.email_finder]
@@ -447,6 +448,7 @@ async def run_play_cell(
         **KEYS,
         "PLAYLINE_PROVIDER_URL": provider.base_url,
         "PLAYLINE_CATALOG": str(catalog),
+        "PLAYLINE_DATA_DIRS": str(work),  # the generated CSVs
         "PLAYLINE_PACING": "governor",
         "PLAYLINE_PG_DSN": "",
     }

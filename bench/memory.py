@@ -84,7 +84,7 @@ async def one_run(
     home = work / f"home-{uuid.uuid4().hex[:6]}"
     queue = f"mem-{uuid.uuid4().hex[:6]}"
     log = work / f"worker-{queue}.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PLAYLINE_DATA_DIRS": str(work)}
     if store_url:
         env["PLAYLINE_STORE_URL"] = store_url
     command = [

@@ -11,7 +11,11 @@ temporary directory, and measures, interleaved and repeated (medians with min-ma
 
 ``fixture``       playline, fixture mode (``bench_one_call`` from bench/plays.py)
 ``live``          playline against the provider server; limits that never bind
-                  (bench/catalogs/unpaced.toml), so the runtime's own cost shows
+                  (bench/catalogs/unpaced.toml, ``idempotency = "key"``), so the
+                  runtime's own cost shows
+``live-none``     the same with ``idempotency = "none"`` (a provider that does not
+                  de-duplicate keys): each call's receipt is marked sent before it goes
+                  out, the price of never paying twice without the provider's help
 ``naive``         one activity per call under a window of 200 (bench/naive.py)
 ``roof-httpx``    asyncio + httpx, 200 in flight, no durability
 ``roof-aiohttp``  asyncio + aiohttp, 200 in flight, no durability
@@ -23,8 +27,9 @@ rows/s, the worker's peak RSS, history events per 1,000 rows, the most events an
 bytes of any one workflow run, and the largest payload in any history.
 
 Every figure is printed as a table; ``--json`` prints one JSON object instead, with
-the same-run ratios under ``fixture_vs_naive``, ``live_vs_naive`` and
-``live_vs_aiohttp_roof``. JSON also goes to bench/out/throughput-<timestamp>.json.
+the same-run ratios under ``fixture_vs_naive``, ``live_vs_naive``,
+``live_vs_aiohttp_roof`` and ``live_none_vs_live``. JSON also goes to
+bench/out/throughput-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -59,7 +64,8 @@ from playline.provider_server.fake_data import find_email  # noqa: E402
 from playline.provider_server.process import ProviderServerProcess, free_port  # noqa: E402
 from playline.worker import connect  # noqa: E402
 
-DESIGNS = ("fixture", "live", "naive", "roof-httpx", "roof-aiohttp")
+DESIGNS = ("fixture", "live", "live-none", "naive", "roof-httpx", "roof-aiohttp")
+UNPACED = REPO / "bench" / "catalogs" / "unpaced.toml"
 KEYS = {"ACME_API_KEY": "bench-acme-key", "FIRMO_API_KEY": "bench-firmo-key"}
 OUT = REPO / "bench" / "out"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -220,9 +226,15 @@ class Bench:
     ) -> dict[str, Any]:
         queue = f"tp-{uuid.uuid4().hex[:8]}"
         home = self.work / f"home-{queue}"
+        catalog = UNPACED
+        if mode == "live-none":
+            catalog = self.work / "unpaced-none.toml"
+            text = UNPACED.read_text().replace('idempotency = "key"', 'idempotency = "none"')
+            catalog.write_text(text)
         env = {
-            "PLAYLINE_CATALOG": str(REPO / "bench" / "catalogs" / "unpaced.toml"),
+            "PLAYLINE_CATALOG": str(catalog),
             "PLAYLINE_PROVIDER_URL": self.provider.base_url,
+            "PLAYLINE_DATA_DIRS": str(self.work),  # the generated CSVs and fixtures
         }
         proc = start_process(
             [
@@ -459,7 +471,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     fixtures = work / f"fixtures-{tag}.jsonl"
                     write_fixtures(csv_path, fixtures)
                 provider.reset()
-                if design in ("fixture", "live"):
+                if design in ("fixture", "live", "live-none"):
                     figures = await bench.playline(design, csv_path, args.rows, fixtures)
                 elif design == "naive":
                     figures = await bench.naive(csv_path, args.rows)
@@ -515,6 +527,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "fixture_vs_naive": ratio("fixture", "naive"),
             "live_vs_naive": ratio("live", "naive"),
             "live_vs_aiohttp_roof": ratio("live", "roof-aiohttp"),
+            "live_none_vs_live": ratio("live-none", "live"),
             "machine": {"cpus": os.cpu_count(), "load_at_end": os.getloadavg()},
         }
     finally:
@@ -537,7 +550,7 @@ def print_table(report: dict[str, Any]) -> None:
             )
         ]
         print(f"| {design} | " + " | ".join(cells) + " |")
-    for key in ("fixture_vs_naive", "live_vs_naive", "live_vs_aiohttp_roof"):
+    for key in ("fixture_vs_naive", "live_vs_naive", "live_vs_aiohttp_roof", "live_none_vs_live"):
         value = report[key]
         print(f"\n{key}: " + ("-" if value is None else f"{value:.2f}"), end="")
     print()
