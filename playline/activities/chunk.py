@@ -139,10 +139,7 @@ def make_runner(
 
 
 def stats_from(runner: ToolRunner, into: ChunkStats) -> ChunkStats:
-    return add_calls(runner.stats, into)
-
-
-def add_calls(s: CallStats, into: ChunkStats) -> ChunkStats:
+    s = runner.stats
     into.calls_made += s.made
     into.calls_cached += s.cached
     into.calls_shared += s.shared
@@ -152,10 +149,6 @@ def add_calls(s: CallStats, into: ChunkStats) -> ChunkStats:
     into.retries += s.retries
     into.credits += s.credits
     return into
-
-
-def sum_calls(a: CallStats, b: CallStats) -> CallStats:
-    return CallStats(**{f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(a)})
 
 
 def carried_calls(details: Any) -> CallStats:
@@ -223,8 +216,6 @@ class ChunkRun:
         self.flushed = 0
         self.fatal: list[BaseException] = []
         self.parked: list[ProviderQuotaExhausted] = []
-        #: the calls earlier (failed) attempts of this chunk paid for, from their heartbeat
-        self.carried = CallStats()
         self._gate = asyncio.Semaphore(max(1, input.row_concurrency))
         self._row_metrics = RowMetrics()
         self._flushing = asyncio.Lock()
@@ -282,7 +273,8 @@ class ChunkRun:
         if details:
             # The previous attempt's last heartbeat; the sheet's row statuses are
             # the authority on what is done (they are written before heartbeats).
-            self.carried = carried_calls(details[0])
+            # Its calls are counted on: this attempt's stats start from them.
+            self.attempt.stats = carried_calls(details[0])
             activity.logger.info(
                 "chunk %s-%s resumes: last attempt reported %s; %d rows already done",
                 input.start,
@@ -297,7 +289,7 @@ class ChunkRun:
         those of earlier attempts)."""
         return {
             "rows_done": len(self.done) + self.stats.rows_resumed,
-            "calls": asdict(sum_calls(self.carried, self.runner.stats)),
+            "calls": asdict(self.runner.stats),
         }
 
     def _stopped(self) -> bool:
@@ -433,7 +425,7 @@ class ChunkRun:
                 latest.provider,
             )
         stats.elapsed_s = time.monotonic() - started
-        return add_calls(self.carried, stats_from(self.runner, stats))
+        return stats_from(self.runner, stats)
 
 
 def _failing_column(columns: list[ColumnSpec], cells: dict[str, Any]) -> str:

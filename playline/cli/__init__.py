@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.limits import add_limits_parser
     from playline.cli.plays import add_plays_parser
     from playline.cli.replay import add_replay_parser
+    from playline.cli.run import RAW_HELP
     from playline.cli.runs import add_runs_parser
     from playline.cli.setup import add_setup_parser
 
@@ -65,12 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def run_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", help="write the result rows to this CSV file")
-        p.add_argument(
-            "--raw",
-            action="store_true",
-            help="with --out: write cells as they are; by default a cell a spreadsheet "
-            "would run as a formula (=, +, -, @ first) gets a leading '",
-        )
+        p.add_argument("--raw", action="store_true", help=f"with --out: {RAW_HELP}")
         p.add_argument(
             "--retry-ambiguous",
             action="store_true",

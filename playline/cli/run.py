@@ -114,6 +114,13 @@ async def upload_input_csv(path: str, settings: Settings) -> str:
     return store_source(ref.id)
 
 
+#: ``--raw``'s help wherever a command exports (run, demo, runs export, runs cancel).
+RAW_HELP = (
+    "write cells as they are; by default a cell a spreadsheet would run as a formula "
+    "(=, +, -, @ first) gets a leading '"
+)
+
+
 async def export_result(
     result: PlayRunResult, path: str, settings: Settings, *, raw: bool = False
 ) -> int:

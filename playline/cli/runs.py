@@ -36,7 +36,7 @@ from playline.cli.render import (
     print_summary,
     ui_url,
 )
-from playline.cli.run import export_result
+from playline.cli.run import RAW_HELP, export_result
 from playline.cli.setup import registered_search_attributes
 from playline.config import Settings
 from playline.contract import ControlState, PlayRunResult, PlayState
@@ -79,12 +79,7 @@ def add_runs_parser(
         if name == "export":
             p.add_argument("--out", required=True, help="CSV file to write")
         if name in ("export", "cancel"):
-            p.add_argument(
-                "--raw",
-                action="store_true",
-                help="write cells as they are; by default a cell a spreadsheet would run "
-                "as a formula (=, +, -, @ first) gets a leading '",
-            )
+            p.add_argument("--raw", action="store_true", help=RAW_HELP)
         if name == "window":
             p.add_argument("chunks", type=int, help="chunks in flight at most (1 to 64)")
         if name == "cancel":
