@@ -28,7 +28,7 @@ from playline import demo
 from playline.calls.attempt import Attempt
 from playline.calls.catalog import Catalog
 from playline.calls.http import ProviderClient
-from playline.calls.live import LiveDispatcher, PacedSender
+from playline.calls.live import LiveDispatcher, PacedSender, RetryPolicy
 from playline.calls.runner import ToolRunner
 from playline.cli.devserver import temporal_binary
 from playline.config import Settings
@@ -196,17 +196,31 @@ def live_runner(
     lease_id: str,
     lease_ttl_s: float,
     pacer: Pacer | None = None,
+    retry: RetryPolicy | None = None,
 ) -> ToolRunner:
     """A live-mode tool runner outside any activity, as one chunk attempt would have."""
     attempt = Attempt(receipts=receipts, owner=owner, lease_id=lease_id, lease_ttl_s=lease_ttl_s)
     pacer = pacer or Governor(catalog.pacing_policies())
-    sender = PacedSender(attempt, pacer, provider)
+    sender = PacedSender(attempt, pacer, provider, retry)
     return ToolRunner(catalog, attempt, LiveDispatcher(attempt, sender))
 
 
 def provider_client(catalog: Catalog, http: httpx.AsyncClient) -> ProviderClient:
     """A provider client reading API keys and URLs from this process's environment."""
     return ProviderClient(catalog, http, environ=Settings.from_env().environ)
+
+
+def demo_catalog(
+    tmp_path: Path, *, idempotency: str = "key", timeout_s: float | None = None
+) -> Path:
+    """The demo catalog with both providers' ``idempotency`` (and HTTP timeout) as given."""
+    text = demo.CATALOG.read_text()
+    assert text.count('idempotency = "key"\n') == 2
+    timeout = "" if timeout_s is None else f"timeout_s = {timeout_s}\n"
+    text = text.replace('idempotency = "key"\n', f'idempotency = "{idempotency}"\n{timeout}')
+    path = tmp_path / f"catalog-{idempotency}.toml"
+    path.write_text(text)
+    return path
 
 
 BULK = 'batch = { path = "/firmo/v1/company/lookup/bulk", max_items = 5, linger_ms = 50 }\n'

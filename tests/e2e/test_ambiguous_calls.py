@@ -17,20 +17,19 @@ ledger or the store to reach a state, never for a clock.
 from __future__ import annotations
 
 import asyncio
-import csv
 import signal
 import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from playline import demo
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
 from playline.provider_server import idem_digest
 from playline.stores.receipts import idempotency_key
-from tests.conftest import LEADS_CSV, new_id, start_worker_process
+from tests.conftest import demo_catalog, new_id, start_worker_process
 from tests.e2e.test_cli import playline
+from tests.e2e.test_crash_recovery import first_rows
 from tests.plays import export_rows, lead, read_csv_rows, run, write_csv
 
 #: The charged faults, about 10 % of all requests together.
@@ -44,21 +43,7 @@ AMBIGUOUS_ERROR = "CallAmbiguous: "
 
 def none_catalog(tmp_path: Path, *, timeout_s: float) -> Path:
     """The demo catalog with every tool ``idempotency = "none"`` and a given HTTP timeout."""
-    text = demo.CATALOG.read_text()
-    assert text.count('idempotency = "key"\n') == 2
-    text = text.replace('idempotency = "key"\n', f'idempotency = "none"\ntimeout_s = {timeout_s}\n')
-    path = tmp_path / "catalog-none.toml"
-    path.write_text(text)
-    return path
-
-
-def first_leads(n: int, path: Path) -> Path:
-    """The first ``n`` demo leads (with their header) as a CSV file."""
-    with LEADS_CSV.open(newline="") as src:
-        rows = list(csv.reader(src))
-    with path.open("w", newline="") as out:
-        csv.writer(out).writerows(rows[: n + 1])
-    return path
+    return demo_catalog(tmp_path, idempotency="none", timeout_s=timeout_s)
 
 
 def receipts(home: Path) -> list[dict[str, Any]]:
@@ -136,7 +121,7 @@ async def test_ten_percent_charged_faults_pay_nothing_twice_and_count_each_ambig
     receipts left ``ambiguous``; every row is ok or failed with ``CallAmbiguous``.
     """
     catalog = none_catalog(tmp_path, timeout_s=1.5)
-    csv_path = first_leads(80, tmp_path / "leads80.csv")
+    csv_path = first_rows(80, tmp_path / "leads80.csv")
     result, ledger, calls = await run_with_faults(
         client, provider, worker, task_queue, catalog, csv_path
     )
@@ -190,7 +175,7 @@ async def test_retry_ambiguous_resends_exactly_the_ambiguous_calls(
     ``RunOptions(retry_ambiguous=True)`` re-sends each ambiguous call once, under its
     own key, and every row ends ok."""
     catalog = none_catalog(tmp_path, timeout_s=1.5)
-    csv_path = first_leads(60, tmp_path / "leads60.csv")
+    csv_path = first_rows(60, tmp_path / "leads60.csv")
     first, _, first_calls = await run_with_faults(
         client, provider, worker, task_queue, catalog, csv_path
     )
@@ -324,7 +309,7 @@ async def test_sigkill_with_calls_in_flight_leaves_exactly_those_calls_ambiguous
     )
     # The tools' timeout outlasts the sleep: the calls are cut off by the kill only.
     catalog = none_catalog(tmp_path, timeout_s=120.0)
-    csv_path = first_leads(30, tmp_path / "leads30.csv")
+    csv_path = first_rows(30, tmp_path / "leads30.csv")
     home = tmp_path / "home"
     log = tmp_path / "worker.log"
     env = {"PLAYLINE_CATALOG": str(catalog)}

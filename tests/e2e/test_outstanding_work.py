@@ -42,6 +42,15 @@ T = TypeVar("T")
 WINDOW_S = 20
 
 
+def quota_and_leads(provider: Any, tmp_path: Path, *, quota: int, rows: int) -> Path:
+    """acme allows ``quota`` calls per window; a CSV of ``rows`` leads to spend it on."""
+    provider.configure(
+        limiters={"acme": [{"kind": "quota", "limit": quota, "window_s": WINDOW_S}]},
+        retry_after="ceil",
+    )
+    return write_csv(tmp_path / "leads.csv", [lead(n) for n in range(rows)])
+
+
 async def near_a_window_start() -> None:
     """The provider's quota windows are aligned to the clock: start near one's beginning,
     so the reset is well beyond the 3 s heartbeat budget when the quota runs out."""
@@ -168,11 +177,7 @@ async def test_a_pause_during_the_quota_wait_keeps_the_parked_rows_and_resume_fi
     reset the run is paused (not completed) with the parked rows to do, dispatching
     nothing; resumed, it runs them: every row once, nothing paid twice."""
     quota, rows = 6, 20
-    provider.configure(
-        limiters={"acme": [{"kind": "quota", "limit": quota, "window_s": WINDOW_S}]},
-        retry_after="ceil",
-    )
-    csv_path = write_csv(tmp_path / "leads.csv", [lead(n) for n in range(rows)])
+    csv_path = quota_and_leads(provider, tmp_path, quota=quota, rows=rows)
     await near_a_window_start()
     async with worker():
         play = await start_two_providers(
@@ -220,11 +225,7 @@ async def test_parked_rows_are_carried_across_continue_as_new_after_a_paused_res
     paused, the reset passes. The run hands over to its next run only with the parked
     row done (or carried): resumed, the play finishes every row."""
     quota, rows = 3, 10
-    provider.configure(
-        limiters={"acme": [{"kind": "quota", "limit": quota, "window_s": WINDOW_S}]},
-        retry_after="ceil",
-    )
-    csv_path = write_csv(tmp_path / "leads.csv", [lead(n) for n in range(rows)])
+    csv_path = quota_and_leads(provider, tmp_path, quota=quota, rows=rows)
     # Rows 0-7 need four acme calls (0, 2, 4, 6): one more than the quota; rows 8-9
     # need one, which with the parked row fits the next window.
     options = RunOptions(heartbeat_timeout_s=3, chunk_size=8, chunks_per_workflow_run=1)
@@ -264,11 +265,7 @@ async def test_progress_never_exceeds_the_total_when_parked_ranges_are_redone(
     counted again: what the run and the play show, and what the run reports, stays
     within the total and ends at it."""
     quota, rows = 6, 20
-    provider.configure(
-        limiters={"acme": [{"kind": "quota", "limit": quota, "window_s": WINDOW_S}]},
-        retry_after="ceil",
-    )
-    csv_path = write_csv(tmp_path / "leads.csv", [lead(n) for n in range(rows)])
+    csv_path = quota_and_leads(provider, tmp_path, quota=quota, rows=rows)
     await near_a_window_start()
     async with worker():
         play = await start_two_providers(

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import pytest
 
-from playline import demo
 from playline.calls.catalog import Catalog
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
 from playline.stores.backends import open_stores
 from playline.stores.export import export_run
+from tests.conftest import demo_catalog
 from tests.e2e.test_crash_recovery import first_rows, wait_for
 from tests.pg import SERVER, schema_url
 from tests.plays import read_csv_rows
@@ -112,16 +112,6 @@ async def _schema(version: str) -> AsyncIterator[str]:
             await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-def _catalog(tmp_path: Path, idempotency: str) -> Path:
-    text = demo.CATALOG.read_text()
-    if idempotency == "none":
-        text = text.replace('idempotency = "key"', 'idempotency = "none"')
-        assert 'idempotency = "key"' not in text
-    path = tmp_path / "catalog.toml"
-    path.write_text(text)
-    return path
-
-
 @pytest.mark.parametrize("idempotency", ["key", "none"])
 async def test_a_postgres_restart_mid_run_pays_nothing_twice_and_keeps_every_row(
     client, provider, worker, task_queue, tmp_path, idempotency
@@ -130,7 +120,7 @@ async def test_a_postgres_restart_mid_run_pays_nothing_twice_and_keeps_every_row
     if version is None:
         pytest.skip("needs root and pg_ctlcluster/pg_isready with a 'main' cluster")
     provider.configure(idempotency="ignore", latency_ms=[20, 40])
-    catalog_path = _catalog(tmp_path, idempotency)
+    catalog_path = demo_catalog(tmp_path, idempotency=idempotency)
     csv_path = first_rows(ROWS, tmp_path / "leads.csv")
     with csv_path.open(newline="") as handle:
         leads = list(csv.DictReader(handle))

@@ -10,10 +10,7 @@ history or the command's output.
 
 from __future__ import annotations
 
-import asyncio
 import http.server
-import os
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +20,9 @@ from temporalio.client import Client
 
 from playline.contract import PlayRunResult, RunOptions
 from playline.errors import root_cause
-from tests.conftest import REPO, new_id, start_worker_process
+from tests.conftest import new_id, start_worker_process
 from tests.e2e.test_bad_input import assert_nothing_dispatched, fails_with
+from tests.e2e.test_cli_failures import playline
 from tests.plays import lead, run, write_csv
 
 #: A secret only the worker process holds (in its environment, so in /proc/self/environ).
@@ -47,26 +45,11 @@ async def test_a_play_naming_proc_self_environ_fails_in_one_line_and_leaks_nothi
         temporal_address, task_queue, home, log, env={"ACME_API_KEY": PROBE}
     )
     try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "playline",
-            "run",
-            "t_tool_column",
-            "--input",
-            '{"csv_path": "/proc/self/environ"}',
-            "--id",
-            "environ-run",
-            "--address",
-            temporal_address,
-            "--task-queue",
-            task_queue,
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO), "PLAYLINE_HOME": str(home)},
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        ran = await playline(
+            "run", "t_tool_column", "--input", '{"csv_path": "/proc/self/environ"}',
+            "--id", "environ-run", "--address", temporal_address, "--task-queue", task_queue,
+            home=home, timeout_s=120,
+        )  # fmt: skip
         linked_id = new_id("environ-link")
         linked = await fails_with(
             client, task_queue, "t_tool_column", {"csv_path": str(link)}, workflow_id=linked_id
@@ -74,8 +57,8 @@ async def test_a_play_naming_proc_self_environ_fails_in_one_line_and_leaks_nothi
     finally:
         worker.terminate()
         worker.wait(timeout=10)
-    output = out.decode() + err.decode()
-    assert proc.returncode == 1, output
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 1, output
     [line] = [x for x in output.splitlines() if "play failed" in x]
     assert line == (
         "play failed: CSV path '/proc/self/environ' is not in any of this worker's "

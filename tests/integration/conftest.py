@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from playline.config import Settings
+from playline.stores.backends import Stores, open_stores
 from tests.pg import pg_schema
 
 
@@ -33,3 +35,13 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         return
     async with pg_schema() as url:
         yield url
+
+
+@pytest.fixture
+async def stores(store_url: str, clock: Clock) -> AsyncIterator[Stores]:
+    """Both stores of a fresh location, migrated, on the test's clock."""
+    opened = await open_stores(Settings(store_url=store_url), create=True, clock=clock)
+    try:
+        yield opened
+    finally:
+        await opened.close()

@@ -10,6 +10,7 @@ attempt) and F22 (429s park). Real receipt stores and real HTTP to the provider 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import time
@@ -27,14 +28,12 @@ from playline.calls.http import ProviderClient
 from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.outcome import Parked
 from playline.calls.runner import ToolRunner
-from playline.config import Settings
 from playline.errors import ProviderQuotaExhausted
 from playline.pacing.governor import Governor
-from playline.stores.backends import Stores, open_stores
+from playline.stores.backends import Stores
 from playline.stores.receipts import ClaimRequest, ClaimStatus, ReceiptStore, receipt_key
 from playline.stores.receipts_sqlite import SqliteReceiptStore
 from tests.conftest import BULK, bulk_catalog, live_runner, provider_client
-from tests.integration.conftest import Clock
 
 #: Long enough that a test fails rather than hangs; never a timing assertion.
 HUNG_S = 30.0
@@ -120,15 +119,6 @@ async def test_a_forced_or_stale_bulk_call_pays_once_for_a_fresh_answer_and_free
 
 
 # -- F19: complete_batch completes (and credits) each member once ---------------------
-
-
-@pytest.fixture
-async def stores(store_url: str, clock: Clock) -> AsyncIterator[Stores]:
-    opened = await open_stores(Settings(store_url=store_url), create=True, clock=clock)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def test_complete_batch_leaves_members_already_completed_as_they_were(
@@ -256,21 +246,34 @@ def check_scopes(http: httpx.AsyncClient) -> None:
 # -- F21: bulk work ends with its attempt ------------------------------------------
 
 
-def bulk_runner(
-    tmp_path: Path, store: SqliteReceiptStore, http: httpx.AsyncClient, *, linger_ms: int
-) -> tuple[ToolRunner, LiveDispatcher]:
+@contextlib.asynccontextmanager
+async def bulk_attempt(
+    tmp_path: Path, *, linger_ms: int
+) -> AsyncIterator[tuple[ToolRunner, LiveDispatcher, SqliteReceiptStore]]:
+    """One chunk attempt's runner over a bulk company_lookup (this linger), its live
+    dispatcher and its SQLite receipt store; the store and HTTP client closed after."""
     path = bulk_catalog(tmp_path)
     path.write_text(
         path.read_text().replace(BULK, BULK.replace("linger_ms = 50", f"linger_ms = {linger_ms}"))
     )
     catalog = Catalog.from_toml(path)
     assert catalog.tool("company_lookup").batch.linger_ms == linger_ms  # type: ignore[union-attr]
-    runner = live_runner(
-        catalog, store, provider_client(catalog, http), owner="a", lease_id="L1", lease_ttl_s=30
-    )
-    dispatcher = runner.dispatcher
-    assert isinstance(dispatcher, LiveDispatcher)
-    return runner, dispatcher
+    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    try:
+        async with httpx.AsyncClient() as http:
+            runner = live_runner(
+                catalog,
+                store,
+                provider_client(catalog, http),
+                owner="a",
+                lease_id="L1",
+                lease_ttl_s=30,
+            )
+            dispatcher = runner.dispatcher
+            assert isinstance(dispatcher, LiveDispatcher)
+            yield runner, dispatcher, store
+    finally:
+        await store.close()
 
 
 async def until(predicate, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -284,25 +287,20 @@ async def test_members_whose_rows_were_cancelled_are_never_sent_when_the_linger_
     provider, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     """The chunk attempt is cancelled while its members wait for their batch to fill."""
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
-    try:
-        async with httpx.AsyncClient() as http:
-            runner, dispatcher = bulk_runner(tmp_path, store, http, linger_ms=400)
-            rows = [
-                asyncio.ensure_future(runner.call("company_lookup", {"domain": f"c{n}.example"}))
-                for n in range(2)
-            ]
-            await until(lambda: runner.attempt.leases.keys(), "the members were claimed")
-            await asyncio.sleep(0.05)  # they are queued, the linger timer is armed
-            for row in rows:
-                row.cancel()
-            await asyncio.gather(*rows, return_exceptions=True)
-            await dispatcher.aclose()
-            assert not dispatcher.bulk.tasks
-            await asyncio.sleep(0.8)  # twice the linger: a timer left armed would fire
-            assert not dispatcher.bulk.tasks
-    finally:
-        await store.close()
+    async with bulk_attempt(tmp_path, linger_ms=400) as (runner, dispatcher, _):
+        rows = [
+            asyncio.ensure_future(runner.call("company_lookup", {"domain": f"c{n}.example"}))
+            for n in range(2)
+        ]
+        await until(lambda: runner.attempt.leases.keys(), "the members were claimed")
+        await asyncio.sleep(0.05)  # they are queued, the linger timer is armed
+        for row in rows:
+            row.cancel()
+        await asyncio.gather(*rows, return_exceptions=True)
+        await dispatcher.aclose()
+        assert not dispatcher.bulk.tasks
+        await asyncio.sleep(0.8)  # twice the linger: a timer left armed would fire
+        assert not dispatcher.bulk.tasks
     assert provider.ledger()["received"] == 0  # nothing went out for the cancelled rows
 
 
@@ -310,22 +308,17 @@ async def test_closing_the_dispatcher_waits_for_the_batch_in_flight_and_records_
     provider, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     provider.configure(latency_ms=[300, 350])
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
-    try:
-        async with httpx.AsyncClient() as http:
-            runner, dispatcher = bulk_runner(tmp_path, store, http, linger_ms=20)
-            row = asyncio.ensure_future(runner.call("company_lookup", {"domain": "w.example"}))
-            await until(lambda: dispatcher.bulk.tasks, "a batch was started")
-            await asyncio.wait_for(dispatcher.aclose(), HUNG_S)
-            assert not dispatcher.bulk.tasks  # the batch finished inside the attempt...
-            assert (await row).get("domain") == "w.example"
-            assert runner.attempt.leases.keys() == []  # ...and nothing is left held
-            tool = runner.catalog.tool("company_lookup")
-            scope = runner.dispatcher.auth_scope(tool)
-            key = receipt_key(tool.id, tool.version, {"domain": "w.example"}, scope)
-            assert (await store.get([key]))[key].status == "completed"
-    finally:
-        await store.close()
+    async with bulk_attempt(tmp_path, linger_ms=20) as (runner, dispatcher, store):
+        row = asyncio.ensure_future(runner.call("company_lookup", {"domain": "w.example"}))
+        await until(lambda: dispatcher.bulk.tasks, "a batch was started")
+        await asyncio.wait_for(dispatcher.aclose(), HUNG_S)
+        assert not dispatcher.bulk.tasks  # the batch finished inside the attempt...
+        assert (await row).get("domain") == "w.example"
+        assert runner.attempt.leases.keys() == []  # ...and nothing is left held
+        tool = runner.catalog.tool("company_lookup")
+        scope = runner.dispatcher.auth_scope(tool)
+        key = receipt_key(tool.id, tool.version, {"domain": "w.example"}, scope)
+        assert (await store.get([key]))[key].status == "completed"
     assert provider.ledger()["charged"] == 1
 
 
@@ -333,10 +326,8 @@ async def test_cancelling_the_close_cancels_the_batch_and_nothing_is_sent_after(
     provider, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     provider.configure(latency_ms=[5000, 5000])
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
     try:
-        async with httpx.AsyncClient() as http:
-            runner, dispatcher = bulk_runner(tmp_path, store, http, linger_ms=20)
+        async with bulk_attempt(tmp_path, linger_ms=20) as (runner, dispatcher, _):
             rows = [
                 asyncio.ensure_future(runner.call("company_lookup", {"domain": f"x{n}.example"}))
                 for n in range(7)  # one full batch of 5 goes out, 2 wait for the linger
@@ -355,7 +346,6 @@ async def test_cancelling_the_close_cancels_the_batch_and_nothing_is_sent_after(
             await asyncio.sleep(0.5)  # well past the linger
             assert provider.ledger()["received"] == sent  # nothing sent after the close
     finally:
-        await store.close()
         # The provider still works on the cancelled request: let it end before the
         # next test resets the ledger (it would be charged there).
         await asyncio.to_thread(provider.wait_idle)
@@ -368,10 +358,8 @@ async def test_abort_cancels_the_running_batch_and_sends_nothing_queued(
     """A cancelled chunk attempt aborts its dispatcher: the batch in flight is cancelled,
     members still waiting for the linger are never sent, no timer fires later."""
     provider.configure(latency_ms=[5000, 5000])
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
     try:
-        async with httpx.AsyncClient() as http:
-            runner, dispatcher = bulk_runner(tmp_path, store, http, linger_ms=300)
+        async with bulk_attempt(tmp_path, linger_ms=300) as (runner, dispatcher, _):
             rows = [
                 asyncio.ensure_future(runner.call("company_lookup", {"domain": f"y{n}.example"}))
                 for n in range(7)  # one full batch of 5 goes out, 2 wait for the linger
@@ -383,7 +371,6 @@ async def test_abort_cancels_the_running_batch_and_sends_nothing_queued(
             await asyncio.sleep(0.6)  # well past the linger
             assert provider.ledger()["received"] == 1  # the queued two were never sent
     finally:
-        await store.close()
         await asyncio.to_thread(provider.wait_idle)
     assert all(isinstance(o, asyncio.CancelledError) for o in outcomes)
 

@@ -4,7 +4,6 @@ claims, leases, fencing, coalesced writes, batches, concurrent stores."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -12,15 +11,6 @@ from playline.config import Settings
 from playline.stores.backends import Stores, open_stores
 from playline.stores.receipts import ClaimRequest, ClaimStatus, ReceiptStore
 from tests.integration.conftest import Clock
-
-
-@pytest.fixture
-async def stores(store_url: str, clock: Clock) -> AsyncIterator[Stores]:
-    opened = await open_stores(Settings(store_url=store_url), create=True, clock=clock)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 @pytest.fixture

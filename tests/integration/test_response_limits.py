@@ -22,16 +22,15 @@ from typing import Any
 
 import pytest
 
-from playline.calls.attempt import Attempt
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.http import ProviderClient
-from playline.calls.live import LiveDispatcher, PacedSender, RetryPolicy
+from playline.calls.live import RetryPolicy
 from playline.calls.runner import ToolRunner
 from playline.calls.transport import Transport, make_http_client
 from playline.errors import CallAmbiguous, ProviderError, ProviderTimeout, ProviderTransientError
-from playline.pacing.governor import Governor
 from playline.stores.receipts import receipt_key
 from playline.stores.receipts_sqlite import SqliteReceiptStore
+from tests import conftest
 
 TRANSPORTS: list[Transport] = ["httpx", "aiohttp"]
 
@@ -251,14 +250,15 @@ async def test_nan_and_infinity_read_as_null_so_a_paid_answer_can_be_kept(
 
 
 def live_runner(catalog: Catalog, store: SqliteReceiptStore, client: ProviderClient) -> ToolRunner:
-    attempt = Attempt(receipts=store, owner="t", lease_id="L1", lease_ttl_s=30)
-    sender = PacedSender(
-        attempt,
-        Governor(catalog.pacing_policies()),
+    return conftest.live_runner(
+        catalog,
+        store,
         client,
-        RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05),
+        owner="t",
+        lease_id="L1",
+        lease_ttl_s=30,
+        retry=RetryPolicy(max_attempts=2, base_delay_s=0.01, max_delay_s=0.05),
     )
-    return ToolRunner(catalog, attempt, LiveDispatcher(attempt, sender))
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ sources, run admission (dedup, net_new), chunks, results, counts."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,15 +21,6 @@ from tests.integration.conftest import Clock
 from tests.pg import pg_schema
 
 COLUMNS = ["id", "name"]
-
-
-@pytest.fixture
-async def stores(store_url: str, clock: Clock) -> AsyncIterator[Stores]:
-    opened = await open_stores(Settings(store_url=store_url), create=True, clock=clock)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 @pytest.fixture

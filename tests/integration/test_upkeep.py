@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ from playline.calls.upkeep import AttemptUpkeep
 from playline.errors import LeaseLost
 from playline.stores.receipts import ClaimRequest, ClaimStatus
 from playline.stores.receipts_sqlite import SqliteReceiptStore
+from tests.integration.test_call_edges import until
 
 TTL_S = 0.9  # renewals every 0.3 s
 KEY = "k-upkeep"
@@ -40,14 +41,6 @@ async def claimed(store: SqliteReceiptStore) -> Attempt:
     [outcome] = await store.claim([ClaimRequest(KEY, "t")], owner="w1", lease_id="L1", ttl_s=TTL_S)
     assert outcome.status is ClaimStatus.CLAIMED
     return attempt
-
-
-async def until(predicate: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.02)
 
 
 async def test_renewals_and_beats_keep_going_while_a_flush_is_stuck(
