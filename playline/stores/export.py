@@ -11,6 +11,11 @@ million rows holds two pages, in a worker or in a client that opened the
 workers' store (``open_stores(settings, create=False)``). The inline result is
 all-or-nothing within a byte budget, projected from the rows seen so far, so a
 prefix is never returned and never held.
+
+An export may carry each computed cell's *provenance* (``provenance=True``): in CSV
+four columns after each computed column (:mod:`~playline.stores.provenance_cells`),
+in JSONL a ``_provenance`` object per row. The preview and the inline result never
+do: they are recorded in workflow history, where provenance does not belong.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, Literal
 from playline.contract import DEFAULT_PREVIEW_ROWS
 from playline.errors import InvalidPlayInput
 from playline.stores.csv_io import RowFile
+from playline.stores.provenance_cells import csv_columns, with_provenance_cells
 from playline.stores.sheet import RunInfo, RunRow, SheetStore
 
 __all__ = ["RunSummary", "export_run", "row_out", "summarize_run"]
@@ -71,23 +77,61 @@ async def _pages(sheet: SheetStore, run_ref: str, admitted: int) -> AsyncIterato
 
 
 async def export_run(
-    sheet: SheetStore, run_ref: str, path: str, fmt: str = "csv", *, raw: bool = False
+    sheet: SheetStore,
+    run_ref: str,
+    path: str,
+    fmt: str = "csv",
+    *,
+    raw: bool = False,
+    provenance: bool = False,
 ) -> int:
     """Stream a run's rows, in manifest order, to a CSV or JSONL file; the row count.
 
     The file appears only when complete (see :class:`~playline.stores.csv_io.RowFile`).
-    ``raw`` writes CSV cells as they are, formulas included.
+    ``raw`` writes CSV cells as they are, formulas included. ``provenance`` adds each
+    computed cell's provenance (see the module docstring); without it the file is
+    what it always was.
     """
     info = await _info(sheet, run_ref)
     counts = await sheet.run_counts(run_ref)
-    columns = info.columns + (["_error"] if counts["error"] else [])
     fmt_name: Literal["csv", "jsonl"] = "jsonl" if fmt == "jsonl" else "csv"
+    computed = await _computed_columns(sheet, info) if provenance and fmt_name == "csv" else []
+    columns = csv_columns(info.columns, computed) if computed else list(info.columns)
+    columns += ["_error"] if counts["error"] else []
     out = await asyncio.to_thread(partial(RowFile, path, fmt_name, columns, raw=raw))
     with out:
         async for page in _pages(sheet, run_ref, info.admitted):
-            rows = [row_out(r.data, r.status, r.error) for r in page]
+            rows = [_exported(r, fmt_name, provenance, computed) for r in page]
             await asyncio.to_thread(out.write_rows, rows)
         return await asyncio.to_thread(out.commit)
+
+
+def _exported(
+    row: RunRow, fmt: Literal["csv", "jsonl"], provenance: bool, computed: list[str]
+) -> dict[str, Any]:
+    """One row as the file has it: :func:`row_out`, plus its provenance if asked."""
+    data = row_out(row.data, row.status, row.error)
+    if not provenance:
+        return data
+    if fmt == "jsonl":
+        return {**data, "_provenance": row.provenance or {}}
+    return with_provenance_cells(data, computed, row.provenance)
+
+
+async def _computed_columns(sheet: SheetStore, info: RunInfo) -> list[str]:
+    """The run's columns that have provenance in some row, in the run's column order.
+
+    A CSV header is written once, before the first row, so the run's provenance is
+    read through first (the provenance column only, page by page; only the column
+    names are kept) rather than guessed from the first page.
+    """
+    found: set[str] = set()
+    for start in range(0, info.admitted, EXPORT_PAGE_ROWS):
+        for _, cells in await sheet.read_provenance(
+            run_ref=info.run_ref, start=start, end=start + EXPORT_PAGE_ROWS
+        ):
+            found.update(cells)
+    return [c for c in info.columns if c in found]
 
 
 @dataclass(frozen=True)

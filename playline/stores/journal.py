@@ -12,6 +12,10 @@ as receipt hits and pays nothing again. An answer to a call left ``ambiguous`` t
 
 Entries are idempotent (a completion that finds the receipt settled writes nothing),
 so a replay that crashes halfway is simply replayed again.
+
+Lines written by an older playline still replay: a bulk entry without
+``member_credits`` meant ``credits`` per member, and an entry without
+``credits_source`` was computed from the billing rule.
 """
 
 from __future__ import annotations
@@ -21,11 +25,11 @@ import json
 import logging
 import os
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from playline.stores.receipts import ReceiptStore
+from playline.stores.receipts import CREDITS_FROM_RULE, ReceiptStore
 
 __all__ = ["JournalEntry", "ResultJournal"]
 
@@ -42,9 +46,25 @@ class JournalEntry:
     key: str
     lease_id: str
     result: Any = None
+    #: a single call: what it cost. A bulk entry of the old format (no
+    #: ``member_credits``): what each member cost.
     credits: float = 0.0
-    #: a bulk request: each member's result, and the credits of each
+    #: a bulk request: each member's result
     results: dict[str, Any] | None = field(default=None)
+    #: where the credits came from (``"provider"`` or ``"rule"``)
+    credits_source: str = CREDITS_FROM_RULE
+    #: a bulk request: what each member cost (keyed like ``results``)
+    member_credits: dict[str, float] | None = field(default=None)
+    #: who paid: a single call's payer, or each bulk member's
+    paid_by: str | None = None
+    member_paid_by: dict[str, str] | None = field(default=None)
+
+    def bulk_member_credits(self) -> dict[str, float]:
+        """Each member's credits: recorded per member, or (an entry of the old format)
+        ``credits`` for every member, as it meant then."""
+        if self.member_credits is not None:
+            return dict(self.member_credits)
+        return dict.fromkeys(self.results or {}, self.credits)
 
 
 class ResultJournal:
@@ -111,7 +131,7 @@ class ResultJournal:
                     # A replay another process left unfinished (a crash) is taken up, so
                     # one still running may take this one from under us: it records it.
                     continue
-                entries = [JournalEntry(**json.loads(line)) for line in lines]
+                entries = [_entry(line) for line in lines]
                 for index, entry in enumerate(entries):
                     try:
                         recorded += await _record(receipts, entry)
@@ -126,6 +146,14 @@ class ResultJournal:
             return recorded
 
 
+def _entry(line: str) -> JournalEntry:
+    """An entry from its line; fields a newer playline wrote that this one does not
+    know are dropped rather than lose the paid answer."""
+    data = json.loads(line)
+    known = {f.name for f in fields(JournalEntry)}
+    return JournalEntry(**{k: v for k, v in data.items() if k in known})
+
+
 def _lines(path: Path) -> list[str]:
     return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
@@ -136,10 +164,17 @@ async def _record(receipts: ReceiptStore, entry: JournalEntry) -> int:
             entry.key,
             lease_id=entry.lease_id,
             results=entry.results,
-            credits_per_member=entry.credits,
+            member_credits=entry.bulk_member_credits(),
+            credits_source=entry.credits_source,
+            member_paid_by=entry.member_paid_by,
         )
     else:
         done = await receipts.complete(
-            entry.key, lease_id=entry.lease_id, result=entry.result, credits=entry.credits
+            entry.key,
+            lease_id=entry.lease_id,
+            result=entry.result,
+            credits=entry.credits,
+            credits_source=entry.credits_source,
+            paid_by=entry.paid_by,
         )
     return int(done)

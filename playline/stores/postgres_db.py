@@ -118,6 +118,16 @@ MIGRATIONS = (
             "ALTER TABLE playline_receipts ADD COLUMN forced_by text",
         ),
     ),
+    Migration(
+        3,
+        "receipts: where the credits came from (the provider's report or the billing rule)",
+        ("ALTER TABLE playline_receipts ADD COLUMN IF NOT EXISTS credits_source text",),
+    ),
+    Migration(
+        4,
+        "receipts: who paid for the answer (a dataset row), so its retry reads it as its own",
+        ("ALTER TABLE playline_receipts ADD COLUMN IF NOT EXISTS paid_by text",),
+    ),
 )
 
 

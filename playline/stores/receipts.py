@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
@@ -129,6 +129,14 @@ class ClaimOutcome:
     reason: str | None = None
     #: AMBIGUOUS: this claim found the receipt sent and unsettled, and marked it
     became_ambiguous: bool = False
+    #: HIT: when the answering receipt was completed, so a reused value can say its date
+    completed_at: float | None = None
+    #: HIT: the credits the answering receipt cost when it was paid (reusing it costs 0)
+    credits: float | None = None
+    #: HIT: where that figure came from (``"provider"`` or ``"rule"``)
+    credits_source: str | None = None
+    #: HIT: who paid for the answer (a dataset row, see ``complete``'s ``paid_by``)
+    paid_by: str | None = None
 
 
 class StoredState(NamedTuple):
@@ -145,13 +153,22 @@ class StoredState(NamedTuple):
     generation: int
     error: str | None
     forced_by: str | None
+    #: what the receipt was charged (reported on a HIT); defaulted for rows built by hand
+    credits: float | None = None
+    credits_source: str | None = None
+    paid_by: str | None = None
 
 
 #: The columns a claim reads, in :class:`StoredState`'s order.
 STATE_COLUMNS = (
     "status, result, owner, lease_id, lease_expires_at, completed_at, batch_key, sent_at,"
-    " generation, error, forced_by"
+    " generation, error, forced_by, credits, credits_source, paid_by"
 )
+
+#: Where a receipt's credits figure came from: the provider reported the charge.
+CREDITS_FROM_PROVIDER = "provider"
+#: ... or it was computed from the catalog's billing rule (the default).
+CREDITS_FROM_RULE = "rule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +186,9 @@ class Receipt:
     credits: float
     sent_at: float | None = None
     generation: int = 0
+    #: ``"provider"`` (the provider reported the charge) or ``"rule"`` (computed from
+    #: the billing rule); ``None`` for receipts recorded before it was kept
+    credits_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,11 +230,26 @@ class ReceiptStore(Protocol):
         """
         ...
 
-    async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
+    async def complete(
+        self,
+        key: str,
+        *,
+        lease_id: str,
+        result: Any,
+        credits: float,
+        credits_source: str = CREDITS_FROM_RULE,
+        paid_by: str | None = None,
+    ) -> bool:
         """Record a result; False (and nothing written) if the lease was lost.
 
+        ``paid_by`` names who paid for the call (a dataset row: ``<run ref>#<seq>``):
+        when the same payer claims the receipt again (its chunk retried after a
+        crash) the answer reads as paid by it, so its credits are not lost.
+
         A receipt this lease sent that was since marked ``ambiguous`` is completed
-        too: the answer is known after all.
+        too: the answer is known after all. ``credits_source`` says where ``credits``
+        came from (``"provider"`` or ``"rule"``), so a reader can tell a charge the
+        provider reported from an estimate.
         """
         ...
 
@@ -274,10 +309,18 @@ class ReceiptStore(Protocol):
         *,
         lease_id: str,
         results: dict[str, Any],
-        credits_per_member: float,
+        member_credits: Mapping[str, float],
+        credits_source: str = CREDITS_FROM_RULE,
+        member_paid_by: Mapping[str, str] | None = None,
     ) -> bool:
         """Complete the aggregate and every unfinished member in one transaction (fenced
-        by the aggregate's lease; a member already completed is left as it is)."""
+        by the aggregate's lease; a member already completed is left as it is).
+
+        Each member is credited its own ``member_credits`` entry (0 when absent): a
+        bulk answer's members need not cost the same. The aggregate is credited the
+        sum over the members this call completed, so a resumed batch does not count
+        again what an earlier attempt recorded.
+        """
         ...
 
     async def fail_batch(
@@ -342,11 +385,11 @@ def decide_claim(
     if status == "completed":
         if req.force:
             if req.force_token is not None and row.forced_by == req.force_token:
-                return ClaimOutcome(req.key, ClaimStatus.HIT, result=_loaded(row.result))
+                return _hit(req.key, row)
         else:
             fresh = req.stale_after_s is None or (row.completed_at or 0) >= now - req.stale_after_s
             if fresh:
-                return ClaimOutcome(req.key, ClaimStatus.HIT, result=_loaded(row.result))
+                return _hit(req.key, row)
         return ClaimOutcome(
             req.key, ClaimStatus.CLAIMED, lease_expires_at=expires, generation=row.generation + 1
         )
@@ -356,6 +399,19 @@ def decide_claim(
         lease_expires_at=expires,
         batch_key=row.batch_key,
         generation=row.generation,
+    )
+
+
+def _hit(key: str, row: StoredState) -> ClaimOutcome:
+    """A completed receipt answering a claim, with its date and original cost."""
+    return ClaimOutcome(
+        key,
+        ClaimStatus.HIT,
+        result=_loaded(row.result),
+        completed_at=row.completed_at,
+        credits=None if row.credits is None else float(row.credits),
+        credits_source=row.credits_source,
+        paid_by=row.paid_by,
     )
 
 

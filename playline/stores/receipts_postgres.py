@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
@@ -32,6 +32,7 @@ import psycopg
 from playline.stores.coalesce import Coalescer
 from playline.stores.postgres_db import PostgresDatabase
 from playline.stores.receipts import (
+    CREDITS_FROM_RULE,
     STATE_COLUMNS,
     BatchClaim,
     ClaimOutcome,
@@ -66,6 +67,8 @@ class _Settlement:
     result: str | None
     error: str | None
     credits: float
+    credits_source: str | None = None
+    paid_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +109,9 @@ _AMBIGUATE: LiteralString = (
 #: locked in key order first, as claims lock them.
 _SETTLE: LiteralString = (
     "WITH v AS (SELECT * FROM unnest(%(keys)s::text[], %(leases)s::text[],"
-    " %(statuses)s::text[], %(results)s::text[], %(errors)s::text[], %(credits)s::float8[])"
-    " WITH ORDINALITY AS v(key, lease_id, status, result, error, credits, ord)),"
+    " %(statuses)s::text[], %(results)s::text[], %(errors)s::text[], %(credits)s::float8[],"
+    " %(sources)s::text[], %(payers)s::text[])"
+    " WITH ORDINALITY AS v(key, lease_id, status, result, error, credits, source, payer, ord)),"
     " locked AS (SELECT key FROM playline_receipts WHERE key IN (SELECT key FROM v)"
     " ORDER BY key FOR UPDATE)"
     " UPDATE playline_receipts AS r SET status = v.status,"
@@ -117,11 +121,37 @@ _SETTLE: LiteralString = (
     " sent_at = CASE WHEN v.status = 'failed' THEN NULL ELSE r.sent_at END,"
     # An ambiguous receipt keeps its sender's lease id: the sender's answer may come.
     " lease_id = CASE WHEN v.status = 'ambiguous' THEN r.lease_id ELSE NULL END,"
-    " credits = r.credits + v.credits, lease_expires_at = NULL"
+    " credits = r.credits + v.credits, lease_expires_at = NULL,"
+    " credits_source = CASE WHEN v.status = 'completed' THEN v.source"
+    " ELSE r.credits_source END,"
+    " paid_by = CASE WHEN v.status = 'completed' THEN v.payer ELSE r.paid_by END"
     " FROM v WHERE r.key = v.key AND r.lease_id = v.lease_id"
     " AND (r.status = 'running' OR (r.status = 'ambiguous' AND v.status = 'completed'))"
     " AND r.key IN (SELECT key FROM locked)"
     " RETURNING v.ord"
+)
+#: A batch's aggregate, fenced by its lease; credited once its members are (below).
+_COMPLETE_AGGREGATE: LiteralString = (
+    "UPDATE playline_receipts SET status = 'completed', completed_at = " + _NOW + ","
+    " lease_id = NULL, lease_expires_at = NULL, error = NULL, result = %(result)s,"
+    " credits_source = %(source)s"
+    " WHERE key = %(agg)s AND lease_id = %(lease)s AND status IN ('running', 'ambiguous')"
+)
+#: A batch's members, each with its own credits. Members are completed once: a resumed
+#: batch does not re-complete (or re-credit) a member an earlier attempt recorded, and
+#: returns only what this settlement charged, which the aggregate is credited.
+_COMPLETE_MEMBERS: LiteralString = (
+    "WITH v AS (SELECT * FROM unnest(%(keys)s::text[], %(results)s::text[],"
+    " %(credits)s::float8[], %(payers)s::text[]) AS v(key, result, credits, payer)),"
+    " locked AS (SELECT key FROM playline_receipts WHERE key IN (SELECT key FROM v)"
+    " ORDER BY key FOR UPDATE)"
+    " UPDATE playline_receipts AS r SET status = 'completed', result = v.result,"
+    " error = NULL, completed_at = " + _NOW + ", lease_id = NULL,"
+    " lease_expires_at = NULL, credits = r.credits + v.credits, credits_source = %(source)s,"
+    " paid_by = v.payer"
+    " FROM v WHERE r.key = v.key AND r.batch_key = %(agg)s"
+    " AND r.status <> 'completed' AND r.key IN (SELECT key FROM locked)"
+    " RETURNING v.credits"
 )
 _MARK_SENT: LiteralString = (
     "WITH v AS (SELECT * FROM unnest(%(keys)s::text[], %(leases)s::text[], %(ttls)s::float8[])"
@@ -323,9 +353,27 @@ class PostgresReceiptStore:
             marked = {chosen[int(row[0]) - 1].key for row in await cur.fetchall()}
         return [item.key in marked for item in group]
 
-    async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
+    async def complete(
+        self,
+        key: str,
+        *,
+        lease_id: str,
+        result: Any,
+        credits: float,
+        credits_source: str = CREDITS_FROM_RULE,
+        paid_by: str | None = None,
+    ) -> bool:
         return await self._settlements.submit(
-            _Settlement(key, lease_id, "completed", stored_json(result), None, credits)
+            _Settlement(
+                key,
+                lease_id,
+                "completed",
+                stored_json(result),
+                None,
+                credits,
+                credits_source,
+                paid_by,
+            )
         )
 
     async def fail(self, key: str, *, lease_id: str, error: str) -> bool:
@@ -355,6 +403,8 @@ class PostgresReceiptStore:
                     "results": [s.result for s in chosen],
                     "errors": [s.error for s in chosen],
                     "credits": [float(s.credits) for s in chosen],
+                    "sources": [s.credits_source for s in chosen],
+                    "payers": [s.paid_by for s in chosen],
                     "now": self._now(),
                 },
             )
@@ -370,7 +420,8 @@ class PostgresReceiptStore:
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 "SELECT key, tool_id, status, result, error, owner, lease_id, lease_expires_at,"
-                " completed_at, attempts, credits, sent_at, generation FROM playline_receipts"
+                " completed_at, attempts, credits, sent_at, generation, credits_source"
+                " FROM playline_receipts"
                 " WHERE key = ANY(%s::text[])",
                 [list(keys)],
             )
@@ -390,6 +441,7 @@ class PostgresReceiptStore:
                 credits=row[10],
                 sent_at=row[11],
                 generation=row[12],
+                credits_source=row[13],
             )
             for row in rows
         }
@@ -519,46 +571,45 @@ class PostgresReceiptStore:
         *,
         lease_id: str,
         results: dict[str, Any],
-        credits_per_member: float,
+        member_credits: Mapping[str, float],
+        credits_source: str = CREDITS_FROM_RULE,
+        member_paid_by: Mapping[str, str] | None = None,
     ) -> bool:
         keys = sorted(results)
+        now = self._now()
+        payers = member_paid_by or {}
 
         async def tx(conn: psycopg.AsyncConnection[Any]) -> bool:
+            # The aggregate first (fenced, and locked before its members, as every
+            # batch transaction locks them), then the members, then what they cost.
             cur = await conn.execute(
-                "UPDATE playline_receipts SET status = 'completed', completed_at = " + _NOW + ","
-                " lease_id = NULL, lease_expires_at = NULL, error = NULL, result = %(result)s,"
-                " credits = credits + %(credits)s"
-                " WHERE key = %(agg)s AND lease_id = %(lease)s"
-                " AND status IN ('running', 'ambiguous')",
+                _COMPLETE_AGGREGATE,
                 {
                     "agg": agg_key,
                     "lease": lease_id,
                     "result": stored_json({"members": len(results)}),
-                    "credits": credits_per_member * len(results),
-                    "now": self._now(),
+                    "source": credits_source,
+                    "now": now,
                 },
             )
             if cur.rowcount != 1:
                 raise _Rollback
-            # Members are completed once: a resumed batch does not re-complete (or
-            # re-credit) a member an earlier attempt recorded.
-            await conn.execute(
-                "WITH v AS (SELECT * FROM unnest(%(keys)s::text[], %(results)s::text[])"
-                " AS v(key, result)),"
-                " locked AS (SELECT key FROM playline_receipts WHERE key IN (SELECT key FROM v)"
-                " ORDER BY key FOR UPDATE)"
-                " UPDATE playline_receipts AS r SET status = 'completed', result = v.result,"
-                " error = NULL, completed_at = " + _NOW + ", lease_id = NULL,"
-                " lease_expires_at = NULL, credits = r.credits + %(credits)s"
-                " FROM v WHERE r.key = v.key AND r.batch_key = %(agg)s"
-                " AND r.status <> 'completed' AND r.key IN (SELECT key FROM locked)",
+            cur = await conn.execute(
+                _COMPLETE_MEMBERS,
                 {
                     "keys": keys,
                     "results": [stored_json(results[k]) for k in keys],
-                    "credits": credits_per_member,
+                    "credits": [float(member_credits.get(k, 0.0)) for k in keys],
+                    "payers": [payers.get(k) for k in keys],
+                    "source": credits_source,
                     "agg": agg_key,
-                    "now": self._now(),
+                    "now": now,
                 },
+            )
+            charged = sum(float(row[0]) for row in await cur.fetchall())
+            await conn.execute(
+                "UPDATE playline_receipts SET credits = credits + %(total)s WHERE key = %(agg)s",
+                {"total": charged, "agg": agg_key},
             )
             return True
 

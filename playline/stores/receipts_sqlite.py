@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from playline.stores.migrations import Migration
 from playline.stores.receipts import (
+    CREDITS_FROM_RULE,
     STATE_COLUMNS,
     BatchClaim,
     ClaimOutcome,
@@ -79,6 +80,16 @@ MIGRATIONS = (
             "ALTER TABLE receipts ADD COLUMN generation INTEGER NOT NULL DEFAULT 0",
             "ALTER TABLE receipts ADD COLUMN forced_by TEXT",
         ),
+    ),
+    Migration(
+        4,
+        "where a receipt's credits came from (the provider's report or the billing rule)",
+        ("ALTER TABLE receipts ADD COLUMN credits_source TEXT",),
+    ),
+    Migration(
+        5,
+        "who paid for a receipt's answer (a dataset row), so its retry reads it as its own",
+        ("ALTER TABLE receipts ADD COLUMN paid_by TEXT",),
     ),
 )
 
@@ -182,16 +193,25 @@ class SqliteReceiptStore:
 
         return await self._db.write(tx)
 
-    async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
+    async def complete(
+        self,
+        key: str,
+        *,
+        lease_id: str,
+        result: Any,
+        credits: float,
+        credits_source: str = CREDITS_FROM_RULE,
+        paid_by: str | None = None,
+    ) -> bool:
         now = self._clock()
         payload = stored_json(result)
 
         def tx(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
                 "UPDATE receipts SET status='completed', result=?, error=NULL, completed_at=?, "
-                "lease_id=NULL, lease_expires_at=NULL, credits=credits + ? "
-                "WHERE key=? AND lease_id=? AND status IN ('running', 'ambiguous')",
-                (payload, now, credits, key, lease_id),
+                "lease_id=NULL, lease_expires_at=NULL, credits=credits + ?, credits_source=?, "
+                "paid_by=? WHERE key=? AND lease_id=? AND status IN ('running', 'ambiguous')",
+                (payload, now, credits, credits_source, paid_by, key, lease_id),
             )
             return cur.rowcount == 1
 
@@ -335,36 +355,45 @@ class SqliteReceiptStore:
         *,
         lease_id: str,
         results: dict[str, Any],
-        credits_per_member: float,
+        member_credits: Mapping[str, float],
+        credits_source: str = CREDITS_FROM_RULE,
+        member_paid_by: Mapping[str, str] | None = None,
     ) -> bool:
         now = self._clock()
+        payers = member_paid_by or {}
 
         def tx(conn: sqlite3.Connection) -> bool:
             fenced = conn.execute(
                 "UPDATE receipts SET status='completed', completed_at=?, lease_id=NULL, "
-                "lease_expires_at=NULL, error=NULL, result=?, credits=credits + ? "
+                "lease_expires_at=NULL, error=NULL, result=?, credits_source=? "
                 "WHERE key=? AND lease_id=? AND status IN ('running', 'ambiguous')",
-                (
-                    now,
-                    stored_json({"members": len(results)}),
-                    credits_per_member * len(results),
-                    agg_key,
-                    lease_id,
-                ),
+                (now, stored_json({"members": len(results)}), credits_source, agg_key, lease_id),
             ).rowcount
             if fenced != 1:
                 raise _Rollback
             # Members completed once: a resumed batch does not re-complete (or
             # re-credit) a member an earlier attempt recorded.
+            pending = _unfinished_members(conn, agg_key, list(results))
             conn.executemany(
                 "UPDATE receipts SET status='completed', result=?, error=NULL, "
                 "completed_at=?, lease_id=NULL, lease_expires_at=NULL, "
-                "credits=credits + ? WHERE key=? AND batch_key=? AND status <> 'completed'",
+                "credits=credits + ?, credits_source=?, paid_by=? WHERE key=? AND batch_key=? "
+                "AND status <> 'completed'",
                 [
-                    (stored_json(result), now, credits_per_member, key, agg_key)
-                    for key, result in results.items()
+                    (
+                        stored_json(results[key]),
+                        now,
+                        float(member_credits.get(key, 0.0)),
+                        credits_source,
+                        payers.get(key),
+                        key,
+                        agg_key,
+                    )
+                    for key in pending
                 ],
             )
+            total = sum(float(member_credits.get(key, 0.0)) for key in pending)
+            conn.execute("UPDATE receipts SET credits=credits + ? WHERE key=?", (total, agg_key))
             return True
 
         try:
@@ -420,8 +449,8 @@ class SqliteReceiptStore:
                 marks = ",".join("?" * len(batch))
                 for row in conn.execute(
                     "SELECT key, tool_id, status, result, error, owner, lease_id, "
-                    "lease_expires_at, completed_at, attempts, credits, sent_at, generation "
-                    f"FROM receipts WHERE key IN ({marks})",
+                    "lease_expires_at, completed_at, attempts, credits, sent_at, generation, "
+                    f"credits_source FROM receipts WHERE key IN ({marks})",
                     batch,
                 ):
                     found[row[0]] = Receipt(
@@ -438,6 +467,7 @@ class SqliteReceiptStore:
                         credits=row[10],
                         sent_at=row[11],
                         generation=row[12],
+                        credits_source=row[13],
                     )
             return found
 
@@ -445,6 +475,25 @@ class SqliteReceiptStore:
 
     async def close(self) -> None:
         await self._db.close()
+
+
+def _unfinished_members(conn: sqlite3.Connection, agg_key: str, keys: list[str]) -> list[str]:
+    """Which of ``keys`` are members of ``agg_key`` not completed yet: the ones a
+    settlement completes, and so the ones it credits to the aggregate."""
+    found: list[str] = []
+    for start in range(0, len(keys), 500):
+        page = keys[start : start + 500]
+        marks = ",".join("?" * len(page))
+        found.extend(
+            row[0]
+            for row in conn.execute(
+                f"SELECT key FROM receipts WHERE key IN ({marks}) AND batch_key = ? "
+                "AND status <> 'completed'",
+                [*page, agg_key],
+            )
+        )
+    chosen = set(found)
+    return [key for key in keys if key in chosen]
 
 
 class _Rollback(Exception):

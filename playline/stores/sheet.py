@@ -8,7 +8,10 @@ Three things live here:
   cell computed so far; a dataset outlives a run, which is what ``net_new`` needs;
 * **run manifests**: for one ``dataset.run(...)`` the ordered list of admitted row
   keys (``seq`` 0..n-1) with a status each. Chunks are ranges of ``seq``, so chunk
-  activity arguments are a handful of integers, never rows.
+  activity arguments are a handful of integers, never rows. Each manifest row also
+  keeps the *provenance* of the cells that run computed (which tool and provider gave
+  each value, whether it was paid or reused, what it cost, why a cell is empty): it
+  belongs to the run (a rerun records its own) and stays out of workflow history.
 
 A row key is the key fields' values (:func:`row_key_of`) or, for a run without a
 key, the row's source and position (:func:`positional_key`): two different files
@@ -62,6 +65,8 @@ class RunRow:
     data: dict[str, Any]
     status: RowStatus
     error: str | None
+    #: ``{column: provenance}`` of the cells this run computed, if it recorded any
+    provenance: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,9 @@ class RowResult:
     cells: dict[str, Any]
     status: RowStatus
     error: str | None = None
+    #: ``{column: provenance}`` for the row's computed cells (JSON-able), kept with
+    #: this run's manifest row
+    provenance: dict[str, Any] | None = None
 
 
 class SheetStore(Protocol):
@@ -126,7 +134,16 @@ class SheetStore(Protocol):
         ...
 
     async def write_results(self, run_ref: str, results: Sequence[RowResult]) -> None:
-        """Merge computed cells into their sheet rows and set the rows' statuses."""
+        """Merge computed cells into their sheet rows and set the rows' statuses (and
+        provenance, on the run's manifest rows: a result without any leaves the
+        row's as it was)."""
+        ...
+
+    async def read_provenance(
+        self, run_ref: str, start: int, end: int
+    ) -> list[tuple[int, dict[str, Any]]]:
+        """``(seq, provenance)`` of the run's rows with ``start <= seq < end`` that have
+        provenance, in ``seq`` order (one page: callers page through a run)."""
         ...
 
     async def run_counts(self, run_ref: str) -> dict[str, int]:

@@ -31,7 +31,7 @@ import psycopg
 
 from playline.contract import RunMode
 from playline.errors import InvalidPlayInput
-from playline.stores.migrations import Migration, migrate_postgres
+from playline.stores.migrations import Migration, migrate_postgres, postgres_version
 from playline.stores.postgres_db import PostgresDatabase
 from playline.stores.sheet import (
     PAGE_ROWS,
@@ -53,22 +53,46 @@ SHEET_MIGRATIONS = (
         "runs keep their first repeated row keys",
         ("ALTER TABLE playline_runs ADD COLUMN duplicate_keys jsonb",),
     ),
+    Migration(
+        2,
+        "run rows keep their cells' provenance (JSON text, per run)",
+        ("ALTER TABLE playline_run_rows ADD COLUMN IF NOT EXISTS provenance text",),
+    ),
 )
+#: The sheet component's version from which run rows have ``provenance``.
+_PROVENANCE_VERSION = 2
 
 _NOW = "COALESCE(%(now)s::float8, extract(epoch FROM statement_timestamp()))"
 
 _WRITE_RESULTS = (
     "WITH u AS (SELECT dataset FROM playline_runs WHERE run_ref = %(run)s),"
     " v AS (SELECT * FROM unnest(%(seqs)s::int[], %(keys)s::text[], %(cells)s::jsonb[],"
-    " %(statuses)s::text[], %(errors)s::text[]) AS v(seq, row_key, cells, status, error)),"
+    " %(statuses)s::text[], %(errors)s::text[], %(provenance)s::text[])"
+    " AS v(seq, row_key, cells, status, error, provenance)),"
     " merged AS (UPDATE playline_sheet_rows AS s SET data = s.data || v.cells,"
     " updated_at = " + _NOW + " FROM v, u"
     " WHERE s.dataset = u.dataset AND s.row_key = v.row_key AND v.cells <> '{}'::jsonb"
     " RETURNING 1),"
-    " marked AS (UPDATE playline_run_rows AS r SET status = v.status, error = v.error"
+    " marked AS (UPDATE playline_run_rows AS r SET status = v.status, error = v.error,"
+    " provenance = COALESCE(v.provenance, r.provenance)"
     " FROM v, u WHERE r.run_ref = %(run)s AND r.seq = v.seq RETURNING 1)"
     " SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM merged),"
     " (SELECT count(*) FROM marked)"
+)
+
+
+_READ_RUN_ROWS_FROM = (
+    " FROM playline_run_rows r"
+    " JOIN playline_runs u ON u.run_ref = r.run_ref"
+    " JOIN playline_sheet_rows s ON s.dataset = u.dataset AND s.row_key = r.row_key"
+    " WHERE r.run_ref = %s AND r.seq >= %s AND r.seq < %s ORDER BY r.seq"
+)
+_READ_RUN_ROWS = (
+    "SELECT r.seq, r.row_key, s.data, r.status, r.error, r.provenance" + _READ_RUN_ROWS_FROM
+)
+#: A schema from before provenance (a client reading what older workers wrote).
+_READ_RUN_ROWS_OLD = (
+    "SELECT r.seq, r.row_key, s.data, r.status, r.error, NULL" + _READ_RUN_ROWS_FROM
 )
 
 
@@ -85,6 +109,16 @@ class PostgresSheetStore:
         self._clock = clock
         self._migrated = False
         self._migrating = asyncio.Lock()
+        #: whether run rows have ``provenance`` (a client may read a schema older
+        #: workers migrated, and never migrates it); known once it was seen
+        self._has_provenance = False
+
+    async def _provenance_column(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Whether ``playline_run_rows.provenance`` exists in this schema."""
+        if not self._has_provenance:
+            version = await postgres_version(conn, "sheet")
+            self._has_provenance = version >= _PROVENANCE_VERSION
+        return self._has_provenance
 
     async def _migrate(self) -> None:
         """Apply :data:`SHEET_MIGRATIONS` once per store (a worker's, about to prepare a
@@ -245,19 +279,34 @@ class PostgresSheetStore:
 
     async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]:
         async with self._db.connection() as conn:
+            query = _READ_RUN_ROWS if await self._provenance_column(conn) else _READ_RUN_ROWS_OLD
+            cur = await conn.execute(query, [run_ref, start, end])
+            rows = await cur.fetchall()
+        return [
+            RunRow(seq, key, data, status, err, _loaded(prov))
+            for seq, key, data, status, err, prov in rows
+        ]
+
+    async def read_provenance(
+        self, run_ref: str, start: int, end: int
+    ) -> list[tuple[int, dict[str, Any]]]:
+        async with self._db.connection() as conn:
+            if not await self._provenance_column(conn):
+                return []
             cur = await conn.execute(
-                "SELECT r.seq, r.row_key, s.data, r.status, r.error FROM playline_run_rows r"
-                " JOIN playline_runs u ON u.run_ref = r.run_ref"
-                " JOIN playline_sheet_rows s ON s.dataset = u.dataset AND s.row_key = r.row_key"
-                " WHERE r.run_ref = %s AND r.seq >= %s AND r.seq < %s ORDER BY r.seq",
+                "SELECT seq, provenance FROM playline_run_rows WHERE run_ref = %s"
+                " AND seq >= %s AND seq < %s AND provenance IS NOT NULL ORDER BY seq",
                 [run_ref, start, end],
             )
             rows = await cur.fetchall()
-        return [RunRow(seq, key, data, status, err) for seq, key, data, status, err in rows]
+        return [(int(seq), json.loads(prov)) for seq, prov in rows]
 
     async def write_results(self, run_ref: str, results: Sequence[RowResult]) -> None:
         if not results:
             return
+        # The run may have been prepared by a worker of an older playline: this one
+        # brings the sheet's schema up to date before it writes provenance.
+        await self._migrate()
         async with self._db.connection() as conn:
             cur = await conn.execute(
                 _WRITE_RESULTS,
@@ -268,6 +317,7 @@ class PostgresSheetStore:
                     "cells": [json.dumps(r.cells) for r in results],
                     "statuses": [r.status for r in results],
                     "errors": [r.error for r in results],
+                    "provenance": [_dumped(r.provenance) for r in results],
                     "now": self._now(),
                 },
             )
@@ -299,6 +349,15 @@ class PostgresSheetStore:
 
     async def close(self) -> None:
         """Nothing of its own to close; the database is closed by its owner."""
+
+
+def _dumped(provenance: dict[str, Any] | None) -> str | None:
+    """A row's provenance as stored (JSON text, as SQLite stores it), or ``None``."""
+    return None if provenance is None else json.dumps(provenance)
+
+
+def _loaded(stored: str | None) -> dict[str, Any] | None:
+    return None if stored is None else dict(json.loads(stored))
 
 
 def _next_page(stream: Iterator[Sequence[str]]) -> list[Sequence[str]]:

@@ -60,6 +60,11 @@ MIGRATIONS = (
         "runs keep their first repeated row keys (a JSON list)",
         ("ALTER TABLE runs ADD COLUMN duplicate_keys TEXT",),
     ),
+    Migration(
+        3,
+        "run rows keep their cells' provenance (JSON, per run)",
+        ("ALTER TABLE run_rows ADD COLUMN provenance TEXT",),
+    ),
 )
 
 _INSERT_SOURCE_ROW = "INSERT INTO source_rows (dataset_id, pos, data) VALUES (?, ?, ?)"
@@ -85,6 +90,17 @@ class SqliteSheetStore:
         self._db = SqliteDatabase(path, MIGRATIONS, create=create)
         self.path = self._db.path
         self._clock = clock
+        #: whether ``run_rows.provenance`` exists (a client may read a file an older
+        #: worker wrote, which it never migrates); known once it was seen
+        self._has_provenance = False
+
+    def _provenance_column(self, conn: sqlite3.Connection) -> str:
+        """What to select for a row's provenance: the column, or NULL in a file of a
+        schema from before it (read by a client, which does not migrate)."""
+        if not self._has_provenance:
+            names = {row[1] for row in conn.execute("PRAGMA table_info(run_rows)")}
+            self._has_provenance = "provenance" in names
+        return "r.provenance" if self._has_provenance else "NULL"
 
     async def put_source(
         self, dataset_id: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
@@ -219,16 +235,32 @@ class SqliteSheetStore:
     async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]:
         def read(conn: sqlite3.Connection) -> list[RunRow]:
             rows = conn.execute(
-                "SELECT r.seq, r.row_key, s.data, r.status, r.error FROM run_rows r "
+                "SELECT r.seq, r.row_key, s.data, r.status, r.error, "
+                f"{self._provenance_column(conn)} FROM run_rows r "
                 "JOIN runs u ON u.run_ref = r.run_ref "
                 "JOIN sheet_rows s ON s.dataset = u.dataset AND s.row_key = r.row_key "
                 "WHERE r.run_ref = ? AND r.seq >= ? AND r.seq < ? ORDER BY r.seq",
                 (run_ref, start, end),
             ).fetchall()
             return [
-                RunRow(seq, key, json.loads(data), status, err)
-                for seq, key, data, status, err in rows
+                RunRow(seq, key, json.loads(data), status, err, _loaded(prov))
+                for seq, key, data, status, err, prov in rows
             ]
+
+        return await self._db.read(read)
+
+    async def read_provenance(
+        self, run_ref: str, start: int, end: int
+    ) -> list[tuple[int, dict[str, Any]]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[int, dict[str, Any]]]:
+            if self._provenance_column(conn) == "NULL":
+                return []
+            rows = conn.execute(
+                "SELECT seq, provenance FROM run_rows WHERE run_ref = ? AND seq >= ? "
+                "AND seq < ? AND provenance IS NOT NULL ORDER BY seq",
+                (run_ref, start, end),
+            ).fetchall()
+            return [(int(seq), json.loads(prov)) for seq, prov in rows]
 
         return await self._db.read(read)
 
@@ -256,8 +288,12 @@ class SqliteSheetStore:
                         (json.dumps(merged), now, dataset, res.row_key),
                     )
             conn.executemany(
-                "UPDATE run_rows SET status = ?, error = ? WHERE run_ref = ? AND seq = ?",
-                [(res.status, res.error, run_ref, res.seq) for res in results],
+                "UPDATE run_rows SET status = ?, error = ?, "
+                "provenance = COALESCE(?, provenance) WHERE run_ref = ? AND seq = ?",
+                [
+                    (res.status, res.error, _dumped(res.provenance), run_ref, res.seq)
+                    for res in results
+                ],
             )
 
         await self._db.write(tx)
@@ -289,6 +325,15 @@ class SqliteSheetStore:
 
     async def close(self) -> None:
         await self._db.close()
+
+
+def _dumped(provenance: dict[str, Any] | None) -> str | None:
+    """A row's provenance as stored (JSON), ``None`` when it has none."""
+    return None if provenance is None else json.dumps(provenance)
+
+
+def _loaded(stored: str | None) -> dict[str, Any] | None:
+    return None if stored is None else dict(json.loads(stored))
 
 
 def _stage_keys(conn: sqlite3.Connection, source_id: str, key_fields: Sequence[str]) -> None:

@@ -139,17 +139,24 @@ async def test_complete_batch_leaves_members_already_completed_as_they_were(
     # One member's answer was recorded already (an earlier settlement of the same batch).
     assert await store.complete("m1", lease_id="L1", result={"first": True}, credits=2)
     assert await store.complete_batch(
-        "agg", lease_id="L1", results={k: {"k": k} for k in members}, credits_per_member=2
+        "agg",
+        lease_id="L1",
+        results={k: {"k": k} for k in members},
+        member_credits=dict.fromkeys(members, 2.0),
     )
     receipts = await store.get(["agg", *members])
     assert receipts["m1"].result == {"first": True}  # not replaced...
     assert receipts["m1"].credits == 2  # ...and not credited a second time
     assert [receipts[k].result for k in ("m2", "m3")] == [{"k": "m2"}, {"k": "m3"}]
     assert {receipts[k].credits for k in members} == {2}
-    assert receipts["agg"].status == "completed" and receipts["agg"].credits == 6
+    # The aggregate is credited what this settlement charged: m2 and m3.
+    assert receipts["agg"].status == "completed" and receipts["agg"].credits == 4
     # Settling the batch again (a resumed attempt's late answer) changes nothing.
     assert not await store.complete_batch(
-        "agg", lease_id="L1", results={k: {"late": k} for k in members}, credits_per_member=2
+        "agg",
+        lease_id="L1",
+        results={k: {"late": k} for k in members},
+        member_credits=dict.fromkeys(members, 2.0),
     )
     again = await store.get(members)
     assert sum(r.credits for r in again.values()) == 6

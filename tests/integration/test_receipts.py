@@ -4,13 +4,22 @@ claims, leases, fencing, coalesced writes, batches, concurrent stores."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
+from pathlib import Path
 
 import pytest
 
 from playline.config import Settings
 from playline.stores.backends import Stores, open_stores
+from playline.stores.journal import JournalEntry, ResultJournal
+from playline.stores.migrations import migrate_postgres, migrate_sqlite, postgres_version
+from playline.stores.postgres_db import MIGRATIONS as PG_MIGRATIONS
 from playline.stores.receipts import ClaimRequest, ClaimStatus, ReceiptStore
+from playline.stores.receipts_sqlite import MIGRATIONS as SQLITE_MIGRATIONS
+from playline.stores.receipts_sqlite import SqliteReceiptStore
 from tests.integration.conftest import Clock
+from tests.pg import pg_schema
 
 
 @pytest.fixture
@@ -162,10 +171,16 @@ async def test_a_batch_is_recorded_taken_over_and_completed_with_its_members(
     taken = await store.claim_batch("agg", owner="b", lease_id="L2", ttl_s=5)
     assert (taken.status, taken.request) == (ClaimStatus.CLAIMED, request)
     assert not await store.complete_batch(
-        "agg", lease_id="L1", results={k: {"k": k} for k in members}, credits_per_member=1
+        "agg",
+        lease_id="L1",
+        results={k: {"k": k} for k in members},
+        member_credits=dict.fromkeys(members, 1.0),
     )  # fenced off: the crashed sender's late answer
     assert await store.complete_batch(
-        "agg", lease_id="L2", results={k: {"k": k} for k in members}, credits_per_member=2
+        "agg",
+        lease_id="L2",
+        results={k: {"k": k} for k in members},
+        member_credits=dict.fromkeys(members, 2.0),
     )
     receipts = await store.get(["agg", *members])
     assert receipts["agg"].status == "completed" and receipts["agg"].credits == 6
@@ -207,3 +222,153 @@ async def test_concurrent_claims_from_two_stores_have_one_winner(store_url: str)
         )
         for x, y in zip(a, reversed(b), strict=True):
             assert {x.status, y.status} == {ClaimStatus.CLAIMED, ClaimStatus.HELD}
+
+
+# -- what a call cost, and where the figure came from -------------------------------
+
+
+async def test_a_completion_keeps_where_its_credits_came_from(store: ReceiptStore) -> None:
+    reqs = [ClaimRequest("p", "t"), ClaimRequest("r", "t")]
+    await store.claim(reqs, owner="a", lease_id="L1", ttl_s=10)
+    assert await store.complete(
+        "p", lease_id="L1", result={"v": 1}, credits=1.5, credits_source="provider"
+    )
+    assert await store.complete("r", lease_id="L1", result={"v": 2}, credits=1)
+    receipts = await store.get(["p", "r"])
+    assert (receipts["p"].credits, receipts["p"].credits_source) == (1.5, "provider")
+    assert (receipts["r"].credits, receipts["r"].credits_source) == (1.0, "rule")
+
+
+async def test_a_hit_says_when_its_receipt_was_paid_and_what_it_cost(
+    store: ReceiptStore, clock: Clock
+) -> None:
+    req = ClaimRequest("k", "t")
+    [claimed] = await store.claim([req], owner="a", lease_id="L1", ttl_s=10)
+    assert claimed.completed_at is None and claimed.credits is None
+    assert await store.complete("k", lease_id="L1", result={"v": 1}, credits=2.5)
+    clock.now += 3600
+    [hit] = await store.claim([req], owner="b", lease_id="L2", ttl_s=10)
+    assert hit.status is ClaimStatus.HIT and hit.result == {"v": 1}
+    assert (hit.completed_at, hit.credits) == (1_000.0, 2.5)
+
+
+async def test_batch_members_are_credited_their_own_cost_and_the_aggregate_the_sum(
+    store: ReceiptStore,
+) -> None:
+    members = ["m1", "m2", "m3"]
+    await store.claim([ClaimRequest(k, "t") for k in members], owner="a", lease_id="L1", ttl_s=5)
+    assert await store.open_batch(
+        "agg", tool_id="t", member_keys=members, request={}, owner="a", lease_id="L1", ttl_s=5
+    )
+    assert await store.complete_batch(
+        "agg",
+        lease_id="L1",
+        results={k: {"k": k} for k in members},
+        member_credits={"m1": 1.0, "m2": 0.0, "m3": 2.5},
+        credits_source="provider",
+    )
+    receipts = await store.get(["agg", *members])
+    assert [receipts[k].credits for k in members] == [1.0, 0.0, 2.5]
+    assert receipts["agg"].credits == 3.5
+    assert {receipts[k].credits_source for k in ["agg", *members]} == {"provider"}
+    [hit] = await store.claim([ClaimRequest("m3", "t")], owner="b", lease_id="L2", ttl_s=5)
+    assert (hit.status, hit.credits) == (ClaimStatus.HIT, 2.5)
+
+
+async def test_a_member_already_completed_keeps_its_credits_and_is_not_summed(
+    store: ReceiptStore,
+) -> None:
+    members = ["m1", "m2", "m3"]
+    await store.claim([ClaimRequest(k, "t") for k in members], owner="a", lease_id="L1", ttl_s=5)
+    assert await store.open_batch(
+        "agg", tool_id="t", member_keys=members, request={}, owner="a", lease_id="L1", ttl_s=5
+    )
+    assert await store.complete(
+        "m1", lease_id="L1", result={"first": True}, credits=4, credits_source="provider"
+    )
+    assert await store.complete_batch(
+        "agg",
+        lease_id="L1",
+        results={k: {"k": k} for k in members},
+        member_credits={"m1": 9.0, "m2": 1.0, "m3": 2.0},
+    )
+    receipts = await store.get(["agg", *members])
+    assert receipts["m1"].result == {"first": True}
+    assert (receipts["m1"].credits, receipts["m1"].credits_source) == (4.0, "provider")
+    assert [receipts[k].credits for k in ("m2", "m3")] == [1.0, 2.0]
+    assert {receipts[k].credits_source for k in ("m2", "m3")} == {"rule"}
+    assert receipts["agg"].credits == 3.0  # only what this settlement completed
+
+
+async def test_journalled_bulk_lines_of_both_formats_replay(
+    store: ReceiptStore, tmp_path: Path
+) -> None:
+    """A journal line written before members had their own credits (``credits`` per
+    member) replays as it meant; a new line credits each member its own."""
+    for agg, lease, members in (("old", "L1", ["o1", "o2"]), ("new", "L2", ["n1", "n2"])):
+        await store.claim(
+            [ClaimRequest(k, "t") for k in members], owner="a", lease_id=lease, ttl_s=5
+        )
+        assert await store.open_batch(
+            agg, tool_id="t", member_keys=members, request={}, owner="a", lease_id=lease, ttl_s=5
+        )
+    journal = ResultJournal(tmp_path / "journal")
+    journal.directory.mkdir()
+    old_line = {"key": "old", "lease_id": "L1", "result": None, "credits": 1.5,
+                "results": {"o1": {"v": 1}, "o2": {"v": 2}}}  # fmt: skip
+    (journal.directory / "unsettled.jsonl").write_text(json.dumps(old_line) + "\n")
+    await journal.keep(
+        JournalEntry(
+            "new",
+            "L2",
+            credits=3.0,
+            results={"n1": {"v": 1}, "n2": {"v": 2}},
+            credits_source="provider",
+            member_credits={"n1": 1.0, "n2": 2.0},
+        )
+    )
+    assert await journal.replay(store) == 2
+    receipts = await store.get(["old", "o1", "o2", "new", "n1", "n2"])
+    assert [receipts[k].credits for k in ("o1", "o2", "old")] == [1.5, 1.5, 3.0]
+    assert receipts["o1"].credits_source == "rule"
+    assert [receipts[k].credits for k in ("n1", "n2", "new")] == [1.0, 2.0, 3.0]
+    assert receipts["n2"].credits_source == "provider"
+    assert not journal.pending()
+
+
+async def test_a_store_of_an_older_schema_gains_the_credits_source(tmp_path: Path) -> None:
+    """Receipts recorded before the source was kept read back without one; the
+    upgrade is applied once when a worker opens the store."""
+    path = tmp_path / "receipts.db"
+    old = sqlite3.connect(path)
+    migrate_sqlite(old, SQLITE_MIGRATIONS[:3], where=str(path), create=True)
+    old.execute(
+        "INSERT INTO receipts (key, tool_id, status, result, created_at, completed_at, "
+        "credits) VALUES ('k', 't', 'completed', '1', 1, 1, 2)"
+    )
+    old.commit()
+    old.close()
+    store = SqliteReceiptStore(path)
+    try:
+        receipt = (await store.get(["k"]))["k"]
+        assert (receipt.credits, receipt.credits_source) == (2, None)
+    finally:
+        await store.close()
+
+
+async def test_a_postgres_store_of_an_older_schema_gains_the_credits_source() -> None:
+    psycopg = pytest.importorskip("psycopg")
+    async with pg_schema() as url:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await migrate_postgres(
+                conn, PG_MIGRATIONS[:2], component="stores", where=url, create=True
+            )
+        async with await open_stores(Settings(store_url=url), create=True) as stores:
+            store = stores.receipts
+            await store.claim([ClaimRequest("k", "t")], owner="a", lease_id="L", ttl_s=5)
+            assert await store.complete(
+                "k", lease_id="L", result=1, credits=1, credits_source="provider"
+            )
+            assert (await store.get(["k"]))["k"].credits_source == "provider"
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            assert await postgres_version(conn, "stores") == len(PG_MIGRATIONS)

@@ -15,7 +15,7 @@ import logging
 import sqlite3
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -63,16 +63,36 @@ class FlakyReceipts(SqliteReceiptStore):
             self.fail_next -= 1
             raise sqlite3.OperationalError("database is locked")
 
-    async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
+    async def complete(
+        self,
+        key: str,
+        *,
+        lease_id: str,
+        result: Any,
+        credits: float,
+        credits_source: str = "rule",
+    ) -> bool:
         self._maybe_fail()
-        return await super().complete(key, lease_id=lease_id, result=result, credits=credits)
+        return await super().complete(
+            key, lease_id=lease_id, result=result, credits=credits, credits_source=credits_source
+        )
 
     async def complete_batch(
-        self, agg_key: str, *, lease_id: str, results: dict[str, Any], credits_per_member: float
+        self,
+        agg_key: str,
+        *,
+        lease_id: str,
+        results: dict[str, Any],
+        member_credits: Mapping[str, float],
+        credits_source: str = "rule",
     ) -> bool:
         self._maybe_fail()
         return await super().complete_batch(
-            agg_key, lease_id=lease_id, results=results, credits_per_member=credits_per_member
+            agg_key,
+            lease_id=lease_id,
+            results=results,
+            member_credits=member_credits,
+            credits_source=credits_source,
         )
 
 
