@@ -13,6 +13,9 @@ worker, or use the ``playline`` command. Starting, typed by the play's own model
 from importlib.metadata import PackageNotFoundError, version
 
 from playline.calls.runner import ToolResult
+from playline.calls.waterfall import Step, StepResult, WaterfallResult
+from playline.calls.waterfall_spec import AcceptSpec as Accept
+from playline.calls.waterfall_spec import ValidateSpec as Validate
 from playline.client import PlayHandle, execute_play, get_play_handle, start_play
 from playline.contract import DatasetRef, PlayRunResult, PlayState, RunOptions
 from playline.plugin import PlaylinePlugin
@@ -25,6 +28,7 @@ except PackageNotFoundError:  # pragma: no cover - imported from a source tree, 
     __version__ = "0+unknown"
 
 __all__ = [
+    "Accept",
     "DatasetHandle",
     "DatasetRef",
     "PlayContext",
@@ -34,7 +38,11 @@ __all__ = [
     "PlaylinePlugin",
     "RowContext",
     "RunOptions",
+    "Step",
+    "StepResult",
     "ToolResult",
+    "Validate",
+    "WaterfallResult",
     "__version__",
     "execute_play",
     "get_play_handle",

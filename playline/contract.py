@@ -183,6 +183,10 @@ class ChunkStats(BaseModel):
     first_error: str | None = None
     #: rows left pending for a parked provider (a dataset run re-runs them after the reset)
     parked: ParkedRows | None = None
+    #: what the finished rows' cells cost: credits by provider and by column, and each
+    #: waterfall column's answering steps (``playline.calls.provenance.SpendTally``);
+    #: a few keys per provider and column, never a row
+    spend: dict[str, Any] = Field(default_factory=dict)
 
     def add(self, other: ChunkStats) -> None:
         for name in type(self).model_fields:
@@ -190,8 +194,26 @@ class ChunkStats(BaseModel):
                 self.first_error = self.first_error or other.first_error
             elif name == "parked":
                 self.parked = merge_parked(self.parked, other.parked)
+            elif name == "spend":
+                self.spend = merge_spend(self.spend, other.spend)
             else:
                 setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def merge_spend(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two spend tallies as one (numbers add up, nested tables key by key)."""
+    if not b:
+        return a
+    merged: dict[str, Any] = dict(a)
+    for key, value in b.items():
+        mine = merged.get(key)
+        if isinstance(value, dict):
+            merged[key] = merge_spend(mine if isinstance(mine, dict) else {}, value)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            merged[key] = (mine if isinstance(mine, int | float) else 0) + value
+        else:
+            merged[key] = value
+    return merged
 
 
 def merge_parked(a: ParkedRows | None, b: ParkedRows | None) -> ParkedRows | None:
@@ -314,6 +336,14 @@ class ToolCallInput(BaseModel):
     input: dict[str, Any]
     force: bool = False
     stale_after_seconds: float | None = None
+    options: RunOptions
+
+
+class WaterfallCallInput(BaseModel):
+    """``ctx.waterfall``: one of the catalog's named waterfalls, run once for the play."""
+
+    name: str
+    input: dict[str, Any]
     options: RunOptions
 
 

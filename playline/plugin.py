@@ -89,6 +89,7 @@ class PlaylinePlugin(SimplePlugin):
             datasets.peek,
             datasets.export,
             scalar.call_tool,
+            scalar.call_waterfall,
             scalar.run_step,
             width.suggest_width,
             visibility.registered_search_attributes,

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from temporalio import workflow
 
 from playline.errors import UnknownResolver
+
+if TYPE_CHECKING:
+    from playline.calls.waterfall import WaterfallResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,6 +40,19 @@ class RowContext(Protocol):
         force: bool = False,
         stale_after_seconds: float | None = None,
     ) -> Any: ...
+
+    async def waterfall(
+        self,
+        name: str | None = None,
+        input: Mapping[str, Any] | None = None,
+        *,
+        steps: Sequence[Any] | None = None,
+        value: str | None = None,
+        **options: Any,
+    ) -> WaterfallResult:
+        """Try tools in order until one gives an accepted value: the catalog's named
+        waterfall, or ``steps`` (tool ids or ``playline.Step``) reading ``value``."""
+        ...
 
     def log(self, message: str) -> None: ...
 

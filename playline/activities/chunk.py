@@ -36,7 +36,7 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from types import MappingProxyType
 from typing import Any
@@ -48,8 +48,11 @@ from playline.calls.attempt import Attempt, CallStats
 from playline.calls.dispatch import Dispatcher
 from playline.calls.fixtures import FixtureDispatcher
 from playline.calls.live import LiveDispatcher, PacedSender
+from playline.calls.provenance import ColumnCalls, SpendTally, cell_provenance
 from playline.calls.runner import ToolResult, ToolRunner
 from playline.calls.upkeep import AttemptUpkeep
+from playline.calls.waterfall import Step, WaterfallResult, run_waterfall, spec_from_code
+from playline.calls.waterfall_spec import AcceptSpec, ValidateSpec
 from playline.contract import ChunkInput, ChunkStats, ColumnSpec, ParkedRows, RunOptions
 from playline.errors import (
     CallAmbiguous,
@@ -75,12 +78,33 @@ def _is_chunk_fatal(err: BaseException) -> bool:
 
 
 class RowCall:
-    """The ``rc`` a resolver receives: its row's key, tool calls and a logger."""
+    """The ``rc`` a resolver receives: its row's key, tool calls, waterfalls and a logger.
 
-    def __init__(self, row_key: str, runner: ToolRunner) -> None:
+    It also records what each column's calls were (``column``), from which the chunk
+    writes the cell's provenance. ``payer`` names the row in receipts: an answer this
+    row paid for in an earlier attempt (a retried chunk, a worker killed after the
+    call) reads as paid by it, not as reused, so the run's credits stay exact.
+    """
+
+    def __init__(
+        self,
+        row_key: str,
+        runner: ToolRunner,
+        payer: str | None = None,
+        row: Mapping[str, Any] | None = None,
+    ) -> None:
         self.row_key = row_key
+        #: the row as the resolver sees it (earlier columns included)
+        self.row: Mapping[str, Any] = row if row is not None else MappingProxyType({})
         self._runner = runner
+        self._payer = payer
         self.paid_calls = 0  # calls of this row that went to the provider
+        self.column = ColumnCalls()
+
+    def next_column(self) -> ColumnCalls:
+        """Start recording a new column's calls; the previous column's record."""
+        done, self.column = self.column, ColumnCalls()
+        return done
 
     async def tool(
         self,
@@ -91,10 +115,55 @@ class RowCall:
         stale_after_seconds: float | None = None,
     ) -> ToolResult:
         result = await self._runner.call(
-            tool_id, input, force=force, stale_after_s=stale_after_seconds
+            tool_id, input, force=force, stale_after_s=stale_after_seconds, payer=self._payer
         )
         if not result.cached:
             self.paid_calls += 1
+        self.column.calls.append(result)
+        return result
+
+    async def waterfall(
+        self,
+        name: str | None = None,
+        input: Mapping[str, Any] | None = None,
+        *,
+        steps: Sequence[str | Step] | None = None,
+        value: str | None = None,
+        accept: AcceptSpec | None = None,
+        validate: ValidateSpec | None = None,
+        on_unavailable: str = "skip",
+        max_credits: float | None = None,
+        row: Mapping[str, Any] | None = None,
+    ) -> WaterfallResult:
+        """Try tools in order until one gives an accepted value (see
+        :mod:`playline.calls.waterfall`): a catalog's named waterfall, or ``steps``
+        written here with ``value`` (the getter each step's answer is read by)."""
+        catalog = self._runner.catalog
+        if steps is None:
+            if name is None:
+                raise InvalidPlayInput("rc.waterfall needs a catalog waterfall's name or steps")
+            spec, code_steps = catalog.waterfall(name), None
+        else:
+            if value is None:
+                raise InvalidPlayInput("rc.waterfall(steps=...) needs value=: the getter to read")
+            spec, code_steps = spec_from_code(
+                steps,
+                value=value,
+                accept=accept,
+                validate=validate,
+                on_unavailable=on_unavailable,
+                max_credits=max_credits,
+            )
+        result = await run_waterfall(
+            self.tool,
+            catalog,
+            spec,
+            input or {},
+            row if row is not None else self.row,
+            name=name,
+            steps=code_steps,
+        )
+        self.column.waterfalls.append(result)
         return result
 
     def log(self, message: str) -> None:
@@ -176,6 +245,8 @@ async def _evaluate(spec: ColumnSpec, row: Mapping[str, Any], rc: RowCall) -> tu
     value = await fn(row, rc)
     if isinstance(value, ToolResult):
         value = value.data
+    elif isinstance(value, WaterfallResult):
+        value = value.value
     return True, value
 
 
@@ -218,6 +289,9 @@ class ChunkRun:
         self.parked: list[ProviderQuotaExhausted] = []
         self._gate = asyncio.Semaphore(max(1, input.row_concurrency))
         self._row_metrics = RowMetrics()
+        #: what the rows this attempt finished cost (credits by provider and column,
+        #: waterfall steps): the run's current details sum these
+        self.spend = SpendTally()
         self._flushing = asyncio.Lock()
         #: rows are named by key in history only when the run may show rows at all
         self._name_rows = input.options.preview_rows > 0
@@ -273,8 +347,12 @@ class ChunkRun:
         if details:
             # The previous attempt's last heartbeat; the sheet's row statuses are
             # the authority on what is done (they are written before heartbeats).
-            # Its calls are counted on: this attempt's stats start from them.
+            # Its calls are counted on: this attempt's stats start from them, and the
+            # rows it finished count in this attempt's spend (it never reported them).
             self.attempt.stats = carried_calls(details[0])
+            for done in rows:
+                if done.status != "pending":
+                    self.spend.add_row(done.provenance)
             activity.logger.info(
                 "chunk %s-%s resumes: last attempt reported %s; %d rows already done",
                 input.start,
@@ -305,14 +383,22 @@ class ChunkRun:
                 return
             data: dict[str, Any] = dict(row.data)
             cells: dict[str, Any] = {}
-            rc = RowCall(row.row_key, self.runner)
+            provenance: dict[str, Any] = {}
+            view = MappingProxyType(data)
+            rc = RowCall(row.row_key, self.runner, f"{self.input.run_ref}#{row.seq}", view)
+            column = ""
             try:
                 for spec in self.input.columns:
-                    ran, value = await _evaluate(spec, MappingProxyType(data), rc)
+                    column = spec.name
+                    ran, value = await _evaluate(spec, view, rc)
                     cells[spec.name] = value if ran else data.get(spec.name)
                     data[spec.name] = cells[spec.name]
+                    provenance[spec.name] = cell_provenance(rc.next_column(), value, ran=ran)
             except Exception as err:
-                self._row_failed(row, cells, err)
+                if column and column not in provenance:
+                    failed = type(err).__name__
+                    provenance[column] = cell_provenance(rc.next_column(), None, failed=failed)
+                self._row_failed(row, cells, err, provenance)
                 return
             bad = unstorable_columns(cells)
             if bad:
@@ -325,15 +411,23 @@ class ChunkRun:
                     UnstorableValue(
                         f"column {name!r} returned a value the sheet cannot store: {why}"
                     ),
+                    provenance,
                 )
                 return
             self.stats.rows_ok += 1
             if rc.paid_calls == 0:
                 self.stats.rows_cached += 1
             self._row_metrics.row("cached" if rc.paid_calls == 0 else "ok")
-            self.done.append(RowResult(row.seq, row.row_key, cells, "ok"))
+            self.spend.add_row(provenance)
+            self.done.append(RowResult(row.seq, row.row_key, cells, "ok", provenance=provenance))
 
-    def _row_failed(self, row: RunRow, cells: dict[str, Any], err: Exception) -> None:
+    def _row_failed(
+        self,
+        row: RunRow,
+        cells: dict[str, Any],
+        err: Exception,
+        provenance: dict[str, Any] | None = None,
+    ) -> None:
         """Record a row's error, or stop the chunk for an error about more than the row."""
         if isinstance(err, ProviderQuotaExhausted):
             # Nothing was sent and its receipt was released: the row stays pending,
@@ -354,7 +448,10 @@ class ChunkRun:
         shown = f"row {row.row_key!r}" if self._name_rows else f"row #{row.seq}"
         said = message if self._name_rows else type(err).__name__
         stats.first_error = stats.first_error or f"{shown}: {said}"
-        self.done.append(RowResult(row.seq, row.row_key, cells, "error", message[:1000]))
+        self.spend.add_row(provenance)
+        self.done.append(
+            RowResult(row.seq, row.row_key, cells, "error", message[:1000], provenance=provenance)
+        )
         if self.input.on_row_error == "fail":
             self.fatal.append(
                 RowFailed(
@@ -425,6 +522,7 @@ class ChunkRun:
                 latest.provider,
             )
         stats.elapsed_s = time.monotonic() - started
+        stats.spend = self.spend.as_dict()
         return stats_from(self.runner, stats)
 
 

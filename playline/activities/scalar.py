@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from temporalio import activity
 
 from playline import resolvers
 from playline.activities.chunk import make_runner
+from playline.calls.runner import ToolResult
 from playline.calls.upkeep import AttemptUpkeep
-from playline.contract import StepInput, ToolCallInput
+from playline.calls.waterfall import run_waterfall
+from playline.contract import StepInput, ToolCallInput, WaterfallCallInput
 from playline.services import ServicesHolder
 
 
@@ -45,6 +48,37 @@ class ScalarActivities:
                 stale_after_s=input.stale_after_seconds,
             )
         return result.data
+
+    @activity.defn(name="playline.call_waterfall")
+    async def call_waterfall(self, input: WaterfallCallInput) -> dict[str, Any]:
+        """A catalog waterfall run once (``ctx.waterfall``): its value, the step that
+        gave it and every step's outcome (what the play's history records)."""
+        services = self._holder.services
+        await services.settle_journal()
+        info = activity.info()
+        runner = make_runner(
+            services,
+            input.options,
+            lease_ttl_s=input.options.heartbeat_timeout_s,
+            force_token=f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}",
+        )
+        payer = f"{info.workflow_id}/{info.activity_id}"
+
+        async def call(tool_id: str, tool_input: Mapping[str, Any]) -> ToolResult:
+            return await runner.call(tool_id, tool_input, payer=payer)
+
+        spec = services.catalog.waterfall(input.name)
+        async with AttemptUpkeep(runner.attempt, beat=activity.heartbeat):
+            result = await run_waterfall(
+                call, services.catalog, spec, input.input, {}, name=input.name
+            )
+        return {
+            "value": result.value,
+            "step": result.step,
+            "credits": result.credits,
+            "miss": result.miss,
+            "steps": [step.provenance() for step in result.steps],
+        }
 
     @activity.defn(name="playline.run_step")
     async def run_step(self, input: StepInput) -> Any:

@@ -10,8 +10,11 @@ the aggregate and re-sends the *same* request with the *same* key, which the
 provider answers from its idempotency store instead of charging again. Re-forming
 a different batch from the same members (and paying for them again) cannot happen.
 
-Results are split back to the member receipts in the order of the request, all in
-one transaction with the aggregate's completion. A tool whose provider does not
+Results are split back to the member receipts in the order of the request (or, for
+a provider answering matches only, by the ``id_field`` playline set on each item), all
+in one transaction with the aggregate's completion, each member with its own credits:
+the tool's billing rule applies per member, and a total the provider reports is
+spread over them (:func:`playline.calls.billing.bulk_charges`). A tool whose provider does not
 de-duplicate has its aggregate marked *sent* before the request goes out: an attempt
 that finds such a batch sent and unsettled marks it and its members ambiguous instead
 of sending it again.
@@ -27,7 +30,7 @@ from typing import Any, Protocol
 
 from playline.calls.attempt import Attempt, until_released
 from playline.calls.catalog import ToolSpec
-from playline.calls.dispatch import ClaimedCall, Request
+from playline.calls.dispatch import ClaimedCall, Request, Settled
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed
 from playline.calls.settle import BatchReceipt, settle
 from playline.errors import CallAmbiguous, LeaseLost, ProviderTransientError
@@ -46,14 +49,33 @@ def aggregate_key(tool_id: str, members: list[tuple[str, int]]) -> str:
     return f"{tool_id}#batch:{digest}"
 
 
+def bulk_items(tool: ToolSpec, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items of a bulk request: the members' inputs, each with its position in
+    ``id_field`` when the tool's results are matched by it."""
+    assert tool.batch is not None
+    field_name = tool.batch.id_field
+    if field_name is None:
+        return list(payloads)
+    return [{**payload, field_name: str(at)} for at, payload in enumerate(payloads)]
+
+
 def split_results(tool: ToolSpec, response: Any, count: int) -> list[Any]:
     """The member results of a bulk response, in request order, or a provider error.
 
-    A response with the wrong number of results was answered (and maybe charged)
-    but cannot be used: ``may_have_charged``.
+    With ``id_field``, results are matched by it and a member without one is a miss
+    (``None``): such providers list matches only. Otherwise a response with the wrong
+    number of results was answered (and maybe charged) but cannot be used:
+    ``may_have_charged``.
     """
     assert tool.batch is not None
     results = response.get(tool.batch.results_field) if isinstance(response, dict) else None
+    if tool.batch.id_field is not None and isinstance(results, list):
+        by_id = {
+            str(r.get(tool.batch.id_field)): r
+            for r in results
+            if isinstance(r, dict) and r.get(tool.batch.id_field) is not None
+        }
+        return [by_id.get(str(at)) for at in range(count)]
     if not isinstance(results, list) or len(results) != count:
         got = len(results) if isinstance(results, list) else "no"
         raise ProviderTransientError(
@@ -69,7 +91,8 @@ class _Pending:
     key: str
     payload: dict[str, Any]
     generation: int
-    future: asyncio.Future[Any] = field(repr=False)
+    future: asyncio.Future[Settled] = field(repr=False)
+    payer: str | None = None
 
 
 class BulkSender(Protocol):
@@ -93,25 +116,30 @@ class BulkDispatcher:
         self._queues: dict[str, list[_Pending]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tools: dict[str, ToolSpec] = {}
-        self._resuming: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._resuming: dict[str, asyncio.Future[dict[str, Settled]]] = {}
         self.requests = 0  # bulk requests that produced results
         self.tasks: set[asyncio.Future[Any]] = set()
 
-    async def settle(self, call: ClaimedCall) -> Any:
+    async def settle(self, call: ClaimedCall) -> Settled:
         """A claimed call of a bulk tool: joins a new batch, or finishes its old one."""
         if call.batch_key is not None:
-            return await self.resume(call.tool, call.batch_key, call.key)
-        return await self.submit(call.tool, call.key, call.payload, call.generation)
+            return await self.resume(call.tool, call.batch_key, call.key, call.payer)
+        return await self.submit(call.tool, call.key, call.payload, call.generation, call.payer)
 
     async def submit(
-        self, tool: ToolSpec, key: str, payload: dict[str, Any], generation: int = 0
-    ) -> Any:
+        self,
+        tool: ToolSpec,
+        key: str,
+        payload: dict[str, Any],
+        generation: int = 0,
+        payer: str | None = None,
+    ) -> Settled:
         """Queue a claimed member; resolves with its own result."""
         assert tool.batch is not None
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
         queue = self._queues.setdefault(tool.id, [])
         self._tools[tool.id] = tool
-        pending = _Pending(key, payload, generation, future)
+        pending = _Pending(key, payload, generation, future, payer)
         queue.append(pending)
         if len(queue) >= tool.batch.max_items:
             self._flush(tool)
@@ -127,11 +155,14 @@ class BulkDispatcher:
             self._withdraw(tool.id, pending)
             raise
 
-    async def resume(self, tool: ToolSpec, agg_key: str, key: str) -> Any:
+    async def resume(
+        self, tool: ToolSpec, agg_key: str, key: str, payer: str | None = None
+    ) -> Settled:
         """Finish the unfinished batch ``key`` belongs to; returns ``key``'s result."""
         existing = self._resuming.get(agg_key)
         if existing is None:
-            existing = asyncio.ensure_future(self._resume(tool, agg_key))
+            payers = {key: payer} if payer is not None else {}
+            existing = asyncio.ensure_future(self._resume(tool, agg_key, payers))
             self._resuming[agg_key] = existing
             self._track(existing)
         results = await asyncio.shield(existing)
@@ -202,7 +233,7 @@ class BulkDispatcher:
             return
         keys = [m.key for m in members]
         agg = aggregate_key(tool.id, [(m.key, m.generation) for m in members])
-        request = {tool.batch.items_field: [m.payload for m in members]}
+        request = {tool.batch.items_field: bulk_items(tool, [m.payload for m in members])}
         attempt = self._attempt
         try:
             opened = await attempt.persist(
@@ -218,7 +249,8 @@ class BulkDispatcher:
             )
             if not opened:
                 raise LeaseLost(f"batch {agg}: a member receipt was taken over before dispatch")
-            results = await self._dispatch(tool, agg, keys, request)
+            payers = {m.key: m.payer for m in members if m.payer is not None}
+            results = await self._dispatch(tool, agg, keys, request, payers)
         except BaseException as err:
             for member in members:
                 if not member.future.done():
@@ -232,36 +264,33 @@ class BulkDispatcher:
                 member.future.set_result(results[member.key])
 
     async def _dispatch(
-        self, tool: ToolSpec, agg: str, keys: list[str], request: dict[str, Any]
-    ) -> dict[str, Any]:
+        self,
+        tool: ToolSpec,
+        agg: str,
+        keys: list[str],
+        request: dict[str, Any],
+        payers: dict[str, str] | None = None,
+    ) -> dict[str, Settled]:
         """Send the stored request and record every member's result (or the outcome)."""
         attempt = self._attempt
         assert tool.batch is not None
         valid_until = time.monotonic() + attempt.lease_ttl_s
         with attempt.leases.holding([agg], valid_until=valid_until):
             outcome = await self._sender.send(
-                Request(
-                    tool,
-                    request,
-                    batch_idempotency_key(agg),
-                    tool.credits * len(keys),
-                    (agg,),
-                    path=tool.batch.path,
-                )
+                Request(tool, request, batch_idempotency_key(agg), (agg,), path=tool.batch.path)
             )
             if isinstance(outcome, Answered):
-                try:
-                    split = split_results(tool, outcome.data, len(keys))
-                except ProviderTransientError as err:
-                    outcome = Failed(err) if tool.resend_safe else Ambiguous(err)
-                else:
-                    outcome = Answered(dict(zip(keys, split, strict=True)), outcome.credits)
-            target = BatchReceipt(attempt, agg, tool.credits, calls=len(keys))
-            results: dict[str, Any] = await settle(attempt, target, outcome, tool.id)
+                outcome = _priced(tool, keys, outcome)
+            target = BatchReceipt(attempt, agg, calls=len(keys), payers=payers)
+            results: dict[str, Any] = await settle(attempt, target, outcome, tool)
             self.requests += 1
-            return results
+            assert isinstance(outcome, Answered) and outcome.member_credits is not None
+            shares = outcome.member_credits
+            return {
+                key: Settled(result, shares[key], outcome.source) for key, result in results.items()
+            }
 
-    async def _resume(self, tool: ToolSpec, agg: str) -> dict[str, Any]:
+    async def _resume(self, tool: ToolSpec, agg: str, payers: dict[str, str]) -> dict[str, Settled]:
         attempt = self._attempt
 
         async def poll() -> BatchClaim | None:
@@ -281,15 +310,32 @@ class BulkDispatcher:
         started = time.monotonic()
         claim = await until_released(poll, max_wait_s=attempt.max_wait_s, what=f"batch {agg}")
         if claim.status is ClaimStatus.HIT:
+            # Another owner finished the batch: its answers cost this attempt nothing.
             found = await attempt.receipts.get(claim.member_keys)
-            return {k: r.result for k, r in found.items()}
+            return {k: Settled(r.result, paid=False) for k, r in found.items()}
         if claim.status is ClaimStatus.AMBIGUOUS:
             if claim.became_ambiguous:
                 attempt.stats.ambiguous += len(claim.member_keys)
             raise CallAmbiguous(tool.id, claim.reason or "an earlier bulk request")
         valid_until = started + attempt.lease_ttl_s
         with attempt.leases.holding(claim.member_keys, valid_until=valid_until):
-            return await self._dispatch(tool, agg, claim.member_keys, claim.request)
+            return await self._dispatch(tool, agg, claim.member_keys, claim.request, payers)
+
+
+def _priced(tool: ToolSpec, keys: list[str], answer: Answered) -> CallOutcome:
+    """A bulk answer split per member and priced per member, or the error it amounts to
+    (a response that cannot be split was answered, maybe charged, but is unusable)."""
+    try:
+        split = split_results(tool, answer.data, len(keys))
+    except ProviderTransientError as err:
+        return Failed(err) if tool.resend_safe else Ambiguous(err)
+    shares, source = tool.bulk_charges(answer.data, split, answer.reported)
+    return Answered(
+        dict(zip(keys, split, strict=True)),
+        sum(shares),
+        source,
+        member_credits=dict(zip(keys, shares, strict=True)),
+    )
 
 
 def batch_idempotency_key(agg: str) -> str:

@@ -20,11 +20,21 @@ method = "POST"
 path = "/v1/email/find"
 input = { first_name = "str", last_name = "str", domain = "str" }
 getters = { email = "email", confidence = "confidence" }
-credits = 1.0
+credits = 1.0                                           # per request, unless billing says more
+billing = { rule = "per_hit", hit = "email" }           # optional, see playline.calls.billing
 version = "1"
 batch = { path = "/v1/email/find/bulk", max_items = 25 }   # optional bulk endpoint
 timeout_s = 3.0                                         # optional, overrides the provider's
+source = "https://docs.acme.example/email-finder"       # optional: the doc it was written from
+
+[waterfalls.work_email]                                 # see playline.calls.waterfall_spec
+steps = ["email_finder", "other_finder"]
+value = "email"
 ```
+
+``include = ["hunter", "prospeo"]`` at the top pulls in the presets shipped in
+:mod:`playline.presets` (real providers, each entry citing its doc); the file's own
+providers, tools and waterfalls win over a preset's of the same name.
 
 A provider with several API keys (several accounts) lists their variables in
 ``auth.env``; each key is its own pacing key (``acme:key=ACME_KEY_A``) with the
@@ -52,11 +62,14 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from functools import cached_property
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
+from playline.calls.billing import BillingSpec, Charge, bulk_charges, single_charge
+from playline.calls.waterfall_spec import WaterfallSpec
 from playline.errors import (
     CatalogError,
     InvalidToolInput,
@@ -120,6 +133,8 @@ class ProviderSpec(BaseModel):
     idempotency: Idempotency = "none"
     #: the most bytes one response may hold; a larger one is a provider error
     max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1)
+    #: the documentation the entry was written from (presets cite theirs)
+    source: str | None = None
 
     def key_envs(self) -> tuple[str, ...]:
         """The variables of the keys calls are spread across (none without auth)."""
@@ -146,6 +161,10 @@ class BatchSpec(BaseModel):
     linger_ms: float = Field(default=20.0, ge=0, le=5000)
     items_field: str = "items"
     results_field: str = "results"
+    #: a field playline sets on each item to its position (a string) and matches the
+    #: results by, for providers that answer matches only or out of order; unset:
+    #: one result per item, in request order
+    id_field: str | None = None
 
 
 class ToolSpec(BaseModel):
@@ -166,6 +185,25 @@ class ToolSpec(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0)
     #: the idempotency contract (filled from the provider's when the tool says none)
     idempotency: Idempotency = "none"
+    #: how the provider bills an answer (default: ``credits`` per request)
+    billing: BillingSpec = BillingSpec()
+    #: the documentation the entry was written from (presets cite theirs)
+    source: str | None = None
+
+    @property
+    def max_credits(self) -> float:
+        """The most one answer (or bulk member) of this tool can cost."""
+        return self.billing.worst_case(self.credits)
+
+    def charge(self, result: Any, reported: float | None = None) -> Charge:
+        """What one answer cost: the provider's reported figure, else the rule's."""
+        return single_charge(self.billing, self.credits, result, reported, self.get)
+
+    def bulk_charges(
+        self, response: Any, members: list[Any], reported: float | None = None
+    ) -> tuple[list[float], str]:
+        """Each member's credits of a bulk answer, and where the figure came from."""
+        return bulk_charges(self.billing, self.credits, response, members, reported, self.get)
 
     @property
     def resend_safe(self) -> bool:
@@ -228,10 +266,12 @@ class Catalog(BaseModel):
 
     providers: dict[str, ProviderSpec]
     tools: dict[str, ToolSpec]
+    waterfalls: dict[str, WaterfallSpec] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
     def _fill_tool_ids(cls, data: Any) -> Any:
+        data = _with_presets(data)
         if isinstance(data, Mapping) and isinstance(data.get("tools"), Mapping):
             providers = data.get("providers")
             providers = providers if isinstance(providers, Mapping) else {}
@@ -254,7 +294,23 @@ class Catalog(BaseModel):
                     f"tool {tool.id!r} names provider {tool.provider!r}, which the catalog "
                     f"does not declare (declared: {sorted(self.providers)})"
                 )
+        for name, waterfall in self.waterfalls.items():
+            unknown = [t for t in waterfall.tools() if t not in self.tools]
+            if unknown:
+                raise ValueError(
+                    f"waterfall {name!r} names tool(s) {unknown} the catalog does not declare"
+                )
         return self
+
+    def waterfall(self, name: str) -> WaterfallSpec:
+        """The named waterfall, or ``UnknownTool`` naming the ones that exist."""
+        try:
+            return self.waterfalls[name]
+        except KeyError:
+            declared = ", ".join(sorted(self.waterfalls)) or "none"
+            raise UnknownTool(
+                f"unknown waterfall {name!r}; the catalog declares: {declared}"
+            ) from None
 
     def tool(self, tool_id: str) -> ToolSpec:
         """The tool with this id, or ``UnknownTool`` naming the ones that exist."""
@@ -307,6 +363,46 @@ class Catalog(BaseModel):
     def secret_variables(self) -> list[str]:
         """Every environment variable that holds an API key, over all providers."""
         return sorted({env for spec in self.providers.values() for env in spec.key_envs()})
+
+
+#: The package holding the presets (``include = [...]``).
+PRESETS_PACKAGE = "playline.presets"
+_MERGED_TABLES = ("providers", "tools", "waterfalls")
+
+
+def preset_names() -> list[str]:
+    """The presets shipped with playline (``include`` takes these names)."""
+    folder = resources.files(PRESETS_PACKAGE)
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """One preset's tables, or ``CatalogError`` naming the presets that exist."""
+    if not isinstance(name, str) or name not in preset_names():
+        raise CatalogError(
+            f"catalog includes unknown preset {name!r}; presets: {', '.join(preset_names())}"
+        )
+    text = resources.files(PRESETS_PACKAGE).joinpath(f"{name}.toml").read_text()
+    return tomllib.loads(text)
+
+
+def _with_presets(data: Any) -> Any:
+    """``data`` with its ``include``d presets merged under its own tables (its own win)."""
+    if not isinstance(data, Mapping) or "include" not in data:
+        return data
+    names = data["include"]
+    if isinstance(names, str) or not isinstance(names, list):
+        raise CatalogError("catalog 'include' must be a list of preset names")
+    merged: dict[str, Any] = {k: v for k, v in data.items() if k != "include"}
+    for table in _MERGED_TABLES:
+        combined: dict[str, Any] = {}
+        for name in names:
+            combined.update(load_preset(name).get(table, {}))
+        own = data.get(table, {})
+        combined.update(own if isinstance(own, Mapping) else {})
+        if combined or table in data:
+            merged[table] = combined
+    return merged
 
 
 def key_pacing_key(provider: str, env: str) -> str:

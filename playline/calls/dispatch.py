@@ -18,7 +18,21 @@ from typing import Any, Protocol
 
 from playline.calls.catalog import ToolSpec
 
-__all__ = ["ClaimedCall", "Dispatcher", "Request"]
+__all__ = ["ClaimedCall", "Dispatcher", "Request", "Settled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A settled call's answer and what this attempt paid for it.
+
+    ``paid`` is False when the answer came without a request of this attempt's (a bulk
+    request another owner finished, a fixture); ``credits`` is then 0.
+    """
+
+    data: Any
+    credits: float = 0.0
+    source: str = "rule"
+    paid: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +49,7 @@ class ClaimedCall:
         generation: the receipt's generation (a completed receipt claimed again
             for a fresh answer is in the next one); the ``Idempotency-Key`` derives
             from it.
+        payer: who pays for the call (a dataset row), recorded on its receipt.
     """
 
     tool: ToolSpec
@@ -43,6 +58,7 @@ class ClaimedCall:
     force: bool = False
     batch_key: str | None = None
     generation: int = 0
+    payer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +69,6 @@ class Request:
         tool: the catalog's tool.
         payload: the request body (or query, for GET).
         idempotency_key: sent as ``Idempotency-Key``.
-        credits: what an answer costs.
         lease_keys: the receipts (held by the attempt) the request answers: their
             leases must outlast the call, and they are marked sent first when the
             tool's provider does not de-duplicate.
@@ -63,7 +78,6 @@ class Request:
     tool: ToolSpec
     payload: dict[str, Any]
     idempotency_key: str
-    credits: float
     lease_keys: tuple[str, ...]
     path: str | None = None
 
@@ -76,8 +90,8 @@ class Dispatcher(Protocol):
         so answers are never shared across accounts or modes."""
         ...
 
-    async def settle(self, call: ClaimedCall) -> Any:
-        """Obtain the result, record it (fenced by the lease) and return it.
+    async def settle(self, call: ClaimedCall) -> Settled:
+        """Obtain the result, record it (fenced by the lease) and return it with its cost.
 
         Raises a typed ``ProviderError`` / ``FixtureMissing`` for a call that
         failed (recorded as failed), ``CallAmbiguous`` for one sent without a

@@ -27,7 +27,7 @@ from typing import Any
 
 from playline.calls.attempt import Attempt
 from playline.calls.catalog import ToolSpec
-from playline.calls.dispatch import ClaimedCall
+from playline.calls.dispatch import ClaimedCall, Settled
 from playline.calls.outcome import Answered, CallOutcome, Failed
 from playline.calls.settle import SingleReceipt, settle
 from playline.errors import FixtureMissing, InvalidPlayInput
@@ -190,11 +190,12 @@ class FixtureDispatcher:
     def auth_scope(self, tool: ToolSpec) -> str:
         return FIXTURE_SCOPE
 
-    async def settle(self, call: ClaimedCall) -> Any:
+    async def settle(self, call: ClaimedCall) -> Settled:
         outcome = await self._answer(call)
-        return await settle(
-            self._attempt, SingleReceipt(self._attempt, call.key), outcome, call.tool.id
-        )
+        target = SingleReceipt(self._attempt, call.key, call.payer)
+        data = await settle(self._attempt, target, outcome, call.tool)
+        # A recorded answer costs nothing to replay; it is still this attempt's answer.
+        return Settled(data, 0.0, "rule")
 
     async def _answer(self, call: ClaimedCall) -> CallOutcome:
         attempt, tool = self._attempt, call.tool
@@ -210,7 +211,7 @@ class FixtureDispatcher:
             return Failed(err)
         attempt.stats.made += 1
         attempt.metrics.call(tool.provider, tool.id, "fixture")
-        return Answered(data, 0.0)
+        return Answered(data)
 
     async def aclose(self) -> None:
         return None

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from playline.calls.billing import parse_reported
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.errors import (
     MissingApiKey,
@@ -82,7 +83,9 @@ class Exchange:
     """A provider's answer to one request, before it is judged.
 
     ``report`` is what the response said about the provider's limits (empty
-    when it said nothing); :meth:`result` is the JSON body or the typed error.
+    when it said nothing); ``charged`` the credits the provider said it charged, when
+    the tool's billing names a header for it; :meth:`result` is the JSON body or the
+    typed error.
     """
 
     tool: ToolSpec
@@ -90,6 +93,7 @@ class Exchange:
     report: RateLimitReport
     body: bytes
     scrub: SecretScrubber
+    charged: float | None = None
 
     def result(self) -> Any:
         """The JSON body, or the typed ``ProviderError`` this response amounts to."""
@@ -251,7 +255,9 @@ class ProviderClient:
                 may_have_charged=True,
             ) from None
         report = parse_rate_limit(response.headers, now_wall=time.time())
-        return Exchange(tool, response.status_code, report, body, self.scrub)
+        header = tool.billing.charged_header
+        charged = parse_reported(response.headers.get(header)) if header else None
+        return Exchange(tool, response.status_code, report, body, self.scrub, charged)
 
     async def send(
         self,

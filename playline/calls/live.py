@@ -29,12 +29,11 @@ import hashlib
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from playline.calls.attempt import Attempt
 from playline.calls.bulk import BulkDispatcher
 from playline.calls.catalog import ToolSpec
-from playline.calls.dispatch import ClaimedCall, Request
+from playline.calls.dispatch import ClaimedCall, Request, Settled
 from playline.calls.http import ProviderClient
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
 from playline.calls.settle import SingleReceipt, settle
@@ -160,9 +159,8 @@ class PacedSender:
                         permit.record_success(time.monotonic() - started)
                         self._observe(tool, "ok", started)
                         stats.made += 1
-                        stats.credits += request.credits
-                        attempt.metrics.credits(tool.provider, tool.id, request.credits)
-                        return Answered(data, request.credits)
+                        # Priced by the dispatcher, which knows the answer's shape.
+                        return Answered(data, reported=exchange.charged)
             except KeyBlocked as blocked:
                 self._observe(tool, "parked", time.monotonic())
                 return Parked(
@@ -231,21 +229,23 @@ class LiveDispatcher:
     def auth_scope(self, tool: ToolSpec) -> str:
         return self._sender.provider.auth_scope(tool)
 
-    async def settle(self, call: ClaimedCall) -> Any:
-        """Send, record the outcome, return the answer (or raise the outcome's error)."""
-        if call.tool.batch is not None:
+    async def settle(self, call: ClaimedCall) -> Settled:
+        """Send, record the outcome, return the answer and its cost (or raise the
+        outcome's error)."""
+        tool = call.tool
+        if tool.batch is not None:
             return await self.bulk.settle(call)
         request = Request(
-            call.tool,
-            call.payload,
-            idempotency_key(call.key, call.generation),
-            call.tool.credits,
-            (call.key,),
+            tool, call.payload, idempotency_key(call.key, call.generation), (call.key,)
         )
         outcome = await self._sender.send(request)
-        return await settle(
-            self._attempt, SingleReceipt(self._attempt, call.key), outcome, call.tool.id
-        )
+        if isinstance(outcome, Answered):
+            charge = tool.charge(outcome.data, outcome.reported)
+            outcome = Answered(outcome.data, charge.credits, charge.source)
+        target = SingleReceipt(self._attempt, call.key, call.payer)
+        data = await settle(self._attempt, target, outcome, tool)
+        assert isinstance(outcome, Answered)  # settle raised for every other outcome
+        return Settled(data, outcome.credits, outcome.source)
 
     async def aclose(self) -> None:
         """Let the bulk requests in flight finish and record (see ``BulkDispatcher``)."""

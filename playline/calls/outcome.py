@@ -21,6 +21,7 @@ retried, and after the retries it is ``Failed`` (re-sending it later is free).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,10 +32,20 @@ __all__ = ["Ambiguous", "Answered", "CallOutcome", "Failed", "Parked"]
 
 @dataclass(frozen=True, slots=True)
 class Answered:
-    """The provider answered: ``data`` is the result, ``credits`` what it cost."""
+    """The provider answered: ``data`` is the result, ``credits`` what it cost.
+
+    ``source`` says where the figure came from (``"provider"``: it reported the charge;
+    ``"rule"``: the catalog's billing rule). A sender leaves ``credits`` at 0 and puts
+    the charge the provider reported in a header in ``reported``; the dispatcher that
+    knows the answer's shape (single, or a bulk request's members, ``member_credits``)
+    prices it (:mod:`playline.calls.billing`) before it is settled.
+    """
 
     data: Any
-    credits: float
+    credits: float = 0.0
+    source: str = "rule"
+    reported: float | None = None
+    member_credits: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,25 +29,41 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from playline.calls.attempt import Attempt, CallSpan, CallStats, until_released
 from playline.calls.catalog import Catalog, ToolSpec
-from playline.calls.dispatch import ClaimedCall, Dispatcher
+from playline.calls.dispatch import ClaimedCall, Dispatcher, Settled
 from playline.errors import CallAmbiguous, LeaseLost
 from playline.stores.receipts import ClaimOutcome, ClaimRequest, ClaimStatus, receipt_key
 
-__all__ = ["ToolResult", "ToolRunner"]
+__all__ = ["ReceiptUse", "ToolResult", "ToolRunner"]
+
+#: How a call's answer was obtained in this run: paid for now, reused from a completed
+#: receipt, shared with an identical call in flight in this chunk, or waited for
+#: while another live owner paid for it.
+ReceiptUse = Literal["paid", "reused", "shared", "waited"]
 
 
 @dataclass(frozen=True)
 class ToolResult:
-    """A tool's answer; ``get(name)`` reads a value through the catalog's getters."""
+    """A tool's answer; ``get(name)`` reads a value through the catalog's getters.
+
+    Besides the data it says what the answer cost *this* call (``credits``: 0 unless
+    ``receipt`` is ``"paid"``), where that figure came from (``credits_source``:
+    ``"provider"`` or ``"rule"``) and when the answer was fetched from the provider
+    (``fetched_at``, epoch seconds: for a reused answer, when its receipt was
+    completed). That is what a cell's provenance records.
+    """
 
     tool: ToolSpec = field(repr=False)
     data: Any
     cached: bool
+    receipt: ReceiptUse = "paid"
+    credits: float = 0.0
+    credits_source: str | None = None
+    fetched_at: float | None = None
 
     def get(self, name: str, default: Any = None) -> Any:
         value = self.tool.get(self.data, name)
@@ -70,7 +86,7 @@ class ToolRunner:
         self.catalog = catalog
         self.attempt = attempt
         self.dispatcher = dispatcher
-        self._in_flight: dict[str, asyncio.Future[tuple[Any, bool]]] = {}
+        self._in_flight: dict[str, asyncio.Future[ToolResult]] = {}
         self._claims = _ClaimQueue(attempt)
 
     @property
@@ -92,8 +108,15 @@ class ToolRunner:
         *,
         force: bool = False,
         stale_after_s: float | None = None,
+        payer: str | None = None,
     ) -> ToolResult:
-        """Call a tool once per distinct input, however many rows ask for it."""
+        """Call a tool once per distinct input, however many rows ask for it.
+
+        ``payer`` names who pays for a call this attempt sends (a dataset row): the
+        receipt records it, and a later attempt of the same payer that finds the
+        receipt completed reads the answer as paid by it (with its credits), not as
+        reused, so a retried or killed chunk still reports what its rows cost.
+        """
         tool = self.catalog.tool(tool_id)
         payload = tool.validate_input(tool_input)
         key = receipt_key(tool.id, tool.version, payload, self.dispatcher.auth_scope(tool))
@@ -102,12 +125,12 @@ class ToolRunner:
             if existing is not None:
                 self.stats.shared += 1
                 span.receipt("shared")
-                data, _ = await asyncio.shield(existing)
-                return ToolResult(tool, data, cached=True)
-            future: asyncio.Future[tuple[Any, bool]] = asyncio.get_running_loop().create_future()
+                led = await asyncio.shield(existing)
+                return replace(led, cached=True, receipt="shared", credits=0.0)
+            future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
             self._in_flight[key] = future
             try:
-                data, cached = await self._lead(tool, payload, key, force, stale_after_s, span)
+                result = await self._lead(tool, payload, key, force, stale_after_s, span, payer)
             except asyncio.CancelledError:
                 future.cancel()
                 raise
@@ -115,8 +138,8 @@ class ToolRunner:
                 future.set_exception(err)
                 future.exception()  # followers may be absent; mark it retrieved
                 raise
-            future.set_result((data, cached))
-            return ToolResult(tool, data, cached=cached)
+            future.set_result(result)
+            return result
 
     async def _lead(
         self,
@@ -126,8 +149,9 @@ class ToolRunner:
         force: bool,
         stale: float | None,
         span: CallSpan,
-    ) -> tuple[Any, bool]:
-        """Claim the receipt and settle the call; ``(data, answered without paying)``."""
+        payer: str | None = None,
+    ) -> ToolResult:
+        """Claim the receipt and settle the call: the answer and what it cost."""
         attempt = self.attempt
         request = ClaimRequest(
             key=key,
@@ -144,11 +168,14 @@ class ToolRunner:
             if waited:
                 self.stats.waited += 1
                 self._receipt(tool, "waited", span)
-                return outcome.result, True
+                return self._free(tool, outcome, "waited")
         if outcome.status is ClaimStatus.HIT:
             self.stats.cached += 1
             self._receipt(tool, "hit", span)
-            return outcome.result, True
+            if payer is not None and outcome.paid_by == payer:
+                # This payer's own answer, recorded by an earlier attempt of its chunk.
+                return self._paid_earlier(tool, outcome)
+            return self._free(tool, outcome, "reused")
         if outcome.status is ClaimStatus.AMBIGUOUS:
             self._receipt(tool, "ambiguous", span)
             if outcome.became_ambiguous:
@@ -162,9 +189,44 @@ class ToolRunner:
             force=force,
             batch_key=outcome.batch_key,
             generation=outcome.generation,
+            payer=payer,
         )
         with attempt.leases.holding([key], valid_until=claimed_at + attempt.lease_ttl_s):
-            return await self.dispatcher.settle(call), False
+            settled: Settled = await self.dispatcher.settle(call)
+        return ToolResult(
+            tool,
+            settled.data,
+            cached=not settled.paid,
+            receipt="paid" if settled.paid else "waited",
+            credits=settled.credits,
+            credits_source=settled.source,
+            fetched_at=time.time(),
+        )
+
+    @staticmethod
+    def _free(tool: ToolSpec, outcome: ClaimOutcome, use: ReceiptUse) -> ToolResult:
+        """An answer a completed receipt gave: it costs this call nothing."""
+        return ToolResult(
+            tool,
+            outcome.result,
+            cached=True,
+            receipt=use,
+            credits_source=None,
+            fetched_at=outcome.completed_at,
+        )
+
+    @staticmethod
+    def _paid_earlier(tool: ToolSpec, outcome: ClaimOutcome) -> ToolResult:
+        """An answer the same payer paid for in an earlier attempt: its cost counts."""
+        return ToolResult(
+            tool,
+            outcome.result,
+            cached=True,
+            receipt="paid",
+            credits=outcome.credits or 0.0,
+            credits_source=outcome.credits_source,
+            fetched_at=outcome.completed_at,
+        )
 
     def _receipt(self, tool: ToolSpec, status: str, span: CallSpan) -> None:
         span.receipt(status)
@@ -178,7 +240,14 @@ class ToolRunner:
         async def poll() -> tuple[ClaimOutcome, float, bool] | None:
             receipt = (await receipts.get([key])).get(key)
             if receipt is not None and receipt.status == "completed" and not request.force:
-                return ClaimOutcome(key, ClaimStatus.HIT, result=receipt.result), 0.0, True
+                hit = ClaimOutcome(
+                    key,
+                    ClaimStatus.HIT,
+                    result=receipt.result,
+                    completed_at=receipt.completed_at,
+                    credits=receipt.credits,
+                )
+                return hit, 0.0, True
             again, claimed_at = await self._claims.claim(request)
             return None if again.status is ClaimStatus.HELD else (again, claimed_at, False)
 

@@ -15,6 +15,7 @@ import logging
 from typing import Any, Protocol
 
 from playline.calls.attempt import Attempt
+from playline.calls.catalog import ToolSpec
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
 from playline.errors import CallAmbiguous
 from playline.stores.journal import JournalEntry
@@ -31,9 +32,9 @@ class ReceiptTarget(Protocol):
     #: the calls it answers (1, or a bulk request's members): what the stats count
     calls: int
 
-    async def complete(self, data: Any, credits: float) -> bool: ...
+    async def complete(self, answer: Answered) -> bool: ...
 
-    def journal_entry(self, data: Any, credits: float) -> JournalEntry: ...
+    def journal_entry(self, answer: Answered) -> JournalEntry: ...
 
     async def fail(self, error: str, *, charged: bool) -> None: ...
 
@@ -43,12 +44,19 @@ class ReceiptTarget(Protocol):
 
 
 async def settle(
-    attempt: Attempt, target: ReceiptTarget, outcome: CallOutcome, tool_id: str
+    attempt: Attempt, target: ReceiptTarget, outcome: CallOutcome, tool: ToolSpec
 ) -> Any:
-    """Record ``outcome`` on ``target``; the answer's data, or the outcome's error raised."""
+    """Record ``outcome`` on ``target``; the answer's data, or the outcome's error raised.
+
+    An answer's credits (priced by the dispatcher) are counted here, once, whoever
+    sent it: the attempt's stats and the credits metric say what was paid.
+    """
+    tool_id = tool.id
     match outcome:
         case Answered(data=data, credits=credits):
-            await _record_answer(attempt, target, data, credits)
+            attempt.stats.credits += credits
+            attempt.metrics.credits(tool.provider, tool.id, credits)
+            await _record_answer(attempt, target, outcome)
             return data
         case Failed(error=error):
             attempt.stats.failed += target.calls
@@ -69,18 +77,16 @@ async def settle(
             raise CallAmbiguous(tool_id, _short(reason))
 
 
-async def _record_answer(
-    attempt: Attempt, target: ReceiptTarget, data: Any, credits: float
-) -> None:
+async def _record_answer(attempt: Attempt, target: ReceiptTarget, answer: Answered) -> None:
     """Write a paid answer, retrying; past the attempt's patience, journal it and stop."""
     try:
         recorded = await attempt.durably(
-            lambda: target.complete(data, credits), what=f"recording {target.key}"
+            lambda: target.complete(answer), what=f"recording {target.key}"
         )
     except Exception:
         if attempt.journal is None:
             raise attempt.latch.error() from None
-        await attempt.journal.keep(target.journal_entry(data, credits))
+        await attempt.journal.keep(target.journal_entry(answer))
         raise attempt.latch.error() from None
     if not recorded:
         # The lease was taken over (only a tool that may be re-sent loses it while its
@@ -100,18 +106,31 @@ class SingleReceipt:
 
     calls = 1
 
-    def __init__(self, attempt: Attempt, key: str) -> None:
+    def __init__(self, attempt: Attempt, key: str, payer: str | None = None) -> None:
         self._attempt = attempt
         self.key = key
+        self._payer = payer
 
-    async def complete(self, data: Any, credits: float) -> bool:
+    async def complete(self, answer: Answered) -> bool:
         attempt = self._attempt
         return await attempt.receipts.complete(
-            self.key, lease_id=attempt.lease_id, result=data, credits=credits
+            self.key,
+            lease_id=attempt.lease_id,
+            result=answer.data,
+            credits=answer.credits,
+            credits_source=answer.source,
+            paid_by=self._payer,
         )
 
-    def journal_entry(self, data: Any, credits: float) -> JournalEntry:
-        return JournalEntry(self.key, self._attempt.lease_id, result=data, credits=credits)
+    def journal_entry(self, answer: Answered) -> JournalEntry:
+        return JournalEntry(
+            self.key,
+            self._attempt.lease_id,
+            result=answer.data,
+            credits=answer.credits,
+            credits_source=answer.source,
+            paid_by=self._payer,
+        )
 
     async def fail(self, error: str, *, charged: bool) -> None:
         attempt = self._attempt
@@ -129,28 +148,40 @@ class SingleReceipt:
 class BatchReceipt:
     """A bulk request's aggregate receipt and its members.
 
-    ``complete`` takes the bulk answer already split per member (``{key: result}``);
-    a failure that may have been charged keeps the membership, so the next attempt
-    re-sends exactly this request (under the same key, for a tool that de-duplicates).
+    ``complete`` takes the bulk answer already split per member (``{key: result}``,
+    each member's credits in ``member_credits``); a failure that may have been charged
+    keeps the membership, so the next attempt re-sends exactly this request (under the
+    same key, for a tool that de-duplicates).
     """
 
     def __init__(
-        self, attempt: Attempt, agg: str, credits_per_member: float, *, calls: int
+        self, attempt: Attempt, agg: str, *, calls: int, payers: dict[str, str] | None = None
     ) -> None:
         self._attempt = attempt
         self.key = agg
-        self._per_member = credits_per_member
         self.calls = calls
+        self._payers = payers or {}
 
-    async def complete(self, data: Any, credits: float) -> bool:
+    async def complete(self, answer: Answered) -> bool:
         attempt = self._attempt
         return await attempt.receipts.complete_batch(
-            self.key, lease_id=attempt.lease_id, results=data, credits_per_member=self._per_member
+            self.key,
+            lease_id=attempt.lease_id,
+            results=answer.data,
+            member_credits=dict(answer.member_credits or {}),
+            credits_source=answer.source,
+            member_paid_by=self._payers,
         )
 
-    def journal_entry(self, data: Any, credits: float) -> JournalEntry:
+    def journal_entry(self, answer: Answered) -> JournalEntry:
         return JournalEntry(
-            self.key, self._attempt.lease_id, credits=self._per_member, results=dict(data)
+            self.key,
+            self._attempt.lease_id,
+            credits=answer.credits,
+            credits_source=answer.source,
+            results=dict(answer.data),
+            member_credits=dict(answer.member_credits or {}),
+            member_paid_by=dict(self._payers),
         )
 
     async def fail(self, error: str, *, charged: bool) -> None:

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         StepInput,
         ToolCallInput,
+        WaterfallCallInput,
     )
     from playline.resolvers import registered_name
     from playline.workflows.controls import PlayControls
@@ -338,6 +339,25 @@ class PlayContext:
         except ActivityError as err:
             raise _failure_or_cancel(err) from err
         return data
+
+    async def waterfall(self, name: str, input: dict[str, Any]) -> dict[str, Any]:
+        """One of the catalog's named waterfalls, run once for the play (through
+        receipts and the governor, step by step): ``{"value", "step", "credits",
+        "miss", "steps"}``, each step with its outcome. Like ``tool``, its answer is
+        recorded in the play's history, so pass it no row data you would not log."""
+        await self.dispatch_allowed()
+        try:
+            result: dict[str, Any] = await workflow.execute_activity_method(
+                ScalarActivities.call_waterfall,
+                WaterfallCallInput(name=name, input=input, options=self.options),
+                start_to_close_timeout=SHORT_ACTIVITY,
+                heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout_s),
+                retry_policy=SETUP_RETRY,
+                summary=f"waterfall {name}",
+            )
+        except ActivityError as err:
+            raise _failure_or_cancel(err) from err
+        return result
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a registered function once as an activity; replays return its stored result."""

@@ -33,6 +33,7 @@ from playline.contract import (
     RunMode,
     RunOptions,
 )
+from playline.spend import spend_lines
 
 __all__ = [
     "dataset_current_details",
@@ -149,6 +150,7 @@ def _calls(stats: ChunkStats, calls_made: int | None = None) -> list[str]:
         f"- calls: {made} made, {saved} saved ({stats.calls_cached} receipt hits, "
         f"{stats.calls_shared} shared)",
         f"- credits: {stats.credits:g}",
+        *(f"- {line}" for line in spend_lines(stats.spend)),
     ]
 
 

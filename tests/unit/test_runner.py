@@ -14,7 +14,7 @@ import pytest
 
 from playline.calls.attempt import Attempt, LeaseKeeper, until_released
 from playline.calls.catalog import Catalog, ToolSpec
-from playline.calls.dispatch import ClaimedCall
+from playline.calls.dispatch import ClaimedCall, Settled
 from playline.calls.outcome import Answered
 from playline.calls.runner import ToolRunner
 from playline.calls.settle import SingleReceipt, settle
@@ -73,7 +73,7 @@ class MemoryReceipts:
             out.append(outcome)
         return out
 
-    async def complete(self, key: str, *, lease_id: str, result: Any, credits: float) -> bool:
+    async def complete(self, key: str, *, lease_id: str, result: Any, **cost: Any) -> bool:
         if self.fail_writes:
             raise OSError("disk full")
         row = self.rows[key]
@@ -147,13 +147,14 @@ class RecordingDispatcher:
     def auth_scope(self, tool: ToolSpec) -> str:
         return "test"
 
-    async def settle(self, call: ClaimedCall) -> Any:
+    async def settle(self, call: ClaimedCall) -> Settled:
         self.settled.append(call)
         self.held_while_settling.append(self.attempt.leases.keys())
         await asyncio.sleep(0.01)
         self.attempt.check_before_dispatch()
         outcome = Answered({"answer": call.payload["q"]}, 1.0)
-        return await settle(self.attempt, SingleReceipt(self.attempt, call.key), outcome, "find")
+        data = await settle(self.attempt, SingleReceipt(self.attempt, call.key), outcome, call.tool)
+        return Settled(data, outcome.credits)
 
     async def aclose(self) -> None: ...
 

@@ -1,0 +1,301 @@
+"""Running a waterfall: try each step's tool in order until one gives an accepted value.
+
+Every step is an ordinary tool call (``call``: the row's ``rc.tool``), so it goes
+through receipts and the governor like any other: a rerun answers each step from
+its receipt and costs nothing, and a worker killed mid-waterfall repeats no paid
+step (the steps before the kill are completed receipts; the one in flight is
+settled by the receipt rules). Steps are tried one after another, never in
+parallel: a later step is only paid for when the earlier ones missed.
+
+What became of each step is one of :data:`~playline.calls.waterfall_spec.STEP_OUTCOMES`:
+
+``hit``               a present value, accepted and (if declared) validated: the answer
+``no_match``          the tool answered without the value
+``rejected``          a value the accept rule refused (the reason says which rule)
+``invalid``           a value the validation step refused (the verifier's verdict)
+``unavailable``       the provider cannot take calls now (quota spent, blocked): with
+                      ``on_unavailable = "skip"`` the next step is tried, with
+                      ``"wait"`` the row parks and the whole waterfall is re-run after
+                      the reset (the steps before are receipt hits, free)
+``error``             the call failed after its retries, or was ambiguous (may have
+                      been charged, never re-sent): typed in the reason
+``skipped_budget``    the step could cost more than the row's ``max_credits`` left
+``skipped_condition`` the step's ``when`` said no for this row
+
+Errors that are about the chunk, not the step (a lost lease, a failed store write,
+an unknown tool, a missing API key) stop the waterfall as they stop any call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from playline.calls.billing import is_present
+from playline.calls.catalog import Catalog
+from playline.calls.runner import ReceiptUse, ToolResult
+from playline.calls.waterfall_spec import (
+    AcceptSpec,
+    StepOutcomeName,
+    StepSpec,
+    ValidateSpec,
+    WaterfallSpec,
+)
+from playline.errors import CallAmbiguous, FixtureMissing, ProviderError, ProviderQuotaExhausted
+
+__all__ = ["Step", "StepResult", "WaterfallResult", "run_waterfall"]
+
+#: ``input`` of a code step: a mapping, or a function of the row and the steps so far.
+StepInput = Mapping[str, Any] | Callable[[Mapping[str, Any], list["StepResult"]], Mapping[str, Any]]
+#: ``accept`` of a code step: a rule, or a function returning why a result is refused.
+AcceptRule = AcceptSpec | Callable[[ToolResult], str | None]
+
+
+class CallTool(Protocol):
+    """``rc.tool``: one receipted, paced tool call."""
+
+    def __call__(self, tool_id: str, input: Mapping[str, Any], /) -> Awaitable[ToolResult]: ...
+
+
+@dataclass(frozen=True)
+class Step:
+    """A waterfall step written in code (a catalog writes :class:`StepSpec`).
+
+    Args:
+        tool: the catalog's tool id.
+        input: the tool's input, or a function ``(row, earlier steps) -> input``;
+            default: the waterfall's input restricted to the tool's input fields.
+        accept: this step's accept rule (default: the waterfall's), or a function
+            returning the reason a result is refused (``None``: accepted).
+        when: ``(row, earlier steps) -> bool``; False skips the step.
+    """
+
+    tool: str
+    input: StepInput | None = None
+    accept: AcceptRule | None = None
+    when: Callable[[Mapping[str, Any], list[StepResult]], bool] | None = None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What became of one step: its outcome, why, what it cost and how it was answered."""
+
+    tool: str
+    provider: str
+    outcome: StepOutcomeName
+    reason: str | None = None
+    credits: float = 0.0
+    receipt: ReceiptUse | None = None
+    value: Any = None
+    result: ToolResult | None = field(default=None, repr=False)
+
+    def provenance(self) -> dict[str, Any]:
+        """The step as a cell's provenance records it (no value: that is the cell's)."""
+        return {
+            "tool": self.tool,
+            "provider": self.provider,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "credits": self.credits,
+            "receipt": self.receipt,
+        }
+
+
+@dataclass(frozen=True)
+class WaterfallResult:
+    """A waterfall's answer: the value, the step that gave it, and every step's outcome."""
+
+    name: str | None
+    value: Any
+    step: str | None
+    steps: list[StepResult]
+    #: the answering step's tool result (``None`` when no step answered)
+    result: ToolResult | None = field(default=None, repr=False)
+
+    @property
+    def credits(self) -> float:
+        """What every step (and validation) charged in this call."""
+        return sum(step.credits for step in self.steps)
+
+    @property
+    def miss(self) -> str | None:
+        """Why no value was found (``None`` when one was)."""
+        if self.step is not None:
+            return None
+        if not self.steps:
+            return "no step ran"
+        return "; ".join(
+            f"{s.tool}: {s.outcome}" + (f" ({s.reason})" if s.reason else "") for s in self.steps
+        )
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A value of the answering step's result through its getters."""
+        return default if self.result is None else self.result.get(name, default)
+
+
+def spec_from_code(
+    steps: Sequence[str | Step],
+    *,
+    value: str,
+    accept: AcceptSpec | None = None,
+    validate: ValidateSpec | None = None,
+    on_unavailable: str = "skip",
+    max_credits: float | None = None,
+) -> tuple[WaterfallSpec, list[Step]]:
+    """A waterfall written in code as a spec (for the rules) and its code steps."""
+    code_steps = [Step(s) if isinstance(s, str) else s for s in steps]
+    spec = WaterfallSpec.model_validate(
+        {
+            "steps": [{"tool": s.tool} for s in code_steps],
+            "value": value,
+            "accept": accept or AcceptSpec(),
+            "validate": validate,
+            "on_unavailable": on_unavailable,
+            "max_credits": max_credits,
+        }
+    )
+    return spec, code_steps
+
+
+def _steps_of(spec: WaterfallSpec) -> list[Step]:
+    return [_from_spec(step) for step in spec.steps]
+
+
+def _from_spec(step: StepSpec) -> Step:
+    renamed = None if step.input is None else _Renamed(step.input)
+    return Step(step.tool, input=renamed, accept=step.accept)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _Renamed:
+    """A catalog step's ``input``: ``{tool field: waterfall input field}``."""
+
+    mapping: Mapping[str, str]
+
+
+async def run_waterfall(
+    call: CallTool,
+    catalog: Catalog,
+    spec: WaterfallSpec,
+    input: Mapping[str, Any],
+    row: Mapping[str, Any],
+    *,
+    name: str | None = None,
+    steps: list[Step] | None = None,
+) -> WaterfallResult:
+    """Run ``spec`` (its code ``steps`` if given) for one row; see the module docstring."""
+    done: list[StepResult] = []
+    spent = 0.0
+    for step in steps if steps is not None else _steps_of(spec):
+        tool = catalog.tool(step.tool)
+        if step.when is not None and not step.when(row, list(done)):
+            done.append(StepResult(tool.id, tool.provider, "skipped_condition"))
+            continue
+        worst = tool.max_credits + _validation_worst(catalog, spec)
+        if spec.max_credits is not None and spent + worst > spec.max_credits + 1e-9:
+            reason = f"may cost {worst:g}, {max(spec.max_credits - spent, 0):g} left"
+            done.append(StepResult(tool.id, tool.provider, "skipped_budget", reason))
+            continue
+        outcome = await _try_step(call, catalog, spec, step, input, row, done)
+        spent += outcome.credits
+        done.append(outcome)
+        if outcome.outcome == "hit":
+            return WaterfallResult(name, outcome.value, tool.id, done, outcome.result)
+    return WaterfallResult(name, None, None, done)
+
+
+def _validation_worst(catalog: Catalog, spec: WaterfallSpec) -> float:
+    check = spec.validate_with
+    return 0.0 if check is None else catalog.tool(check.tool).max_credits
+
+
+def _step_input(
+    step: Step,
+    input: Mapping[str, Any],
+    row: Mapping[str, Any],
+    done: list[StepResult],
+    declared: Mapping[str, str],
+) -> Mapping[str, Any]:
+    given = step.input
+    if given is None:
+        return {k: v for k, v in input.items() if k in declared} if declared else dict(input)
+    if isinstance(given, _Renamed):
+        return {tool_field: input.get(source) for tool_field, source in given.mapping.items()}
+    if callable(given):
+        return given(row, list(done))
+    return given
+
+
+async def _try_step(
+    call: CallTool,
+    catalog: Catalog,
+    spec: WaterfallSpec,
+    step: Step,
+    input: Mapping[str, Any],
+    row: Mapping[str, Any],
+    done: list[StepResult],
+) -> StepResult:
+    tool = catalog.tool(step.tool)
+    step_input = _step_input(step, input, row, done, tool.input)
+    try:
+        result = await call(tool.id, step_input)
+    except ProviderQuotaExhausted as err:
+        if spec.on_unavailable == "wait":
+            raise
+        return StepResult(tool.id, tool.provider, "unavailable", _unavailable(err))
+    except CallAmbiguous as err:
+        return StepResult(tool.id, tool.provider, "error", f"CallAmbiguous: {err}")
+    except (ProviderError, FixtureMissing) as err:
+        return StepResult(tool.id, tool.provider, "error", type(err).__name__)
+    value = result.get(spec.value)
+    if not is_present(value):
+        return StepResult(tool.id, tool.provider, "no_match", None, result.credits, result.receipt)
+    refused = _refusal(step.accept if step.accept is not None else spec.accept, result)
+    if refused is not None:
+        return StepResult(
+            tool.id, tool.provider, "rejected", refused, result.credits, result.receipt, value
+        )
+    credits = result.credits
+    if spec.validate_with is not None:
+        verdict, cost = await _validate(call, spec.validate_with, value)
+        credits += cost
+        if verdict is not None:
+            return StepResult(
+                tool.id, tool.provider, "invalid", verdict, credits, result.receipt, value
+            )
+    return StepResult(tool.id, tool.provider, "hit", None, credits, result.receipt, value, result)
+
+
+def _unavailable(err: ProviderQuotaExhausted) -> str:
+    return f"{err.provider} unavailable until {err.resume_at:.0f}"
+
+
+def _refusal(rule: AcceptRule, result: ToolResult) -> str | None:
+    """Why ``result`` is refused by ``rule``, or ``None``."""
+    if callable(rule) and not isinstance(rule, AcceptSpec):
+        return rule(result)
+    for name, lowest in rule.min.items():
+        got = result.get(name)
+        if isinstance(got, bool) or not isinstance(got, int | float):
+            return f"{name} missing"
+        if got < lowest:
+            return f"{name} {got:g} < {lowest:g}"
+    for name, allowed in rule.status_in.items():
+        got = result.get(name)
+        if got not in allowed:
+            return f"{name} {got!r} not in {allowed}"
+    return None
+
+
+async def _validate(call: CallTool, check: ValidateSpec, value: Any) -> tuple[str | None, float]:
+    """The verifier's refusal (``None``: valid) and what the verification cost."""
+    try:
+        verdict = await call(check.tool, {check.input: value})
+    except (ProviderError, CallAmbiguous, FixtureMissing) as err:
+        # Unverified is not accepted: the next step may find a value that verifies.
+        return f"{check.tool} failed: {type(err).__name__}", 0.0
+    status = verdict.get(check.field)
+    if status in check.accept:
+        return None, verdict.credits
+    return f"{check.field} {status}", verdict.credits

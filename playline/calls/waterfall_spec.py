@@ -1,0 +1,125 @@
+"""What a waterfall is, as data: its steps, its accept rule, its validation, its policies.
+
+A waterfall tries tools in order until one gives a value that is present, passes the
+accept rule and (if a validation step is declared) is confirmed by a verifier. The
+same spec comes from a catalog (``[waterfalls.NAME]``, so the order is configuration)
+or from code (``rc.waterfall(steps=[...], ...)``); :mod:`playline.calls.waterfall`
+runs it.
+
+```toml
+[waterfalls.work_email]
+steps = ["mailfox_email", { tool = "prospectr_email", accept = { min = { score = 70 } } }]
+value = "email"                                   # the getter every step's answer is read by
+accept = { min = { confidence = 50 } }            # optional: thresholds and allowed statuses
+validate = { tool = "verifly_verify", input = "email", field = "status", accept = ["valid"] }
+on_unavailable = "skip"                           # or "wait": the row parks until it is back
+max_credits = 5                                   # optional: a row's cap; dearer steps skipped
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "STEP_OUTCOMES",
+    "AcceptSpec",
+    "StepOutcomeName",
+    "StepSpec",
+    "ValidateSpec",
+    "WaterfallSpec",
+]
+
+#: What became of one waterfall step: one typed set shared by every tool.
+StepOutcomeName = Literal[
+    "hit",
+    "no_match",
+    "rejected",
+    "invalid",
+    "unavailable",
+    "error",
+    "skipped_budget",
+    "skipped_condition",
+]
+STEP_OUTCOMES: tuple[str, ...] = (
+    "hit",
+    "no_match",
+    "rejected",
+    "invalid",
+    "unavailable",
+    "error",
+    "skipped_budget",
+    "skipped_condition",
+)
+
+
+class AcceptSpec(BaseModel):
+    """When a present value is good enough: every threshold met, every status allowed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: ``{getter: lowest acceptable number}``, e.g. ``{confidence = 50}``
+    min: dict[str, float] = Field(default_factory=dict)
+    #: ``{getter: [allowed values]}``, e.g. ``{status = ["valid", "accept_all"]}``
+    status_in: dict[str, list[Any]] = Field(default_factory=dict)
+
+
+class ValidateSpec(BaseModel):
+    """A verifier called on each found value; a status outside ``accept`` is ``invalid``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tool: str
+    #: the verifier's input field that receives the value
+    input: str = "email"
+    #: the getter of the verifier's answer holding its verdict
+    field: str = "status"
+    accept: list[Any] = Field(default_factory=lambda: ["valid"], min_length=1)
+
+
+class StepSpec(BaseModel):
+    """One step: a tool, how its input is built, and (optionally) its own accept rule."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tool: str
+    #: ``{tool input field: waterfall input field}``; default: the waterfall's input
+    #: restricted to the fields the tool declares
+    input: dict[str, str] | None = None
+    accept: AcceptSpec | None = None
+
+
+class WaterfallSpec(BaseModel):
+    """A named waterfall of a catalog (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    steps: list[StepSpec] = Field(min_length=1)
+    value: str
+    accept: AcceptSpec = AcceptSpec()
+    validate_with: ValidateSpec | None = Field(default=None, alias="validate")
+    on_unavailable: Literal["skip", "wait"] = "skip"
+    max_credits: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steps_by_name(cls, data: Any) -> Any:
+        """A step may be written as its tool id alone."""
+        if isinstance(data, dict) and isinstance(data.get("steps"), list):
+            steps = [{"tool": s} if isinstance(s, str) else s for s in data["steps"]]
+            data = {**data, "steps": steps}
+        return data
+
+    @model_validator(mode="after")
+    def _distinct_steps(self) -> WaterfallSpec:
+        tools = [step.tool for step in self.steps]
+        if len(set(tools)) != len(tools):
+            raise ValueError(f"a waterfall names each tool once; steps were {tools}")
+        return self
+
+    def tools(self) -> list[str]:
+        """Every tool the waterfall may call, the verifier included."""
+        named = [step.tool for step in self.steps]
+        return named + ([self.validate_with.tool] if self.validate_with is not None else [])
