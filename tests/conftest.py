@@ -49,7 +49,13 @@ os.environ.setdefault(
 
 REPO = Path(__file__).resolve().parent.parent
 LEADS_CSV = demo.LEADS_CSV
-TEST_KEYS = {"ACME_API_KEY": "test-acme-key", "FIRMO_API_KEY": "test-firmo-key"}
+TEST_KEYS = {
+    "ACME_API_KEY": "test-acme-key",
+    "FIRMO_API_KEY": "test-firmo-key",
+    "MAILFOX_API_KEY": "test-mailfox-key",
+    "PROSPECTR_API_KEY": "test-prospectr-key",
+    "VERIFLY_API_KEY": "test-verifly-key",
+}
 
 
 @pytest.fixture(scope="session")
@@ -213,9 +219,9 @@ def provider_client(catalog: Catalog, http: httpx.AsyncClient) -> ProviderClient
 def demo_catalog(
     tmp_path: Path, *, idempotency: str = "key", timeout_s: float | None = None
 ) -> Path:
-    """The demo catalog with both providers' ``idempotency`` (and HTTP timeout) as given."""
+    """The demo catalog with every provider's ``idempotency`` (and HTTP timeout) as given."""
     text = demo.CATALOG.read_text()
-    assert text.count('idempotency = "key"\n') == 2
+    assert text.count('idempotency = "key"\n') == 5
     timeout = "" if timeout_s is None else f"timeout_s = {timeout_s}\n"
     text = text.replace('idempotency = "key"\n', f'idempotency = "{idempotency}"\n{timeout}')
     path = tmp_path / f"catalog-{idempotency}.toml"

@@ -182,6 +182,69 @@ async def t_parent(ctx: PlayContext, input: ParentInput) -> ParentOutput:
     )
 
 
+@resolver(tools=["mailfox_email", "prospectr_email", "verifly_verify"])
+async def t_verified_email(row: Mapping[str, Any], rc: RowContext) -> Any:
+    """The catalog's ``work_email`` waterfall: mailfox, then prospectr, verified."""
+    found = await rc.waterfall(
+        "work_email",
+        {
+            "first_name": row["first_name"],
+            "last_name": row["last_name"],
+            "domain": row["company_domain"],
+        },
+    )
+    return found.value
+
+
+@resolver
+def t_has_verified_email(row: Mapping[str, Any]) -> bool:
+    return bool(row.get("verified_email"))
+
+
+@resolver(tools=["prospectr_contact"])
+async def t_mobile(row: Mapping[str, Any], rc: RowContext) -> Any:
+    """Billed per field found, the charge reported in a header."""
+    contact = await rc.tool("prospectr_contact", {"email": row["verified_email"]})
+    return contact.get("mobile")
+
+
+class WaterfallInput(BaseModel):
+    csv_path: str
+    dataset: str = "t_waterfall"
+
+
+@play(name="t_waterfall")
+async def t_waterfall(ctx: PlayContext, input: WaterfallInput) -> None:
+    """A company per row (per request), a verified email by waterfall (per hit, refund
+    on miss, a verifier) and the mobile of each verified email (per field, reported)."""
+    source = await ctx.csv("src", input.csv_path)
+    await (
+        ctx.dataset(input.dataset, source)
+        .with_column("company", t_company)
+        .with_column("verified_email", t_verified_email)
+        .with_column("mobile", t_mobile, run_if=t_has_verified_email)
+        .run(key="lead_id")
+    )
+
+
+class ScalarWaterfallInput(BaseModel):
+    first_name: str
+    last_name: str
+    domain: str
+
+
+class ScalarWaterfallOutput(BaseModel):
+    found: dict[str, Any]
+
+
+@play(name="t_scalar_waterfall")
+async def t_scalar_waterfall(
+    ctx: PlayContext, input: ScalarWaterfallInput
+) -> ScalarWaterfallOutput:
+    """``ctx.waterfall`` outside a dataset."""
+    return ScalarWaterfallOutput(found=await ctx.waterfall("work_email", input.model_dump()))
+
+
 # -- helpers for the test modules (never called by a workflow) -------------
 
 LEAD_COLUMNS = ["lead_id", "first_name", "last_name", "company_domain"]

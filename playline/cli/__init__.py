@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.limits import add_limits_parser
     from playline.cli.plays import add_plays_parser
     from playline.cli.replay import add_replay_parser
-    from playline.cli.run import RAW_HELP
+    from playline.cli.run import PROVENANCE_HELP, RAW_HELP
     from playline.cli.runs import add_runs_parser
     from playline.cli.setup import add_setup_parser
 
@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     def run_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--out", help="write the result rows to this CSV file")
         p.add_argument("--raw", action="store_true", help=f"with --out: {RAW_HELP}")
+        p.add_argument("--provenance", action="store_true", help=f"with --out: {PROVENANCE_HELP}")
         p.add_argument(
             "--retry-ambiguous",
             action="store_true",

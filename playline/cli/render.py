@@ -18,6 +18,7 @@ from temporalio.service import RPCError
 from playline.config import Settings
 from playline.contract import DatasetRunState, PlayRunResult, PlayState
 from playline.errors import root_cause
+from playline.spend import spend_lines
 
 #: Messages and progress go to stderr; results (summaries) go to stdout.
 console = Console(stderr=True, soft_wrap=True)
@@ -97,8 +98,14 @@ async def progress(client: Client, handle: WorkflowHandle[Any, Any], play: str) 
 
 
 def print_summary(
-    result: PlayRunResult, settings: Settings, workflow_id: str, run_id: str | None
+    result: PlayRunResult,
+    settings: Settings,
+    workflow_id: str,
+    run_id: str | None,
+    spend: dict[str, Any] | None = None,
 ) -> None:
+    """The run's summary; ``spend`` is the store's exact figure (``cli.spend``), else
+    the result's own tally is shown."""
     s = result.stats
     console_out = out()
     console_out.print(
@@ -115,6 +122,8 @@ def print_summary(
         f"{s.calls_shared} shared in-run, {s.retries} retries"
     )
     console_out.print(f"  credits spent: {s.credits:g}")
+    for line in spend_lines(spend if spend is not None else s.spend):
+        console_out.print(f"  {line}", markup=False, highlight=False)
     if s.calls_ambiguous:
         console_out.print(
             f"  ambiguous calls: {s.calls_ambiguous} (sent, no definitive answer: they may "
@@ -161,6 +170,9 @@ class RunDocument(BaseModel):
     search_attributes: dict[str, Any] = Field(default_factory=dict)
     #: ``{"path": ..., "rows": ...}`` when rows were exported
     exported: dict[str, Any] | None = None
+    #: what the cells cost (credits by provider and column, waterfall steps), summed
+    #: from the workers' store when this client can open it
+    spend: dict[str, Any] | None = None
 
     def completed(self, result: PlayRunResult) -> RunDocument:
         return self.model_copy(update={"status": "COMPLETED", "result": result})

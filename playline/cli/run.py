@@ -40,6 +40,7 @@ from playline.cli.render import (
     progress,
     ui_url,
 )
+from playline.cli.spend import store_spend
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
 from playline.errors import PlaylineError, format_validation_errors
@@ -121,15 +122,31 @@ RAW_HELP = (
 )
 
 
+#: ``--provenance``'s help wherever a command exports (run, demo, runs export, runs cancel).
+PROVENANCE_HELP = (
+    "add where each computed value came from: after each computed column C, "
+    "C__source (tool via provider, paid/reused/shared/waited), C__credits, "
+    "C__fetched_at and C__miss (why it is empty)"
+)
+
+
 async def export_result(
-    result: PlayRunResult, path: str, settings: Settings, *, raw: bool = False
+    result: PlayRunResult,
+    path: str,
+    settings: Settings,
+    *,
+    raw: bool = False,
+    provenance: bool = False,
 ) -> int:
     """Stream the play's last dataset run from the workers' store to a local ``path``
-    (spreadsheet formulas made inert unless ``raw``)."""
+    (spreadsheet formulas made inert unless ``raw``; each computed cell's source,
+    cost and miss reason added with ``provenance``)."""
     if not result.datasets:
         raise PlaylineError(f"play {result.play} produced no dataset to export")
     async with await open_stores(settings, create=False) as stores:
-        return await export_run(stores.sheet, result.datasets[-1].run_ref, path, raw=raw)
+        return await export_run(
+            stores.sheet, result.datasets[-1].run_ref, path, raw=raw, provenance=provenance
+        )
 
 
 async def refuse_unknown_play(
@@ -240,10 +257,12 @@ async def execute(
     reconnect_s: float = 60.0,
     json_out: bool = False,
     raw: bool = False,
+    provenance: bool = False,
 ) -> PlayRunResult:
     """Start a play, follow it (optionally with a progress bar), print its summary
     (or, with ``json_out``, one JSON document on stdout: the result or the failure),
-    then export it to ``out_path`` (formulas inert unless ``raw``)."""
+    then export it to ``out_path`` (formulas inert unless ``raw``; with each computed
+    cell's provenance if ``provenance``)."""
     workflow_id = workflow_id or f"{play}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     summary, details = play_static(play, input, options)
     try:
@@ -287,10 +306,11 @@ async def execute(
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
     document = document.completed(result)
+    document.spend = await store_spend(settings, [d.run_ref for d in result.datasets])
     if not json_out:
-        print_summary(result, settings, workflow_id, handle.result_run_id)
+        print_summary(result, settings, workflow_id, handle.result_run_id, document.spend)
     if out_path:
-        count = await export_result(result, out_path, settings, raw=raw)
+        count = await export_result(result, out_path, settings, raw=raw, provenance=provenance)
         document.exported = {"path": out_path, "rows": count}
         if not json_out:
             out().print(f"  wrote {count} rows to {out_path}")
@@ -318,5 +338,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         reconnect_s=args.reconnect_timeout,
         json_out=args.json,
         raw=args.raw,
+        # The flag is declared with the run flags; a parser without it exports as before.
+        provenance=getattr(args, "provenance", False),
     )
     return 0

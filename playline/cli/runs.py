@@ -36,12 +36,14 @@ from playline.cli.render import (
     print_summary,
     ui_url,
 )
-from playline.cli.run import RAW_HELP, export_result
+from playline.cli.run import PROVENANCE_HELP, RAW_HELP, export_result
 from playline.cli.setup import registered_search_attributes
+from playline.cli.spend import store_spend
 from playline.config import Settings
 from playline.contract import ControlState, PlayRunResult, PlayState
 from playline.errors import PlaylineError
 from playline.services import Services
+from playline.spend import spend_lines
 from playline.stores.export import export_run
 from playline.worker import connect
 from playline.workflows.context import RUN_REFS_MEMO
@@ -80,6 +82,7 @@ def add_runs_parser(
             p.add_argument("--out", required=True, help="CSV file to write")
         if name in ("export", "cancel"):
             p.add_argument("--raw", action="store_true", help=RAW_HELP)
+            p.add_argument("--provenance", action="store_true", help=PROVENANCE_HELP)
         if name == "window":
             p.add_argument("chunks", type=int, help="chunks in flight at most (1 to 64)")
         if name == "cancel":
@@ -121,7 +124,9 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     if command == "get":
         return await get_run(handle, desc, args, settings)
     if command == "export":
-        count = await export_done(handle, desc, args.out, settings, raw=args.raw)
+        count = await export_done(
+            handle, desc, args.out, settings, raw=args.raw, provenance=args.provenance
+        )
         out().print(f"wrote {count} rows to {args.out}")
         return 0
     if desc.status != WorkflowExecutionStatus.RUNNING:
@@ -185,7 +190,14 @@ async def cancel(
         document = document.failed(err)
     document.state = await _state(handle)
     if args.out:
-        count = await export_done(handle, await handle.describe(), args.out, settings, raw=args.raw)
+        count = await export_done(
+            handle,
+            await handle.describe(),
+            args.out,
+            settings,
+            raw=args.raw,
+            provenance=args.provenance,
+        )
         document.exported = {"path": args.out, "rows": count}
     if args.json:
         print_json(document)
@@ -205,6 +217,10 @@ async def get_run(
     settings: Settings,
 ) -> int:
     state = await _state(handle)
+    refs: list[str] = []
+    with contextlib.suppress(KeyError):
+        refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
+    spend = await store_spend(settings, refs)
     if args.json:
         document = RunDocument(
             workflow_id=args.id,
@@ -214,6 +230,7 @@ async def get_run(
             ui_url=ui_url(settings, args.id, desc.run_id),
             state=state,
             search_attributes=_attributes(desc),
+            spend=spend,
         )
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             document = document.completed(await handle.result())
@@ -228,8 +245,11 @@ async def get_run(
     if state is not None:
         out().print_json(state.model_dump_json())
     if desc.status == WorkflowExecutionStatus.COMPLETED:
-        print_summary(await handle.result(), settings, args.id, desc.run_id)
-    elif desc.status == WorkflowExecutionStatus.FAILED:
+        print_summary(await handle.result(), settings, args.id, desc.run_id, spend)
+    else:
+        for line in spend_lines(spend or {}):
+            out().print(f"  {line}", markup=False, highlight=False)
+    if desc.status == WorkflowExecutionStatus.FAILED:
         try:
             await handle.result()
         except WorkflowFailureError as err:
@@ -244,11 +264,15 @@ async def export_done(
     settings: Settings,
     *,
     raw: bool = False,
+    provenance: bool = False,
 ) -> int:
     """Export a completed play's result, or what a failed or cancelled play had done
-    (its last dataset run, named in the memo); formulas inert unless ``raw``."""
+    (its last dataset run, named in the memo); formulas inert unless ``raw``, each
+    computed cell's provenance added with ``provenance``."""
     if desc.status == WorkflowExecutionStatus.COMPLETED:
-        return await export_result(await handle.result(), path, settings, raw=raw)
+        return await export_result(
+            await handle.result(), path, settings, raw=raw, provenance=provenance
+        )
     refs: list[str] = []
     with contextlib.suppress(KeyError):
         refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
@@ -258,7 +282,7 @@ async def export_done(
         )
     services = await Services.open(settings)
     try:
-        return await export_run(services.sheet, refs[-1], path, raw=raw)
+        return await export_run(services.sheet, refs[-1], path, raw=raw, provenance=provenance)
     finally:
         await services.close()
 

@@ -33,7 +33,13 @@ from playline.worker import build_worker, connect, import_plays, run_worker
 T = TypeVar("T")
 
 #: Keys the local provider server accepts; used only when the environment has none.
-DEMO_KEYS = {"ACME_API_KEY": "local-demo-acme-key", "FIRMO_API_KEY": "local-demo-firmo-key"}
+DEMO_KEYS = {
+    "ACME_API_KEY": "local-demo-acme-key",
+    "FIRMO_API_KEY": "local-demo-firmo-key",
+    "MAILFOX_API_KEY": "local-demo-mailfox-key",
+    "PROSPECTR_API_KEY": "local-demo-prospectr-key",
+    "VERIFLY_API_KEY": "local-demo-verifly-key",
+}
 
 
 @dataclass
@@ -147,6 +153,7 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             watch=True,
             out_path=args.out,
             raw=args.raw,
+            provenance=args.provenance,
         )
         result = await stack.while_worker_runs(work)
         elapsed = time.monotonic() - started
