@@ -13,7 +13,15 @@ import json
 from pathlib import Path
 
 from playline.demo import FIXTURES, LEADS_CSV
-from playline.provider_server.fake_data import enrich_person, find_email, lookup_company
+from playline.provider_server.config import DEFAULT_HIT_RATES
+from playline.provider_server.fake_data import (
+    enrich_person,
+    find_email,
+    lookup_company,
+    mailfox_finds,
+    prospectr_finds,
+    verifly_verify,
+)
 
 
 def main() -> None:
@@ -37,6 +45,19 @@ def main() -> None:
             if found.get("email"):
                 email = str(found["email"])
                 add("person_enrich", {"email": email}, enrich_person(email))
+            # The work_email waterfall: each finder's answer, and the verdict on each
+            # address found (the waterfall stops at the first valid one).
+            for tool, finder in (
+                ("mailfox_email", mailfox_finds),
+                ("prospectr_email", prospectr_finds),
+            ):
+                answer = finder(**person, hit_rate=DEFAULT_HIT_RATES[tool.split("_")[0]])
+                add(tool, person, answer)
+                if answer.get("email"):
+                    verdict = verifly_verify(str(answer["email"]))
+                    add("verifly_verify", {"email": str(answer["email"])}, verdict)
+                    if verdict["status"] == "valid":
+                        break
     out = Path(FIXTURES)
     out.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in lines.values()))
     print(f"wrote {len(lines)} fixtures to {out}")
