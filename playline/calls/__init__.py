@@ -11,6 +11,7 @@ The path of one call, top to bottom::
                        -> Governor.permit              pacing/governor.py
                        -> Attempt.mark_sent (none)     calls/attempt.py
                        -> ProviderClient.exchange      calls/http.py
+                  -> ToolSpec.charge(answer): credits  calls/billing.py (rule or report)
                   -> settle(outcome) -> receipt        calls/settle.py (one rule)
                        -> ReceiptStore.complete/...    stores/receipts.py (fenced)
 
@@ -21,7 +22,11 @@ calls back up the chain: dispatchers share only the attempt's public state
 (:mod:`~playline.calls.attempt`: leases, breaker, stats, metrics).
 
 The catalog (:mod:`~playline.calls.catalog`) says what tools exist, where they
-live, what they cost and how fast their provider may be called.
+live, how they bill (:mod:`~playline.calls.billing`), how fast their provider may be
+called, and which waterfalls (:mod:`~playline.calls.waterfall_spec`) try them in
+order. A waterfall (:mod:`~playline.calls.waterfall`) is a loop of ``rc.tool`` calls
+over the same path; :mod:`~playline.calls.provenance` turns a column's calls into its
+cell's provenance.
 """
 
 from playline.calls.attempt import Attempt, CallStats
