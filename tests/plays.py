@@ -245,6 +245,62 @@ async def t_scalar_waterfall(
     return ScalarWaterfallOutput(found=await ctx.waterfall("work_email", input.model_dump()))
 
 
+@resolver(tools=["hunter_email_finder", "findymail_email_finder"])
+async def t_preset_email(row: Mapping[str, Any], rc: RowContext) -> Any:
+    """A catalog waterfall over two presets: Hunter, then Findymail (which takes a name)."""
+    found = await rc.waterfall(
+        "preset_email",
+        {
+            "first_name": row["first_name"],
+            "last_name": row["last_name"],
+            "full_name": f"{row['first_name']} {row['last_name']}",
+            "domain": row["company_domain"],
+        },
+    )
+    return found.value
+
+
+@resolver(tools=["apollo_people_match"])
+async def t_apollo_title(row: Mapping[str, Any], rc: RowContext) -> Any:
+    """Apollo's bulk match: members billed only when matched."""
+    person = await rc.tool(
+        "apollo_people_match",
+        {
+            "first_name": row["first_name"],
+            "last_name": row["last_name"],
+            "domain": row["company_domain"],
+        },
+    )
+    return person.get("title")
+
+
+@resolver(tools=["prospeo_enrich_person"])
+async def t_prospeo_email(row: Mapping[str, Any], rc: RowContext) -> Any:
+    """Prospeo's bulk enrich: matched by identifier, free re-enrichments, total_cost."""
+    person = await rc.tool(
+        "prospeo_enrich_person",
+        {
+            "first_name": row["first_name"],
+            "last_name": row["last_name"],
+            "company_website": row["company_domain"],
+        },
+    )
+    return person.get("email")
+
+
+@play(name="t_presets")
+async def t_presets(ctx: PlayContext, input: WaterfallInput) -> None:
+    """The preset providers (pointed at the provider server) from a play."""
+    source = await ctx.csv("src", input.csv_path)
+    await (
+        ctx.dataset(input.dataset, source)
+        .with_column("email", t_preset_email)
+        .with_column("title", t_apollo_title)
+        .with_column("prospeo_email", t_prospeo_email)
+        .run(key="lead_id")
+    )
+
+
 # -- helpers for the test modules (never called by a workflow) -------------
 
 LEAD_COLUMNS = ["lead_id", "first_name", "last_name", "company_domain"]

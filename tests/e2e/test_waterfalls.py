@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from playline import demo
 from playline.calls.provenance import SpendTally, run_spend
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
@@ -254,3 +255,43 @@ async def test_ctx_waterfall_runs_a_named_waterfall_once_for_the_play(
     assert [s["outcome"] for s in found["steps"]] == ["no_match", "hit"]
     ledger = provider.ledger()
     assert found["credits"] == pytest.approx(ledger["credits"])
+
+
+def _mailfox_quota(tmp_path: Path, per_day: int) -> Path:
+    """The demo catalog with mailfox allowed ``per_day`` calls a day."""
+    text = demo.CATALOG.read_text()
+    head = "[providers.mailfox]\n"
+    start = text.index(head)
+    pacing = text.index("pacing = ", start)
+    end = text.index("\n", pacing)
+    text = text[:pacing] + f"pacing = {{ rps = 100, burst = 10, per_day = {per_day} }}" + text[end:]
+    path = tmp_path / "catalog.toml"
+    path.write_text(text)
+    return path
+
+
+async def test_a_provider_whose_quota_is_spent_is_skipped_as_unavailable(
+    client, provider, worker, task_queue, home, tmp_path
+) -> None:
+    """mailfox may take 5 calls a day: the rows after those skip it (``unavailable``,
+    nothing sent) and prospectr answers them; nothing waits for tomorrow."""
+    csv_path = first_rows(20, tmp_path / "leads.csv")
+    options = RunOptions(chunk_size=20, row_concurrency=1)
+    async with worker(catalog_path=str(_mailfox_quota(tmp_path, 5))):
+        result = await run(
+            client,
+            "t_waterfall",
+            {"csv_path": str(csv_path)},
+            task_queue=task_queue,
+            options=options,
+        )
+    assert result.stats.rows_ok == 20
+    assert _received(provider, MAILFOX) == 5
+    rows, spend = await _provenance(home, result.datasets[0].run_ref)
+    skipped = [row for row in rows if _outcomes(row)[0] == ("mailfox_email", "unavailable")]
+    assert len(skipped) == 15
+    for row in skipped:
+        first = row["verified_email"]["steps"][0]
+        assert first["credits"] == 0 and "mailfox unavailable until" in first["reason"]
+        assert _outcomes(row)[1][0] == "prospectr_email"
+    _assert_credits_match_the_ledger(spend, provider.ledger())

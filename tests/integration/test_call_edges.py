@@ -432,7 +432,7 @@ async def test_a_tool_answering_429_over_and_over_parks_instead_of_failing_the_r
             )
             sender = PacedSender(attempt, Governor(catalog.pacing_policies()), client)
             outcome = await asyncio.wait_for(
-                sender.send(Request(tool, tool.validate_input(PERSON), "idem-429", 1.0, ())), HUNG_S
+                sender.send(Request(tool, tool.validate_input(PERSON), "idem-429", ())), HUNG_S
             )
             assert isinstance(outcome, Parked), outcome
             assert attempt.stats.failed == 0 and attempt.stats.made == 0

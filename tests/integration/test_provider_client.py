@@ -134,7 +134,7 @@ async def test_calls_spread_across_keys_and_each_key_keeps_its_budget(
     tool = cat.tool("email_finder")
     for n in range(4):  # each key's daily budget is 2 (key_pacing.per_day): 4 in all
         outcome = await sender.send(
-            Request(tool, {**PERSON, "first_name": f"A{n}"}, f"idem-{n}", 1.0, ())
+            Request(tool, {**PERSON, "first_name": f"A{n}"}, f"idem-{n}", ())
         )
         assert isinstance(outcome, Answered)
     ok = [c for c in server.calls() if c["status"] == 200]
@@ -163,7 +163,7 @@ async def _conflict(
     attempt = Attempt(receipts=receipts, owner="t", lease_id="l", lease_ttl_s=30)
     sender = PacedSender(attempt, Governor(cat.pacing_policies()), client, retry)
     try:
-        outcome = await sender.send(Request(tool, PERSON, "k-slow", 1.0, ()))
+        outcome = await sender.send(Request(tool, PERSON, "k-slow", ()))
         if isinstance(outcome, Failed):
             raise outcome.error
         assert isinstance(outcome, Answered)

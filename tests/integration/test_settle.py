@@ -70,11 +70,11 @@ class FlakyReceipts(SqliteReceiptStore):
         lease_id: str,
         result: Any,
         credits: float,
-        credits_source: str = "rule",
+        **recorded: Any,
     ) -> bool:
         self._maybe_fail()
         return await super().complete(
-            key, lease_id=lease_id, result=result, credits=credits, credits_source=credits_source
+            key, lease_id=lease_id, result=result, credits=credits, **recorded
         )
 
     async def complete_batch(
@@ -84,15 +84,11 @@ class FlakyReceipts(SqliteReceiptStore):
         lease_id: str,
         results: dict[str, Any],
         member_credits: Mapping[str, float],
-        credits_source: str = "rule",
+        **recorded: Any,
     ) -> bool:
         self._maybe_fail()
         return await super().complete_batch(
-            agg_key,
-            lease_id=lease_id,
-            results=results,
-            member_credits=member_credits,
-            credits_source=credits_source,
+            agg_key, lease_id=lease_id, results=results, member_credits=member_credits, **recorded
         )
 
 
