@@ -1,4 +1,9 @@
-"""A local fake of two paid, rate-limited GTM data providers (``acme`` and ``firmo``).
+"""A local fake of paid, rate-limited GTM data providers.
+
+``acme`` and ``firmo`` bill per request; ``mailfox`` (per hit), ``prospectr`` (refund on a
+miss, per field found) and ``verifly`` (per request) bill like real enrichment APIs,
+and ``hunter``, ``findymail``, ``prospeo`` and ``apollo`` answer in those vendors'
+documented shapes for the catalog presets. The ledger counts the ``credits`` billed.
 
 The demo, the tests and the benchmarks call it over real HTTP on 127.0.0.1, and
 read its ledger to check from the provider's side that nothing was paid for

@@ -1,11 +1,30 @@
 """The local provider server: a Starlette app that behaves like a paid, rate-limited GTM API.
 
-Two fake providers share one server; the first path segment names the provider
-and is its rate-limit key:
+Several fake providers share one server; the first path segment names the
+provider and is its rate-limit key. Each endpoint bills its own way (``credits`` in
+the ledger), as real enrichment APIs do:
 
-* ``acme``  (auth header ``X-Api-Key``): ``/acme/v1/email/find``, ``/acme/v1/person/enrich``
-* ``firmo`` (auth ``Authorization: Bearer``): ``/firmo/v1/company/lookup`` and its
-  ``/bulk`` variant (one charged call for many items).
+* ``acme``  (auth header ``X-Api-Key``): ``/acme/v1/email/find`` (1 credit per
+  request), ``/acme/v1/person/enrich`` (2);
+* ``firmo`` (auth ``Authorization: Bearer``): ``/firmo/v1/company/lookup`` (0.5) and its
+  ``/bulk`` variant (one charged call for many items, 0.5 each);
+* ``mailfox`` (``X-Api-Key``): ``/mailfox/v1/email/find``, 1 credit per hit, free miss;
+* ``prospectr`` (``Authorization: Bearer``): ``/prospectr/v1/email/find`` charges 2 and
+  refunds them on a miss; ``/prospectr/v1/contact/enrich`` bills per field found
+  (email 1, mobile 10, personal email 3) and says so in ``X-Credits-Charged``;
+* ``verifly`` (``X-Api-Key``): ``/verifly/v1/verify``, 0.5 per request;
+* real vendors' shapes, for the catalog presets (``playline/presets``), each under
+  its own prefix: ``/hunter/v2/email-finder`` (GET, ``X-API-KEY``, 1 per email found),
+  ``/findymail/api/search/name`` (Bearer, 1 per email found), ``/prospeo/enrich-person``
+  and ``/prospeo/bulk-enrich-person`` (``X-KEY``, 1 per match unless the account
+  enriched that record before: ``free_enrichment``, with ``total_cost`` in the body),
+  ``/apollo/api/v1/people/match`` and ``/apollo/api/v1/people/bulk_match``
+  (``X-Api-Key``, 1 per match, ``credits_consumed`` in the bulk body).
+
+Whether an input is found is a digest of it against ``ServerConfig.hit_rates`` (see
+``fake_data``), so tests compute every answer and its price without the server.
+``X-Credits-Charged`` on a replayed answer repeats the original charge (the replay
+itself costs nothing; the ledger says so).
 
 A provider request goes through, in order: authentication (401), the
 rate limit and concurrency cap decided on arrival (429 + ``Retry-After``), body
@@ -48,7 +67,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +82,7 @@ from starlette.types import Receive, Scope, Send
 from playline.provider_server import fake_data
 from playline.provider_server.config import (
     CHARGED_FAULTS,
+    DEFAULT_HIT_RATES,
     FAULT_KINDS,
     ServerConfig,
     key_digest,
@@ -101,41 +121,273 @@ class AuthScheme:
 PROVIDER_AUTH: dict[str, AuthScheme] = {
     "acme": AuthScheme("X-Api-Key"),
     "firmo": AuthScheme("Authorization", "Bearer"),
+    "mailfox": AuthScheme("X-Api-Key"),
+    "prospectr": AuthScheme("Authorization", "Bearer"),
+    "verifly": AuthScheme("X-Api-Key"),
+    "hunter": AuthScheme("X-API-KEY"),
+    "findymail": AuthScheme("Authorization", "Bearer"),
+    "prospeo": AuthScheme("X-KEY"),
+    "apollo": AuthScheme("X-Api-Key"),
 }
+
+#: The header a provider reports a call's charge in (``prospectr``'s contact enrich).
+CREDITS_HEADER = "X-Credits-Charged"
+
+
+@dataclass(frozen=True)
+class Bill:
+    """What one call costs: the charge, and what a refund-on-miss provider gives back."""
+
+    credits: float = 0.0
+    refunded: float = 0.0
+    refunds: int = 0
+
+    @property
+    def net(self) -> float:
+        return self.credits - self.refunded
+
+
+Inputs = Sequence[Mapping[str, str]]
+#: ``(inputs, results, free)`` -> the bill; ``free[i]`` marks a record the account
+#: already paid for (Prospeo's lifetime de-duplication), else False.
+Biller = Callable[[Inputs, Sequence[Any], Sequence[bool]], Bill]
+#: ``(inputs, results, free)`` -> the response body (JSON-ready).
+Renderer = Callable[[Inputs, Sequence[Any], Sequence[bool]], Any]
+
+
+def per_request(credits: float) -> Biller:
+    """``credits`` for every input (each member of a bulk request)."""
+    return lambda inputs, results, free: Bill(credits * len(inputs))
+
+
+def _found(result: Any, field_name: str) -> bool:
+    return isinstance(result, Mapping) and result.get(field_name) is not None
+
+
+def per_hit(credits: float, hit_field: str) -> Biller:
+    """``credits`` per result whose ``hit_field`` is not null; a miss is free."""
+    return lambda inputs, results, free: Bill(credits * sum(_found(r, hit_field) for r in results))
+
+
+def refund_on_miss(credits: float, hit_field: str) -> Biller:
+    """``credits`` per input up front, given back for every miss."""
+
+    def bill(inputs: Inputs, results: Sequence[Any], free: Sequence[bool]) -> Bill:
+        misses = sum(not _found(r, hit_field) for r in results)
+        return Bill(credits * len(inputs), credits * misses, misses)
+
+    return bill
+
+
+def per_match_unless_free(credits: float) -> Biller:
+    """``credits`` per matched record (not None) the account had not paid for before."""
+    return lambda inputs, results, free: Bill(
+        credits * sum(r is not None and not f for r, f in zip(results, free, strict=True))
+    )
+
+
+def _by_fields(inputs: Inputs, results: Sequence[Any], free: Sequence[bool]) -> Bill:
+    return Bill(sum(fake_data.prospectr_enrich_credits(r) for r in results))
+
+
+def _plain(inputs: Inputs, results: Sequence[Any], free: Sequence[bool]) -> Any:
+    return results[0]
+
+
+def _bulk_results(inputs: Inputs, results: Sequence[Any], free: Sequence[bool]) -> Any:
+    return {"results": list(results)}
+
+
+def _prospeo_single(inputs: Inputs, results: Sequence[Any], free: Sequence[bool]) -> Any:
+    # The not-found answer is an assumption: the docs read do not show it.
+    if results[0] is None:
+        return {"error": True, "error_code": "NO_MATCH", "free_enrichment": False}
+    return {"error": False, "free_enrichment": free[0], **results[0]}
+
+
+def _prospeo_bulk(inputs: Inputs, results: Sequence[Any], free: Sequence[bool]) -> Any:
+    return fake_data.prospeo_bulk_response(inputs, results, free)
+
+
+def _apollo_single(inputs: Inputs, results: Sequence[Any], free: Sequence[bool]) -> Any:
+    return {"person": results[0]}
+
+
+def _apollo_bulk(inputs: Inputs, results: Sequence[Any], free: Sequence[bool]) -> Any:
+    return fake_data.apollo_bulk_response(results)
+
+
+_ONE_PER_REQUEST = per_request(1.0)
+
+#: ``(input, hit_rate)`` -> one member's result (None: not found, for bulk vendors).
+Compute = Callable[[Mapping[str, str], float], Any]
+
+
+def _always(fn: Callable[..., dict[str, Any]]) -> Compute:
+    """A lookup that always finds (the acme / firmo / verifly endpoints)."""
+    return lambda item, hit_rate: fn(**item)
+
+
+def _with_rate(fn: Callable[..., dict[str, Any]]) -> Compute:
+    return lambda item, hit_rate: fn(**item, hit_rate=hit_rate)
+
+
+def _prospeo_compute(item: Mapping[str, str], hit_rate: float) -> Any:
+    return fake_data.prospeo_person(item, hit_rate)
+
+
+def _apollo_compute(item: Mapping[str, str], hit_rate: float) -> Any:
+    return fake_data.apollo_match(item, hit_rate)
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One charged provider endpoint."""
+    """One charged provider endpoint: its input, its answer and its price."""
 
     provider: str
     path: str
     fields: tuple[str, ...]
-    compute: Callable[..., dict[str, Any]]
+    compute: Compute
     bulk: bool = False
     #: Whether each input is a company-lookup item (for item-level double-charge counts).
     company_items: bool = False
+    method: str = "POST"
+    bill: Biller = _ONE_PER_REQUEST
+    render: Renderer | None = None
+    #: where a bulk body lists its members
+    items_field: str = "items"
+    #: where a single body nests its input (Prospeo's ``data``); None: the body itself
+    input_field: str | None = None
+    #: the header reporting the call's net charge, if the provider sends one
+    charged_header: str | None = None
+    #: a record this account was billed for before is free (Prospeo's lifetime rule)
+    account_dedupe: Callable[[Mapping[str, str]], bytes] | None = None
 
+    def body(self, inputs: Inputs, results: Sequence[Any], free: Sequence[bool]) -> Any:
+        """The response body for these inputs and results."""
+        if self.render is not None:
+            return self.render(inputs, results, free)
+        return _bulk_results(inputs, results, free) if self.bulk else _plain(inputs, results, free)
+
+
+_PERSON = ("first_name", "last_name", "domain")
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
-        "acme", "/acme/v1/email/find", ("first_name", "last_name", "domain"), fake_data.find_email
+        "acme",
+        "/acme/v1/email/find",
+        _PERSON,
+        _always(fake_data.find_email),
+        bill=per_request(1.0),
     ),
-    Endpoint("acme", "/acme/v1/person/enrich", ("email",), fake_data.enrich_person),
+    Endpoint(
+        "acme",
+        "/acme/v1/person/enrich",
+        ("email",),
+        _always(fake_data.enrich_person),
+        bill=per_request(2.0),
+    ),
     Endpoint(
         "firmo",
         "/firmo/v1/company/lookup",
         ("domain",),
-        fake_data.lookup_company,
+        _always(fake_data.lookup_company),
         company_items=True,
+        bill=per_request(0.5),
     ),
     Endpoint(
         "firmo",
         "/firmo/v1/company/lookup/bulk",
         ("domain",),
-        fake_data.lookup_company,
+        _always(fake_data.lookup_company),
         bulk=True,
         company_items=True,
+        bill=per_request(0.5),
+    ),
+    Endpoint(
+        "mailfox",
+        "/mailfox/v1/email/find",
+        _PERSON,
+        _with_rate(fake_data.mailfox_finds),
+        bill=per_hit(1.0, "email"),
+    ),
+    Endpoint(
+        "prospectr",
+        "/prospectr/v1/email/find",
+        _PERSON,
+        _with_rate(fake_data.prospectr_finds),
+        bill=refund_on_miss(2.0, "email"),
+    ),
+    Endpoint(
+        "prospectr",
+        "/prospectr/v1/contact/enrich",
+        ("email",),
+        _always(fake_data.prospectr_enrich),
+        bill=_by_fields,
+        charged_header=CREDITS_HEADER,
+    ),
+    Endpoint(
+        "verifly",
+        "/verifly/v1/verify",
+        ("email",),
+        _always(fake_data.verifly_verify),
+        bill=per_request(0.5),
+    ),
+    Endpoint(
+        "hunter",
+        "/hunter/v2/email-finder",
+        _PERSON,
+        _with_rate(fake_data.hunter_email_finder),
+        method="GET",
+        bill=lambda inputs, results, free: Bill(
+            float(sum(r["data"]["email"] is not None for r in results))
+        ),
+    ),
+    Endpoint(
+        "findymail",
+        "/findymail/api/search/name",
+        ("name", "domain"),
+        _with_rate(fake_data.findymail_search_name),
+        bill=per_hit(1.0, "contact"),
+    ),
+    Endpoint(
+        "prospeo",
+        "/prospeo/enrich-person",
+        ("first_name", "last_name", "company_website"),
+        _prospeo_compute,
+        input_field="data",
+        bill=per_match_unless_free(1.0),
+        render=_prospeo_single,
+        account_dedupe=fake_data.prospeo_record_key,
+    ),
+    Endpoint(
+        "prospeo",
+        "/prospeo/bulk-enrich-person",
+        ("identifier", "first_name", "last_name", "company_website"),
+        _prospeo_compute,
+        bulk=True,
+        items_field="data",
+        bill=per_match_unless_free(1.0),
+        render=_prospeo_bulk,
+        account_dedupe=fake_data.prospeo_record_key,
+    ),
+    Endpoint(
+        "apollo",
+        "/apollo/api/v1/people/match",
+        _PERSON,
+        _apollo_compute,
+        bill=per_match_unless_free(1.0),
+        render=_apollo_single,
+    ),
+    Endpoint(
+        "apollo",
+        "/apollo/api/v1/people/bulk_match",
+        _PERSON,
+        _apollo_compute,
+        bulk=True,
+        items_field="details",
+        bill=per_match_unless_free(1.0),
+        render=_apollo_bulk,
     ),
 )
 
@@ -155,13 +407,17 @@ def _required_fields(value: Any, fields: tuple[str, ...], where: str) -> dict[st
 def parse_inputs(endpoint: Endpoint, body: Any, max_items: int) -> list[dict[str, str]]:
     """The validated input(s) of a request: one for a single call, all items for bulk."""
     if not endpoint.bulk:
-        return [_required_fields(body, endpoint.fields, "body")]
-    items = body.get("items") if isinstance(body, Mapping) else None
+        if endpoint.input_field is None:
+            return [_required_fields(body, endpoint.fields, "body")]
+        nested = body.get(endpoint.input_field) if isinstance(body, Mapping) else None
+        return [_required_fields(nested, endpoint.fields, endpoint.input_field)]
+    name = endpoint.items_field
+    items = body.get(name) if isinstance(body, Mapping) else None
     if not isinstance(items, list) or not items:
-        raise BadRequest('body must be {"items": [...]} with at least one item')
+        raise BadRequest(f'body must be {{"{name}": [...]}} with at least one item')
     if len(items) > max_items:
         raise BadRequest(f"too many items: {len(items)} > {max_items}")
-    return [_required_fields(it, endpoint.fields, f"items[{i}]") for i, it in enumerate(items)]
+    return [_required_fields(it, endpoint.fields, f"{name}[{i}]") for i, it in enumerate(items)]
 
 
 def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
@@ -195,6 +451,8 @@ class StoredResponse:
     request_digest: bytes
     status: int
     body: bytes
+    #: headers the answer carried (``X-Credits-Charged``), repeated on a replay
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -207,6 +465,8 @@ class Outcome:
     duplicate: bool = False
     #: why the client got no usable answer (``ledger.UNANSWERED_REASONS``), ``""`` if it did
     unanswered: str = ""
+    #: what the call was billed, net of refunds (0 unless charged)
+    credits: float = 0.0
 
 
 class _DroppedOnPurpose(Exception):
@@ -254,6 +514,17 @@ class _Call:
     request_digest: bytes
     idem_key: tuple[str, str] | None = None
     fault: str | None = field(default=None)
+    #: the digest of the API key it was sent with (Prospeo's per-account rule)
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A charged call's answer: the body, its headers and what it cost."""
+
+    body: bytes
+    headers: dict[str, str]
+    credits: float
 
 
 class ProviderServer:
@@ -265,6 +536,8 @@ class ProviderServer:
         self.idempotency: dict[tuple[str, str], StoredResponse] = {}
         self.idempotency_in_flight: set[tuple[str, str]] = set()
         self.buckets: dict[str, TokenBucket] = {}
+        #: (provider, key digest, record digest) of records an account was billed for
+        self.enriched: set[tuple[str, str, bytes]] = set()
         self._reseed()
         self._rebuild_buckets()
 
@@ -283,9 +556,16 @@ class ProviderServer:
         self.key_in_flight: Counter[tuple[str, str]] = Counter()
 
     def reset(self) -> None:
-        """Clear the ledger, the idempotency store and the rate limiters; reseed faults."""
+        """Clear the ledger, the idempotency store, the accounts' enriched records and the
+        rate limiters; reseed faults; restore the default ``hit_rates``.
+
+        The hit rates are reset with the ledger because they decide what a call
+        costs: a test that changed them must not leak its prices into the next one.
+        """
         self.ledger.reset()
         self.idempotency.clear()
+        self.enriched.clear()
+        self.config = self.config.merged({"hit_rates": dict(DEFAULT_HIT_RATES)})
         self._reseed()
         in_flight = self.key_in_flight
         self._rebuild_buckets()
@@ -339,6 +619,7 @@ class ProviderServer:
                 scope[1] if scope else "",
                 idem,
                 outcome.unanswered,
+                outcome.credits,
             )
         return outcome.response
 
@@ -352,13 +633,14 @@ class ProviderServer:
         decisions = self._admit_limiters(scope)
         if isinstance(decisions, Response):
             return Outcome(decisions)
-        outcome = await self._pipeline(request, endpoint)
+        outcome = await self._pipeline(request, endpoint, scope[1])
         self._add_limit_headers(outcome.response.headers, self._describe(scope))
         return outcome
 
-    async def _pipeline(self, request: Request, endpoint: Endpoint) -> Outcome:
+    async def _pipeline(self, request: Request, endpoint: Endpoint, key: str) -> Outcome:
         try:
             call = await self._parse(request, endpoint)
+            call.key = key
             self._check_idempotency(call)
         except BadRequest as err:
             self.ledger.invalid += 1
@@ -476,11 +758,14 @@ class ProviderServer:
         return error_response(429, f"rate limit exceeded for {provider}: {why}", headers)
 
     async def _parse(self, request: Request, endpoint: Endpoint) -> _Call:
-        raw = await request.body()
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise BadRequest("body is not valid JSON") from None
+        body: Any
+        if endpoint.method == "GET":
+            body = dict(request.query_params)  # a GET endpoint takes its input in the query
+        else:
+            try:
+                body = json.loads(await request.body())
+            except (ValueError, UnicodeDecodeError):
+                raise BadRequest("body is not valid JSON") from None
         inputs = parse_inputs(endpoint, body, self.config.bulk_max_items)
         call = _Call(endpoint, inputs, fake_data.digest(endpoint.path, body))
         if self.config.idempotency == "ignore":
@@ -548,23 +833,27 @@ class ProviderServer:
                 stored.body,
                 status_code=stored.status,
                 media_type=JSON_TYPE,
-                headers={"Idempotent-Replayed": "true"},
+                headers={**stored.headers, "Idempotent-Replayed": "true"},
             )
             return Outcome(response, items=len(call.inputs), duplicate=True)
         if call.idem_key is not None:
             self.idempotency_in_flight.add(call.idem_key)
         try:
             await self._sleep_latency(call.endpoint.provider)
-            body = self._charge(call)
+            answer = self._charge(call)
         finally:
             if call.idem_key is not None:
                 self.idempotency_in_flight.discard(call.idem_key)
+        items, credits = len(call.inputs), answer.credits
         if call.fault in CHARGED_FAULTS:
             assert call.fault is not None
             self.ledger.note_fault(call.fault)
-            response = await self._charged_failure(call.fault, body)
-            return Outcome(response, charged=True, items=len(call.inputs), unanswered=call.fault)
-        return Outcome(Response(body, media_type=JSON_TYPE), charged=True, items=len(call.inputs))
+            response = await self._charged_failure(call.fault, answer.body)
+            return Outcome(
+                response, charged=True, items=items, unanswered=call.fault, credits=credits
+            )
+        response = Response(answer.body, media_type=JSON_TYPE, headers=answer.headers)
+        return Outcome(response, charged=True, items=items, credits=credits)
 
     async def _charged_failure(self, fault: str, body: bytes) -> Response:
         """How a charged call's answer ``body`` fails to reach the client under ``fault``."""
@@ -577,20 +866,50 @@ class ProviderServer:
             return error_response(504, "injected fault: timed out after the charge")
         return Response(b'{"email": "trunc\x00<html>502 Bad Gateway', media_type=JSON_TYPE)
 
-    def _charge(self, call: _Call) -> bytes:
+    def _charge(self, call: _Call) -> _Answer:
+        """Compute the answer, bill it in the ledger and store it for replays."""
         endpoint = call.endpoint
-        results = [endpoint.compute(**item) for item in call.inputs]
-        payload: Any = {"results": results} if endpoint.bulk else results[0]
-        body = json.dumps(payload, separators=(",", ":")).encode()
+        rate = self.config.hit_rate_for(endpoint.provider)
+        results = [endpoint.compute(item, rate) for item in call.inputs]
+        free = self._already_enriched(call, results)
+        bill = endpoint.bill(call.inputs, results, free)
+        body = json.dumps(endpoint.body(call.inputs, results, free), separators=(",", ":"))
+        headers = {endpoint.charged_header: f"{bill.net:g}"} if endpoint.charged_header else {}
         items: tuple[bytes, ...] = ()
         if endpoint.company_items:
             items = tuple(fake_data.digest("company", item) for item in call.inputs)
         self.ledger.charge(
-            Charge(endpoint.provider, endpoint.path, call.request_digest, items, len(call.inputs))
+            Charge(
+                endpoint.provider,
+                endpoint.path,
+                call.request_digest,
+                items,
+                len(call.inputs),
+                credits=bill.credits,
+                refunded=bill.refunded,
+                refunds=bill.refunds,
+            )
         )
+        encoded = body.encode()
         if call.idem_key is not None:
-            self.idempotency[call.idem_key] = StoredResponse(call.request_digest, 200, body)
-        return body
+            self.idempotency[call.idem_key] = StoredResponse(
+                call.request_digest, 200, encoded, headers
+            )
+        return _Answer(encoded, headers, bill.net)
+
+    def _already_enriched(self, call: _Call, results: Sequence[Any]) -> list[bool]:
+        """Per input, whether this account was billed for the matched record before
+        (then it is free); marks the new matches as billed."""
+        record = call.endpoint.account_dedupe
+        if record is None:
+            return [False] * len(results)
+        free = []
+        for item, result in zip(call.inputs, results, strict=True):
+            key = (call.endpoint.provider, call.key, record(item))
+            free.append(result is not None and key in self.enriched)
+            if result is not None:
+                self.enriched.add(key)
+        return free
 
     # -- admin ----------------------------------------------------------------
 
@@ -644,7 +963,7 @@ def _provider_route(server: ProviderServer, endpoint: Endpoint) -> Route:
     async def endpoint_fn(request: Request) -> Response:
         return await server.handle(request, endpoint)
 
-    return Route(endpoint.path, endpoint_fn, methods=["POST"], name=endpoint.path)
+    return Route(endpoint.path, endpoint_fn, methods=[endpoint.method], name=endpoint.path)
 
 
 def create_app(config: ServerConfig | None = None) -> Starlette:

@@ -18,6 +18,11 @@ Faults come in two families, and the difference is the whole point of them:
   is held ``timeout_sleep_s``, then a ``504``) all charge first. A client cannot tell
   them from an uncharged failure, which is why playline never re-sends such a call to a
   tool whose provider does not de-duplicate (``idempotency="ignore"`` models one).
+
+Whether a lookup *finds* something is decided per input by a digest (see
+:mod:`~playline.provider_server.fake_data`) against ``hit_rates[provider]``: 0.0
+finds nothing, 1.0 everything, and the same input always gets the same answer.
+Providers that bill by outcome (per hit, refund on a miss) bill from that answer.
 """
 
 from __future__ import annotations
@@ -61,6 +66,17 @@ CHARGED_FAULTS: frozenset[str] = frozenset(
 IdempotencyMode = Literal["key", "ignore"]
 
 LatencyRange = tuple[float, float]
+
+#: The share of inputs each outcome-billed provider finds, unless ``hit_rates`` says
+#: otherwise. ``acme``, ``firmo`` and ``verifly`` always answer (no entry: 1.0).
+DEFAULT_HIT_RATES: dict[str, float] = {
+    "mailfox": 0.55,
+    "prospectr": 0.8,
+    "hunter": 0.6,
+    "findymail": 0.5,
+    "prospeo": 0.7,
+    "apollo": 0.65,
+}
 
 LimiterKind = Literal["token_bucket", "gcra", "fixed_window", "sliding_log", "concurrency", "quota"]
 #: ``Retry-After`` on a 429: exact delta seconds, delta rounded up to whole
@@ -146,6 +162,9 @@ class ServerConfig(BaseModel):
     #: per provider, the key(s) accepted (none configured: any non-empty key)
     api_keys: dict[str, str | list[str]] = Field(default_factory=dict, repr=False)
     bulk_max_items: int = Field(default=100, ge=1)
+    #: per provider, the share of inputs found (0.0 .. 1.0); a provider left out gets
+    #: its ``DEFAULT_HIT_RATES`` entry. ``reset()`` restores the defaults.
+    hit_rates: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_HIT_RATES))
     max_call_records: int = Field(default=100_000, ge=0)
 
     @model_validator(mode="after")
@@ -163,6 +182,9 @@ class ServerConfig(BaseModel):
             for provider, count in mapping.items():
                 if count < 1:
                     raise ValueError(f"{name}[{provider!r}] must be >= 1, got {count}")
+        for provider, rate in self.hit_rates.items():
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"hit_rates[{provider!r}] must be within [0, 1], got {rate}")
         for kind, count in self.fail_next.items():
             if count < 0:
                 raise ValueError(f"fail_next[{kind!r}] must be >= 0, got {count}")
@@ -171,6 +193,10 @@ class ServerConfig(BaseModel):
     def latency_for(self, provider: str) -> LatencyRange:
         """The latency range (milliseconds) that applies to ``provider``."""
         return self.provider_latency_ms.get(provider, self.latency_ms)
+
+    def hit_rate_for(self, provider: str) -> float:
+        """The share of inputs ``provider`` finds: ``hit_rates``, else its default, else 1.0."""
+        return self.hit_rates.get(provider, DEFAULT_HIT_RATES.get(provider, 1.0))
 
     def fault_rates(self) -> tuple[tuple[FaultKind, float], ...]:
         """The random fault rates, in the order the roll visits them.

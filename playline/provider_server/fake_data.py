@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -137,4 +137,257 @@ def lookup_company(domain: str) -> dict[str, Any]:
         "employees": employees,
         "country": _pick(raw, 6, _COUNTRIES),
         "founded": 1950 + int.from_bytes(raw[8:10], "big") % 74,
+    }
+
+
+# -- found / not found, and the demo providers that bill by outcome -----------------
+#
+# Each function below is the whole answer of one endpoint for one input, so a test
+# can compute what the server will say (and bill) without calling it. "Found" is
+# decided by a digest of the input against a hit rate: the same input at the same
+# rate always gets the same answer, and raising the rate only adds hits (an input
+# found at 0.5 is found at 0.8 too).
+
+#: Share of ``prospectr`` contacts with a mobile number / a personal email.
+PROSPECTR_MOBILE_RATE = 0.3
+PROSPECTR_PERSONAL_EMAIL_RATE = 0.5
+#: What ``prospectr`` bills per field found by ``/contact/enrich``.
+PROSPECTR_FIELD_CREDITS: dict[str, float] = {"email": 1.0, "mobile": 10.0, "personal_email": 3.0}
+#: Share of emails the verifier calls ``invalid`` (the mailfox "bad" ones) and ``risky``.
+BAD_EMAIL_RATE = 0.25
+RISKY_EMAIL_RATE = 0.05
+
+_PERSONAL_DOMAINS = ("gmail.com", "outlook.com", "yahoo.com", "proton.me")
+
+
+def _person(first_name: str, last_name: str, domain: str) -> dict[str, str]:
+    return {"first_name": first_name, "last_name": last_name, "domain": domain}
+
+
+def is_found(kind: str, value: Any, hit_rate: float) -> bool:
+    """Whether the input ``value`` is found by ``kind`` at ``hit_rate`` (deterministic)."""
+    return _unit(digest(f"{kind}/hit", value), 0) < hit_rate
+
+
+def _local(first_name: str, last_name: str) -> tuple[str, str]:
+    return _slug(first_name) or "x", _slug(last_name) or "x"
+
+
+def _domain(domain: str) -> str:
+    return domain.strip().lower()
+
+
+def email_is_bad(email: str) -> bool:
+    """Whether ``email`` is one the verifier rejects (about ``BAD_EMAIL_RATE`` of all)."""
+    return _unit(digest("bad-email", {"email": email}), 0) < BAD_EMAIL_RATE
+
+
+def verify_status(email: str) -> str:
+    """The verifier's verdict on ``email``: ``invalid``, ``risky`` or ``valid``."""
+    if email_is_bad(email):
+        return "invalid"
+    if _unit(digest("risky-email", {"email": email}), 0) < RISKY_EMAIL_RATE:
+        return "risky"
+    return "valid"
+
+
+def mailfox_finds(first_name: str, last_name: str, domain: str, hit_rate: float) -> dict[str, Any]:
+    """``mailfox``: ``first.last@domain`` with a confidence 40..99, or a miss.
+
+    About ``BAD_EMAIL_RATE`` of what it finds is an address the verifier calls
+    ``invalid`` (decided by the email itself, see :func:`email_is_bad`).
+    """
+    person = _person(first_name, last_name, domain)
+    if not is_found("mailfox", person, hit_rate):
+        return {"email": None, "confidence": 0}
+    first, last = _local(first_name, last_name)
+    raw = digest("mailfox", person)
+    return {"email": f"{first}.{last}@{_domain(domain)}", "confidence": 40 + raw[0] % 60}
+
+
+def _valid_email(first_name: str, last_name: str, domain: str) -> str:
+    """The first of the usual address patterns the verifier calls ``valid``."""
+    first, last = _local(first_name, last_name)
+    host = _domain(domain)
+    patterns = (f"{first}.{last}", f"{first[0]}{last}", f"{first}{last}", f"{first}_{last}", first)
+    for local in patterns:
+        if verify_status(f"{local}@{host}") == "valid":
+            return f"{local}@{host}"
+    for n in range(2, 1000):  # never reached in practice: each pattern is valid 70 % of the time
+        if verify_status(f"{first}.{last}{n}@{host}") == "valid":
+            return f"{first}.{last}{n}@{host}"
+    raise AssertionError("no valid address pattern")  # pragma: no cover
+
+
+def prospectr_finds(
+    first_name: str, last_name: str, domain: str, hit_rate: float
+) -> dict[str, Any]:
+    """``prospectr``: a verified address (always ``valid`` for the verifier) and a score."""
+    person = _person(first_name, last_name, domain)
+    if not is_found("prospectr", person, hit_rate):
+        return {"email": None, "score": None}
+    raw = digest("prospectr", person)
+    return {"email": _valid_email(first_name, last_name, domain), "score": 50 + raw[0] % 50}
+
+
+def prospectr_enrich(email: str) -> dict[str, Any]:
+    """``prospectr`` contact enrichment: the email, and a mobile / personal email when known."""
+    raw = digest("prospectr-contact", {"email": email})
+    mobile = None
+    if _unit(raw, 0) < PROSPECTR_MOBILE_RATE:
+        mobile = "+1" + str(2_000_000_000 + int.from_bytes(raw[4:8], "big") % 8_000_000_000)
+    personal = None
+    if _unit(raw, 8) < PROSPECTR_PERSONAL_EMAIL_RATE:
+        local = _slug(email.split("@", 1)[0].replace(".", "")) or "me"
+        personal = f"{local}{raw[12] % 100}@{_pick(raw, 14, _PERSONAL_DOMAINS)}"
+    return {"email": email, "mobile": mobile, "personal_email": personal}
+
+
+def prospectr_enrich_credits(result: Mapping[str, Any]) -> float:
+    """What ``prospectr`` bills for one enrichment answer: each field found, priced."""
+    return sum(price for name, price in PROSPECTR_FIELD_CREDITS.items() if result.get(name))
+
+
+def verifly_verify(email: str) -> dict[str, Any]:
+    """``verifly``: the verdict on one address."""
+    return {"email": email, "status": verify_status(email)}
+
+
+# -- real vendors' shapes (the presets in playline/presets) --------------------------
+
+
+def hunter_email_finder(
+    first_name: str, last_name: str, domain: str, hit_rate: float
+) -> dict[str, Any]:
+    """Hunter ``GET /v2/email-finder``: ``{"data": {...}, "meta": {"params": ...}}``.
+
+    A miss is a 200 with ``data.email`` and ``data.score`` null (an assumption: the
+    documentation pages read do not show the not-found answer).
+    """
+    person = _person(first_name, last_name, domain)
+    found = is_found("hunter", person, hit_rate)
+    raw = digest("hunter", person)
+    first, last = _local(first_name, last_name)
+    data: dict[str, Any] = {
+        "first_name": first_name,
+        "last_name": last_name,
+        "email": f"{first}.{last}@{_domain(domain)}" if found else None,
+        "score": 50 + raw[0] % 50 if found else None,
+        "domain": _domain(domain),
+        "accept_all": False,
+        "position": _pick(raw, 2, _TITLES)[0] if found else None,
+        "twitter": None,
+        "linkedin_url": None,
+        "phone_number": None,
+        "company": _company_name(domain, raw) if found else None,
+        "sources": [],
+        "verification": {"date": None, "status": "valid" if found else None},
+    }
+    return {"data": data, "meta": {"params": person}}
+
+
+def findymail_search_name(name: str, domain: str, hit_rate: float) -> dict[str, Any]:
+    """Findymail ``POST /api/search/name``: ``{"contact": {name, email, domain}}``.
+
+    A miss is a 200 with ``contact`` null (an assumption, see the preset).
+    """
+    value = {"name": name, "domain": domain}
+    if not is_found("findymail", value, hit_rate):
+        return {"contact": None}
+    parts = name.split()
+    first, last = _local(parts[0] if parts else name, parts[-1] if len(parts) > 1 else "")
+    local = f"{first}.{last}" if len(parts) > 1 else first
+    return {"contact": {"name": name, "email": f"{local}@{_domain(domain)}", "domain": domain}}
+
+
+def prospeo_person(item: Mapping[str, str], hit_rate: float) -> dict[str, Any] | None:
+    """Prospeo's matched person for one ``data`` record (``identifier`` excluded), or None."""
+    person = _person(item["first_name"], item["last_name"], item["company_website"])
+    if not is_found("prospeo", person, hit_rate):
+        return None
+    raw = digest("prospeo", person)
+    first, last = _local(item["first_name"], item["last_name"])
+    title, seniority = _pick(raw, 0, _TITLES)
+    return {
+        "person": {
+            "first_name": item["first_name"],
+            "last_name": item["last_name"],
+            "full_name": f"{item['first_name']} {item['last_name']}",
+            "job_title": title,
+            "seniority": seniority,
+            "email": {"status": "VERIFIED", "email": f"{first}.{last}@{_domain(person['domain'])}"},
+            "mobile": {"status": "NOT_REQUESTED", "mobile": None},
+        },
+        "company": {"name": _company_name(person["domain"], raw), "website": person["domain"]},
+    }
+
+
+def prospeo_record_key(item: Mapping[str, str]) -> bytes:
+    """The record Prospeo never bills twice per account (its lifetime de-duplication)."""
+    return digest(
+        "prospeo-record",
+        _person(item["first_name"], item["last_name"], item["company_website"]),
+    )
+
+
+def prospeo_bulk_response(
+    items: Sequence[Mapping[str, str]],
+    matches: Sequence[dict[str, Any] | None],
+    free: Sequence[bool],
+) -> dict[str, Any]:
+    """Prospeo ``POST /bulk-enrich-person``'s body: ``matched`` (by ``identifier``),
+    ``not_matched`` (identifiers), ``total_cost`` (1 per match not ``free_enrichment``)."""
+    matched = [
+        {"identifier": item["identifier"], "free_enrichment": is_free, **match}
+        for item, match, is_free in zip(items, matches, free, strict=True)
+        if match is not None
+    ]
+    missed = [it["identifier"] for it, m in zip(items, matches, strict=True) if m is None]
+    return {
+        "error": False,
+        "total_cost": sum(1 for m in matched if not m["free_enrichment"]),
+        "matched": matched,
+        "not_matched": missed,
+        "invalid_datapoints": [],
+    }
+
+
+def apollo_match(item: Mapping[str, str], hit_rate: float) -> dict[str, Any] | None:
+    """Apollo's enriched person for one ``details`` entry, or None (unmatched)."""
+    person = _person(item["first_name"], item["last_name"], item["domain"])
+    if not is_found("apollo", person, hit_rate):
+        return None
+    raw = digest("apollo", person)
+    first, last = _local(item["first_name"], item["last_name"])
+    title, seniority = _pick(raw, 0, _TITLES)
+    return {
+        "id": raw[:12].hex(),
+        "first_name": item["first_name"],
+        "last_name": item["last_name"],
+        "name": f"{item['first_name']} {item['last_name']}",
+        "title": title,
+        "seniority": seniority,
+        "email": f"{first}.{last}@{_domain(person['domain'])}",
+        "email_status": "verified",
+        "linkedin_url": f"http://www.linkedin.com/in/{first}-{last}-{raw[12:15].hex()}",
+        "organization": {
+            "name": _company_name(person["domain"], raw),
+            "primary_domain": _domain(person["domain"]),
+        },
+    }
+
+
+def apollo_bulk_response(matches: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """Apollo ``POST /api/v1/people/bulk_match``'s body: ``matches`` in request order
+    (null for a miss) and ``credits_consumed`` (1 per match)."""
+    found = sum(1 for m in matches if m is not None)
+    return {
+        "status": "success",
+        "error_code": None,
+        "error_message": None,
+        "total_requested_enrichments": len(matches),
+        "unique_enriched_records": found,
+        "missing_records": len(matches) - found,
+        "credits_consumed": found,
+        "matches": list(matches),
     }

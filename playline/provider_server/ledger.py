@@ -20,6 +20,14 @@ would have been answered. Each call record says ``answered`` and carries
 digests of the requests in flight, so a test that kills a client can name the
 exact call it cut off.
 
+Every charged call also has a price: ``credits`` is what the provider billed in all
+(``credits_by_provider``, ``credits_by_path``), net of refunds. A provider that
+charges up front and refunds a miss adds the charge and subtracts the refund, and
+``refunds`` / ``credits_refunded`` count those. A charged fault is billed like the
+answer it broke; an idempotent replay is not charged and costs nothing. Each call
+record carries its net ``credits`` (0 when not charged), so playline's own credit
+figures can be checked against the provider's, call by call.
+
 The ledger lives in the server's event loop thread and is mutated without locks;
 every method is synchronous and never awaits.
 """
@@ -33,15 +41,17 @@ from dataclasses import dataclass
 from typing import Any
 
 #: ``(t_monotonic, t_wall, provider, path, status, charged, items, duplicate, key,
-#: idem, answered, unanswered_reason)``; ``key`` is the API key's digest
+#: idem, answered, unanswered_reason, credits)``; ``key`` is the API key's digest
 #: (``key_digest``), never the key; ``idem`` is ``idem_digest`` of the
 #: ``Idempotency-Key`` header (``""`` without one); ``answered`` is False when the
-#: client got no usable answer, and ``unanswered_reason`` then says why (``""`` else).
-CallRecord = tuple[float, float, str, str, int, bool, int, bool, str, str, bool, str]
+#: client got no usable answer, and ``unanswered_reason`` then says why (``""`` else);
+#: ``credits`` is what the call was billed, net of any refund (appended last so
+#: readers that index the older fields keep working).
+CallRecord = tuple[float, float, str, str, int, bool, int, bool, str, str, bool, str, float]
 
 _RECORD_FIELDS = (
     "t", "wall", "provider", "path", "status", "charged", "items", "duplicate", "key",
-    "idem", "answered", "unanswered_reason",
+    "idem", "answered", "unanswered_reason", "credits",
 )  # fmt: skip
 
 #: Why a charged call went unanswered (the keys of ``charged_unanswered_by_reason``).
@@ -74,6 +84,16 @@ class Charge:
     #: Digests of the company-lookup items bought (single or bulk), for item-level checks.
     item_digests: tuple[bytes, ...] = ()
     items: int = 1
+    #: what the provider charged for the call, before any refund
+    credits: float = 0.0
+    #: what it gave back (a refund-on-miss provider), and for how many misses
+    refunded: float = 0.0
+    refunds: int = 0
+
+    @property
+    def net_credits(self) -> float:
+        """What the call costs in the end."""
+        return self.credits - self.refunded
 
 
 class Ledger:
@@ -105,6 +125,11 @@ class Ledger:
         self.charged_unanswered_by_reason: Counter[str] = Counter()
         self.max_in_flight = self.in_flight
         self.charged_by_path: Counter[str] = Counter()
+        self.credits = 0.0
+        self.credits_by_provider: dict[str, float] = {}
+        self.credits_by_path: dict[str, float] = {}
+        self.refunds = 0
+        self.credits_refunded = 0.0
         self.received_by_provider: Counter[str] = Counter()
         self.charged_by_provider: Counter[str] = Counter()
         self.rate_limited_by_provider: Counter[str] = Counter()
@@ -167,11 +192,22 @@ class Ledger:
         else:
             self._charged_inputs.add(key)
         self.items_charged += charge.items
+        self._bill(charge)
         for item in charge.item_digests:
             if item in self._charged_items:
                 self.double_charged_items += 1
             else:
                 self._charged_items.add(item)
+
+    def _bill(self, charge: Charge) -> None:
+        net = charge.net_credits
+        self.credits += net
+        self.credits_by_provider[charge.provider] = (
+            self.credits_by_provider.get(charge.provider, 0.0) + net
+        )
+        self.credits_by_path[charge.path] = self.credits_by_path.get(charge.path, 0.0) + net
+        self.refunds += charge.refunds
+        self.credits_refunded += charge.refunded
 
     def record(
         self,
@@ -184,6 +220,7 @@ class Ledger:
         key: str = "",
         idem: str = "",
         unanswered_reason: str = "",
+        credits: float = 0.0,
     ) -> None:
         """Append one per-call record (bounded; the oldest fall off).
 
@@ -199,7 +236,7 @@ class Ledger:
             now, wall = time.monotonic(), time.time()
             call: CallRecord = (
                 now, wall, provider, path, status, charged, items, duplicate, key,
-                idem, answered, unanswered_reason,
+                idem, answered, unanswered_reason, credits,
             )  # fmt: skip
             self.records.append(call)
 
@@ -218,6 +255,11 @@ class Ledger:
             "charged_by_path": dict(self.charged_by_path),
             "charged_by_provider": dict(self.charged_by_provider),
             "items_charged": self.items_charged,
+            "credits": self.credits,
+            "credits_by_provider": dict(self.credits_by_provider),
+            "credits_by_path": dict(self.credits_by_path),
+            "refunds": self.refunds,
+            "credits_refunded": self.credits_refunded,
             "duplicates": self.duplicates,
             "double_charged": self.double_charged,
             "double_charged_items": self.double_charged_items,
