@@ -209,6 +209,8 @@ def merge_spend(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         mine = merged.get(key)
         if isinstance(value, dict):
             merged[key] = merge_spend(mine if isinstance(mine, dict) else {}, value)
+        elif isinstance(value, list) and isinstance(mine, list) and len(mine) == len(value):
+            merged[key] = [a + b for a, b in zip(mine, value, strict=True)]
         elif isinstance(value, int | float) and not isinstance(value, bool):
             merged[key] = (mine if isinstance(mine, int | float) else 0) + value
         else:

@@ -35,4 +35,17 @@ def spend_lines(spend: Mapping[str, Any]) -> list[str]:
         shares = ", ".join(f"{name} {100 * n / rows:.0f} %" for name, n in ordered)
         per_row = float(by_column.get(column, 0.0)) / rows
         lines.append(f"{column}: {shares}; {per_row:.2f} credits/row")
+        measured = (spend.get("tried") or {}).get(column) or {}
+        if measured:
+            lines.append(
+                f"{column} by step: " + "; ".join(_step(t, f) for t, f in measured.items())
+            )
     return lines
+
+
+def _step(tool: str, figures: list[float]) -> str:
+    """One waterfall step as measured: hit rate over the calls it made, credits per hit."""
+    tries, hits, credits = figures
+    rate = f"{100 * hits / tries:.0f} % of {tries:g}" if tries else "not called"
+    per_hit = f"{credits / hits:.2f} credits/hit" if hits else f"{credits:g} credits, no hit"
+    return f"{tool} hit {rate}, {per_hit}"

@@ -111,7 +111,9 @@ class SpendTally:
     """What a run's cells cost, by provider and by column, and each waterfall's steps.
 
     ``steps[column][tool or "none"]`` counts the rows a waterfall column's value came
-    from that step (``"none"``: no step gave one).
+    from that step (``"none"``: no step gave one); ``tried[column][tool]`` what each
+    step measured: ``[calls made, hits, credits]``, from which the summary gives each
+    step's hit rate and credits per hit (the figures to order a waterfall by).
     """
 
     rows: int = 0
@@ -119,6 +121,7 @@ class SpendTally:
     by_provider: dict[str, float] = field(default_factory=dict)
     by_column: dict[str, float] = field(default_factory=dict)
     steps: dict[str, dict[str, int]] = field(default_factory=dict)
+    tried: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     #: ``paid``/``reused``/``shared``/``waited`` answers over every cell
     receipts: dict[str, int] = field(default_factory=dict)
 
@@ -136,6 +139,12 @@ class SpendTally:
         _sum_into(self.receipts, other.receipts)
         for column, counts in other.steps.items():
             _sum_into(self.steps.setdefault(column, {}), counts)
+        for column, measured in other.tried.items():
+            mine = self.tried.setdefault(column, {})
+            for tool, figures in measured.items():
+                mine[tool] = [
+                    a + b for a, b in zip(mine.get(tool, [0, 0, 0]), figures, strict=True)
+                ]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -144,6 +153,7 @@ class SpendTally:
             "by_provider": dict(self.by_provider),
             "by_column": dict(self.by_column),
             "steps": {c: dict(v) for c, v in self.steps.items()},
+            "tried": {c: {t: list(f) for t, f in v.items()} for c, v in self.tried.items()},
             "receipts": dict(self.receipts),
         }
 
@@ -155,11 +165,20 @@ def tally_cell(tally: SpendTally, column: str, cell: Mapping[str, Any]) -> None:
     tally.by_column[column] = tally.by_column.get(column, 0.0) + credits
     for provider, cost in (cell.get("by_provider") or {}).items():
         tally.by_provider[provider] = tally.by_provider.get(provider, 0.0) + float(cost)
-    if isinstance(cell.get("steps"), list):
+    steps = cell.get("steps")
+    if isinstance(steps, list):
         winner = cell.get("tool") if cell.get("miss") is None else None
         counts = tally.steps.setdefault(column, {})
         name = str(winner) if winner else NO_STEP
         counts[name] = counts.get(name, 0) + 1
+        measured = tally.tried.setdefault(column, {})
+        for step in steps:
+            if str(step.get("outcome", "")).startswith("skipped"):
+                continue
+            figures = measured.setdefault(str(step.get("tool")), [0, 0, 0.0])
+            figures[0] += 1
+            figures[1] += step.get("outcome") == "hit"
+            figures[2] += float(step.get("credits") or 0.0)
     receipt = cell.get("receipt")
     if isinstance(receipt, str):
         tally.receipts[receipt] = tally.receipts.get(receipt, 0) + 1

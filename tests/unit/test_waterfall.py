@@ -18,6 +18,7 @@ from playline.calls.provenance import ColumnCalls, cell_provenance, tally
 from playline.calls.runner import ToolResult
 from playline.calls.waterfall import Step, run_waterfall, spec_from_code
 from playline.calls.waterfall_spec import AcceptSpec, ValidateSpec, WaterfallSpec
+from playline.contract import ChunkStats
 from playline.errors import ProviderQuotaExhausted, ProviderTransientError
 from playline.spend import spend_lines
 
@@ -187,4 +188,19 @@ async def test_provenance_and_tally_of_a_waterfall_cell() -> None:
     assert spend["by_provider"] == {"pb": 2.0} and spend["steps"] == {
         "work_email": {"b": 1, "none": 1}
     }
-    assert spend_lines(spend)[-1] == "work_email: b 50 %, none 50 %; 1.00 credits/row"
+    lines = spend_lines(spend)
+    assert lines[-2] == "work_email: b 50 %, none 50 %; 1.00 credits/row"
+    assert lines[-1] == (
+        "work_email by step: a hit 0 % of 2, 0 credits, no hit; b hit 50 % of 2, 4.00 credits/hit"
+    )
+
+
+async def test_chunk_stats_add_their_spend_as_one_tally_would() -> None:
+    calls = FakeCalls({"a": {"email": None}, "b": {"mail": "ada@x.io"}})
+    hit = await _run(calls, CATALOG.waterfall("work"))
+    cell = cell_provenance(ColumnCalls(calls.made, [hit]), hit.value)
+    one, two = {"work_email": cell}, {"work_email": cell, "other": cell}
+    merged = ChunkStats(spend=tally([one]).as_dict())
+    merged.add(ChunkStats(spend=tally([two]).as_dict()))
+    merged.add(ChunkStats())
+    assert merged.spend == tally([one, two]).as_dict()
