@@ -163,7 +163,7 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             ledger = stack.provider.ledger()
             out().print(
                 f"  provider ledger: {ledger['charged']} calls charged, "
-                f"{ledger['double_charged']} charged twice"
+                f"{ledger['double_charged']} charged twice, {ledger['credits']:g} credits billed"
             )
     return 0
 
