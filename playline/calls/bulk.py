@@ -282,12 +282,15 @@ class BulkDispatcher:
             if isinstance(outcome, Answered):
                 outcome = _priced(tool, keys, outcome)
             target = BatchReceipt(attempt, agg, calls=len(keys), payers=payers)
-            results: dict[str, Any] = await settle(attempt, target, outcome, tool)
+            settled = await settle(attempt, target, outcome, tool)
             self.requests += 1
             assert isinstance(outcome, Answered) and outcome.member_credits is not None
-            shares = outcome.member_credits
+            # Not recorded (taken over): the new owner records the members' credits.
+            shares = outcome.member_credits if settled.credits or not outcome.credits else {}
+            results: dict[str, Any] = settled.data
             return {
-                key: Settled(result, shares[key], outcome.source) for key, result in results.items()
+                key: Settled(result, shares.get(key, 0.0), outcome.source)
+                for key, result in results.items()
             }
 
     async def _resume(self, tool: ToolSpec, agg: str, payers: dict[str, str]) -> dict[str, Settled]:

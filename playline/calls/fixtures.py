@@ -193,9 +193,9 @@ class FixtureDispatcher:
     async def settle(self, call: ClaimedCall) -> Settled:
         outcome = await self._answer(call)
         target = SingleReceipt(self._attempt, call.key, call.payer)
-        data = await settle(self._attempt, target, outcome, call.tool)
-        # A recorded answer costs nothing to replay; it is still this attempt's answer.
-        return Settled(data, 0.0, "rule")
+        # A recorded answer costs nothing to replay (its credits are 0); it is still
+        # this attempt's answer.
+        return await settle(self._attempt, target, outcome, call.tool)
 
     async def _answer(self, call: ClaimedCall) -> CallOutcome:
         attempt, tool = self._attempt, call.tool

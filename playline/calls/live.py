@@ -243,9 +243,7 @@ class LiveDispatcher:
             charge = tool.charge(outcome.data, outcome.reported)
             outcome = Answered(outcome.data, charge.credits, charge.source)
         target = SingleReceipt(self._attempt, call.key, call.payer)
-        data = await settle(self._attempt, target, outcome, tool)
-        assert isinstance(outcome, Answered)  # settle raised for every other outcome
-        return Settled(data, outcome.credits, outcome.source)
+        return await settle(self._attempt, target, outcome, tool)
 
     async def aclose(self) -> None:
         """Let the bulk requests in flight finish and record (see ``BulkDispatcher``)."""

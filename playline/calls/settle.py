@@ -12,10 +12,11 @@ claimed again, or found ambiguous if it was sent to a tool that does not de-dupl
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 from playline.calls.attempt import Attempt
 from playline.calls.catalog import ToolSpec
+from playline.calls.dispatch import Settled
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
 from playline.errors import CallAmbiguous
 from playline.stores.journal import JournalEntry
@@ -45,19 +46,25 @@ class ReceiptTarget(Protocol):
 
 async def settle(
     attempt: Attempt, target: ReceiptTarget, outcome: CallOutcome, tool: ToolSpec
-) -> Any:
-    """Record ``outcome`` on ``target``; the answer's data, or the outcome's error raised.
+) -> Settled:
+    """Record ``outcome`` on ``target``; the answer and what this attempt recorded it
+    cost, or the outcome's error raised.
 
-    An answer's credits (priced by the dispatcher) are counted here, once, whoever
-    sent it: the attempt's stats and the credits metric say what was paid.
+    An answer's credits (priced by the dispatcher) are counted here, once: the
+    attempt's stats and the credits metric say what was paid. A receipt taken over
+    before the answer was recorded is the new owner's to record and to count (it
+    re-sends under the same key and is answered free), so the answer is returned
+    with 0 credits and the stats give them back.
     """
     tool_id = tool.id
     match outcome:
-        case Answered(data=data, credits=credits):
+        case Answered(data=data, credits=credits, source=source):
             attempt.stats.credits += credits
+            if not await _record_answer(attempt, target, outcome):
+                attempt.stats.credits -= credits
+                return Settled(data, 0.0, source)
             attempt.metrics.credits(tool.provider, tool.id, credits)
-            await _record_answer(attempt, target, outcome)
-            return data
+            return Settled(data, credits, source)
         case Failed(error=error):
             attempt.stats.failed += target.calls
             charged = getattr(error, "may_have_charged", False)
@@ -77,8 +84,9 @@ async def settle(
             raise CallAmbiguous(tool_id, _short(reason))
 
 
-async def _record_answer(attempt: Attempt, target: ReceiptTarget, answer: Answered) -> None:
-    """Write a paid answer, retrying; past the attempt's patience, journal it and stop."""
+async def _record_answer(attempt: Attempt, target: ReceiptTarget, answer: Answered) -> bool:
+    """Write a paid answer, retrying; past the attempt's patience, journal it and stop.
+    False when the receipt was taken over (its new owner records the call)."""
     try:
         recorded = await attempt.durably(
             lambda: target.complete(answer), what=f"recording {target.key}"
@@ -93,6 +101,7 @@ async def _record_answer(attempt: Attempt, target: ReceiptTarget, answer: Answer
         # call is in flight): the new owner records the same call. The answer is still
         # good for this row.
         logger.info("receipt %s was taken over before its answer was recorded", target.key)
+    return bool(recorded)
 
 
 def _short(reason: str) -> str:

@@ -43,7 +43,10 @@ idempotency = "natural"
 pacing = { rps = 50, burst = 10, max_concurrency = 8 }
 
 [waterfalls.preset_email]
-steps = ["hunter_email_finder", { tool = "findymail_email_finder", input = { name = "full_name", domain = "domain" } }]
+steps = [
+    "hunter_email_finder",
+    { tool = "findymail_email_finder", input = { name = "full_name", domain = "domain" } },
+]
 value = "email"
 """
 

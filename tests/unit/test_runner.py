@@ -153,8 +153,7 @@ class RecordingDispatcher:
         await asyncio.sleep(0.01)
         self.attempt.check_before_dispatch()
         outcome = Answered({"answer": call.payload["q"]}, 1.0)
-        data = await settle(self.attempt, SingleReceipt(self.attempt, call.key), outcome, call.tool)
-        return Settled(data, outcome.credits)
+        return await settle(self.attempt, SingleReceipt(self.attempt, call.key), outcome, call.tool)
 
     async def aclose(self) -> None: ...
 
