@@ -244,5 +244,16 @@ def bulk_catalog(tmp_path: Path) -> Path:
     return path
 
 
+#: The demo play's providers besides its waterfall's (mailfox, prospectr, verifly).
+CORE_PROVIDERS = ("acme", "firmo")
+
+
+def core_charged(ledger: dict[str, Any]) -> int:
+    """Calls the provider server charged to acme and firmo: the demo play's email, person
+    and company calls, without its verified_email waterfall's."""
+    by_provider = ledger["charged_by_provider"]
+    return sum(int(by_provider.get(name, 0)) for name in CORE_PROVIDERS)
+
+
 def new_id(prefix: str = "play") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"

@@ -23,7 +23,10 @@ from tests.plays import (
     write_csv,
 )
 
-KNOWN_TOOLS = "company_lookup, email_finder, person_enrich"
+KNOWN_TOOLS = (
+    "company_lookup, email_finder, mailfox_email, person_enrich, prospectr_contact, "
+    "prospectr_email, verifly_verify"
+)
 
 #: Regression guard for f12e22a: an invalid play input used to hang the play (the
 #: generated ``run`` was typed with the input model, so decoding the workflow

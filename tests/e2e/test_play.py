@@ -71,8 +71,12 @@ async def test_example_play_completes_and_pays_once_per_distinct_input(
     assert ledger["charged"] == result.stats.calls_made
     # company_name and industry ask for the same input: one call per distinct domain.
     assert company_charges(ledger) == 40
-    acme_items = ledger["charged_by_provider"].get("acme", 0)
-    assert ledger["items_charged"] - acme_items == 40  # company items, bulk or single
+    single_calls = ledger["charged"] - ledger["charged_by_provider"].get("firmo", 0)
+    assert ledger["items_charged"] - single_calls == 40  # company items, bulk or single
+    # The verified_email waterfall asked mailfox once per lead, and every billing rule
+    # (per request, per hit, refund on miss, a verifier) adds up to the provider's bill.
+    assert ledger["charged_by_path"]["/mailfox/v1/email/find"] == 236
+    assert result.stats.credits == pytest.approx(ledger["credits"])
     assert ledger["charged_by_path"][EMAIL_PATH] == 236
     assert ledger["charged_by_path"]["/acme/v1/person/enrich"] == 236
     assert ledger["rate_limited"] == 0
