@@ -126,7 +126,7 @@ class ToolRunner:
                 self.stats.shared += 1
                 span.receipt("shared")
                 led = await asyncio.shield(existing)
-                return replace(led, cached=True, receipt="shared", credits=0.0)
+                return replace(led, cached=True, receipt="shared", credits=0.0, credits_source=None)
             future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
             self._in_flight[key] = future
             try:

@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     def run_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--out", help="write the result rows to this CSV file")
+        p.add_argument(
+            "--out", help="write the result rows to this file: CSV, or JSON lines if .jsonl"
+        )
         p.add_argument("--raw", action="store_true", help=f"with --out: {RAW_HELP}")
         p.add_argument("--provenance", action="store_true", help=f"with --out: {PROVENANCE_HELP}")
         p.add_argument(

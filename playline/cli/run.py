@@ -122,6 +122,15 @@ RAW_HELP = (
 )
 
 
+#: File endings written as JSON lines; any other ``--out`` is a CSV file.
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+def export_format(path: str) -> str:
+    """``jsonl`` for a ``.jsonl`` or ``.ndjson`` path, else ``csv``."""
+    return "jsonl" if Path(path).suffix.lower() in JSONL_SUFFIXES else "csv"
+
+
 #: ``--provenance``'s help wherever a command exports (run, demo, runs export, runs cancel).
 PROVENANCE_HELP = (
     "add where each computed value came from: after each computed column C, "
@@ -145,7 +154,12 @@ async def export_result(
         raise PlaylineError(f"play {result.play} produced no dataset to export")
     async with await open_stores(settings, create=False) as stores:
         return await export_run(
-            stores.sheet, result.datasets[-1].run_ref, path, raw=raw, provenance=provenance
+            stores.sheet,
+            result.datasets[-1].run_ref,
+            path,
+            export_format(path),
+            raw=raw,
+            provenance=provenance,
         )
 
 

@@ -36,7 +36,7 @@ from playline.cli.render import (
     print_summary,
     ui_url,
 )
-from playline.cli.run import PROVENANCE_HELP, RAW_HELP, export_result
+from playline.cli.run import PROVENANCE_HELP, RAW_HELP, export_format, export_result
 from playline.cli.setup import registered_search_attributes
 from playline.cli.spend import store_spend
 from playline.config import Settings
@@ -79,14 +79,16 @@ def add_runs_parser(
         common(p)
         p.add_argument("id", help="workflow id")
         if name == "export":
-            p.add_argument("--out", required=True, help="CSV file to write")
+            p.add_argument(
+                "--out", required=True, help="file to write: CSV, or JSON lines if .jsonl"
+            )
         if name in ("export", "cancel"):
             p.add_argument("--raw", action="store_true", help=RAW_HELP)
             p.add_argument("--provenance", action="store_true", help=PROVENANCE_HELP)
         if name == "window":
             p.add_argument("chunks", type=int, help="chunks in flight at most (1 to 64)")
         if name == "cancel":
-            p.add_argument("--out", help="then write the rows done to this CSV file")
+            p.add_argument("--out", help="then write the rows done to this file (CSV, or .jsonl)")
             p.add_argument(
                 "--no-wait", action="store_true", help="return once cancellation is requested"
             )
@@ -282,7 +284,9 @@ async def export_done(
         )
     services = await Services.open(settings)
     try:
-        return await export_run(services.sheet, refs[-1], path, raw=raw, provenance=provenance)
+        return await export_run(
+            services.sheet, refs[-1], path, export_format(path), raw=raw, provenance=provenance
+        )
     finally:
         await services.close()
 

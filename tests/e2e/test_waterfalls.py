@@ -12,6 +12,7 @@ miss (prospectr's finder), per field with the charge reported in a header
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from playline.contract import PlayRunResult, RunOptions
 from playline.services import Services
 from playline.stores.export import export_run
 from tests.conftest import bulk_catalog, new_id, start_worker_process
+from tests.e2e.test_cli import playline
 from tests.e2e.test_crash_recovery import first_rows, wait_for
 from tests.plays import read_csv_rows, run
 
@@ -295,3 +297,46 @@ async def test_a_provider_whose_quota_is_spent_is_skipped_as_unavailable(
         assert first["credits"] == 0 and "mailfox unavailable until" in first["reason"]
         assert _outcomes(row)[1][0] == "prospectr_email"
     _assert_credits_match_the_ledger(spend, provider.ledger())
+
+
+async def test_the_cli_shows_the_spend_and_exports_the_provenance(
+    client, provider, worker, temporal_address, task_queue, home, tmp_path
+) -> None:
+    """``playline run --out --provenance`` and ``runs get``, as a user runs them: the
+    credits by provider equal the ledger's, and each waterfall step's hit rate."""
+    csv_path = first_rows(30, tmp_path / "leads.csv")
+    out = tmp_path / "out.jsonl"
+    common = ("--address", temporal_address, "--task-queue", task_queue)
+    async with worker():
+        ran = await playline(
+            "run",
+            "t_waterfall",
+            "--csv",
+            str(csv_path),
+            "--out",
+            str(out),
+            "--provenance",
+            "--id",
+            "cli-waterfall-1",
+            *common,
+            home=home,
+        )
+        assert ran.returncode == 0, ran.stderr
+        got = await playline("runs", "get", "cli-waterfall-1", *common, home=home)
+        as_json = await playline("runs", "get", "cli-waterfall-1", "--json", *common, home=home)
+    assert got.returncode == 0, got.stderr
+    billed = provider.ledger()["credits_by_provider"]
+    expected = "credits by provider: " + ", ".join(
+        f"{p} {billed[p]:g}" for p in sorted(billed) if billed[p]
+    )
+    for output in (ran.stdout, got.stdout):
+        assert expected in output
+        assert "verified_email: " in output and "credits/row" in output
+        assert "verified_email by step: mailfox_email hit " in output
+    spend = json.loads(as_json.stdout)["spend"]
+    assert spend["by_provider"] == pytest.approx({p: c for p, c in billed.items() if c})
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 30
+    cells = [row["_provenance"]["verified_email"] for row in rows]
+    assert all(len(cell["steps"]) >= 1 for cell in cells)
+    assert sum(row["_provenance"]["company"]["credits"] for row in rows) == billed["firmo"]
