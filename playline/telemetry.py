@@ -21,7 +21,8 @@ name                                   kind       labels; meaning
 ``playline_governor_wait_seconds``     histogram  provider: time a request waited
                                                   for the governor's permit
 ``playline_provider_credits``          histogram  provider, tool: credits one paid
-                                                  request cost; its ``_sum`` is the
+                                                  answer cost (answers billed 0 are
+                                                  not recorded); its ``_sum`` is the
                                                   credits spent
 ``playline_receipt_lookups``           counter    provider, tool, result (hit, miss,
                                                   waited): how claims were answered

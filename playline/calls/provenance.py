@@ -10,12 +10,12 @@ never in workflow history:
 ``receipt``             how that answer was obtained in this run: ``paid``, ``reused``
                         (a completed receipt of an earlier run or row), ``shared`` (an
                         identical call in flight) or ``waited`` (another owner's call)
-``receipt_at``          when that receipt was completed (epoch seconds)
 ``credits``             what the column's calls charged *for this row* in this run
                         (every step and validation; reused and shared answers are 0)
 ``credits_source``      ``provider`` (reported), ``rule`` (catalog), ``mixed`` or None
 ``by_provider``         those credits by provider (a column may call several)
-``fetched_at``          when the value was fetched from the provider
+``fetched_at``          when the value was fetched from the provider (for a reused
+                        answer: when its receipt was completed)
 ``miss``                why there is no value (a waterfall lists each step's outcome)
 ``steps``               a waterfall's steps, each with its outcome, reason, credits
                         and receipt
@@ -63,17 +63,19 @@ def cell_provenance(
     sources.discard(None)
     waterfall = made.waterfalls[-1] if made.waterfalls else None
     answering = _answering(made, waterfall)
-    cell: dict[str, Any] = {
-        "tool": answering.tool.id if answering else None,
-        "provider": answering.tool.provider if answering else None,
-        "receipt": answering.receipt if answering else None,
-        "receipt_at": answering.fetched_at if answering else None,
-        "credits": credits,
-        "credits_source": _source(sources),
-        "by_provider": by_provider,
-        "fetched_at": answering.fetched_at if answering else None,
-        "miss": None,
-    }
+    # Kept with every row of every run: keys without a value are left out (readers
+    # use .get), and the receipt's date is the answer's fetched_at.
+    cell: dict[str, Any] = {"tool": None, "credits": credits, "miss": None}
+    if answering is not None:
+        cell["tool"] = answering.tool.id
+        cell["provider"] = answering.tool.provider
+        cell["receipt"] = answering.receipt
+        cell["fetched_at"] = answering.fetched_at
+    source = _source(sources)
+    if source is not None:
+        cell["credits_source"] = source
+    if by_provider:
+        cell["by_provider"] = by_provider
     if waterfall is not None:
         cell["waterfall"] = waterfall.name
         cell["steps"] = [step.provenance() for step in waterfall.steps]

@@ -63,7 +63,8 @@ async def settle(
             if not await _record_answer(attempt, target, outcome):
                 attempt.stats.credits -= credits
                 return Settled(data, 0.0, source)
-            attempt.metrics.credits(tool.provider, tool.id, credits)
+            if credits:  # a fixture's answer, or a miss a provider does not bill: none
+                attempt.metrics.credits(tool.provider, tool.id, credits)
             return Settled(data, credits, source)
         case Failed(error=error):
             attempt.stats.failed += target.calls

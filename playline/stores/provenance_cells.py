@@ -101,7 +101,7 @@ def source_text(provenance: Mapping[str, Any]) -> str:
     receipt = provenance.get("receipt")
     if receipt:
         text += f", {receipt}"
-        paid = date_utc(provenance.get("receipt_at"))
+        paid = date_utc(provenance.get("receipt_at") or provenance.get("fetched_at"))
         if receipt == "reused" and paid:
             text += f" {paid}"
     return text

@@ -353,7 +353,7 @@ class PostgresSheetStore:
 
 def _dumped(provenance: dict[str, Any] | None) -> str | None:
     """A row's provenance as stored (JSON text, as SQLite stores it), or ``None``."""
-    return None if provenance is None else json.dumps(provenance)
+    return None if provenance is None else json.dumps(provenance, separators=(",", ":"))
 
 
 def _loaded(stored: str | None) -> dict[str, Any] | None:

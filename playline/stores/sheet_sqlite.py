@@ -329,7 +329,7 @@ class SqliteSheetStore:
 
 def _dumped(provenance: dict[str, Any] | None) -> str | None:
     """A row's provenance as stored (JSON), ``None`` when it has none."""
-    return None if provenance is None else json.dumps(provenance)
+    return None if provenance is None else json.dumps(provenance, separators=(",", ":"))
 
 
 def _loaded(stored: str | None) -> dict[str, Any] | None:

@@ -46,6 +46,8 @@ async def main(suffix: str, controls: bool) -> None:
         os.environ["PLAYLINE_PROVIDER_URL"] = provider.base_url
         os.environ.setdefault("ACME_API_KEY", "record-acme")
         os.environ.setdefault("FIRMO_API_KEY", "record-firmo")
+        for waterfall_provider in ("MAILFOX", "PROSPECTR", "VERIFLY"):
+            os.environ.setdefault(f"{waterfall_provider}_API_KEY", f"record-{waterfall_provider}")
         env = await WorkflowEnvironment.start_local(
             dev_server_existing_path=temporal_binary(), search_attributes=list(ALL_KEYS)
         )
