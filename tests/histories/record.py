@@ -44,6 +44,7 @@ async def main(suffix: str, controls: bool) -> None:
     csv.writer(leads.open("w", newline="")).writerows(rows)
     with ProviderServerProcess(port=0) as provider:
         os.environ["PLAYLINE_PROVIDER_URL"] = provider.base_url
+        os.environ["PLAYLINE_DATA_DIRS"] = str(tmp)  # the worker may read the leads there
         os.environ.setdefault("ACME_API_KEY", "record-acme")
         os.environ.setdefault("FIRMO_API_KEY", "record-firmo")
         for waterfall_provider in ("MAILFOX", "PROSPECTR", "VERIFLY"):
