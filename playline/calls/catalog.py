@@ -336,6 +336,8 @@ class Catalog(BaseModel):
             raise CatalogError(f"catalog file {path} is not valid TOML: {err}") from None
         try:
             return cls.model_validate(data)
+        except CatalogError as err:  # an include naming no preset
+            raise CatalogError(f"catalog file {path}: {err}") from None
         except ValidationError as err:
             problems = format_validation_errors(err.errors(), top="catalog")
             raise CatalogError(f"catalog file {path} is invalid: {problems}") from None

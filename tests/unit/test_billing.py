@@ -101,5 +101,7 @@ def test_a_bad_billing_rule_is_refused_when_the_catalog_loads(
 
 def test_an_unknown_preset_is_refused_naming_the_presets(tmp_path: Any) -> None:
     (tmp_path / "c.toml").write_text('include = ["nosuch"]\n[providers]\n[tools]\n')
-    with pytest.raises(CatalogError, match="unknown preset 'nosuch'"):
+    with pytest.raises(CatalogError, match="unknown preset 'nosuch'") as caught:
         Catalog.from_toml(tmp_path / "c.toml")
+    assert str(tmp_path / "c.toml") in str(caught.value)
+    assert "presets: apollo, findymail, hunter, prospeo" in str(caught.value)
