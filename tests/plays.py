@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from playline import PlayContext, RowContext, play, resolver
+from playline.demo.enrich_leads import verified_email  # the catalog's work_email waterfall
 
 #: Rows whose ``first_name`` is this value make ``fail_on_boom`` raise.
 BOOM = "Boom"
@@ -182,20 +183,6 @@ async def t_parent(ctx: PlayContext, input: ParentInput) -> ParentOutput:
     )
 
 
-@resolver(tools=["mailfox_email", "prospectr_email", "verifly_verify"])
-async def t_verified_email(row: Mapping[str, Any], rc: RowContext) -> Any:
-    """The catalog's ``work_email`` waterfall: mailfox, then prospectr, verified."""
-    found = await rc.waterfall(
-        "work_email",
-        {
-            "first_name": row["first_name"],
-            "last_name": row["last_name"],
-            "domain": row["company_domain"],
-        },
-    )
-    return found.value
-
-
 @resolver
 def t_has_verified_email(row: Mapping[str, Any]) -> bool:
     return bool(row.get("verified_email"))
@@ -221,7 +208,7 @@ async def t_waterfall(ctx: PlayContext, input: WaterfallInput) -> None:
     await (
         ctx.dataset(input.dataset, source)
         .with_column("company", t_company)
-        .with_column("verified_email", t_verified_email)
+        .with_column("verified_email", verified_email)
         .with_column("mobile", t_mobile, run_if=t_has_verified_email)
         .run(key="lead_id")
     )

@@ -112,6 +112,9 @@ def _miss(made: ColumnCalls, waterfall: WaterfallResult | None) -> str:
 class SpendTally:
     """What a run's cells cost, by provider and by column, and each waterfall's steps.
 
+    Tallies are added up as their ``as_dict()`` (``playline.contract.merge_spend``),
+    as chunk results are in the workflow.
+
     ``steps[column][tool or "none"]`` counts the rows a waterfall column's value came
     from that step (``"none"``: no step gave one); ``tried[column][tool]`` what each
     step measured: ``[calls made, hits, credits]``, from which the summary gives each
@@ -132,21 +135,6 @@ class SpendTally:
         self.rows += 1
         for column, cell in (provenance or {}).items():
             tally_cell(self, column, cell)
-
-    def add(self, other: SpendTally) -> None:
-        self.rows += other.rows
-        self.credits += other.credits
-        _sum_into(self.by_provider, other.by_provider)
-        _sum_into(self.by_column, other.by_column)
-        _sum_into(self.receipts, other.receipts)
-        for column, counts in other.steps.items():
-            _sum_into(self.steps.setdefault(column, {}), counts)
-        for column, measured in other.tried.items():
-            mine = self.tried.setdefault(column, {})
-            for tool, figures in measured.items():
-                mine[tool] = [
-                    a + b for a, b in zip(mine.get(tool, [0, 0, 0]), figures, strict=True)
-                ]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -184,11 +172,6 @@ def tally_cell(tally: SpendTally, column: str, cell: Mapping[str, Any]) -> None:
     receipt = cell.get("receipt")
     if isinstance(receipt, str):
         tally.receipts[receipt] = tally.receipts.get(receipt, 0) + 1
-
-
-def _sum_into(into: dict[str, Any], other: Mapping[str, Any]) -> None:
-    for key, value in other.items():
-        into[key] = into.get(key, 0) + value
 
 
 def tally(rows: Iterable[Mapping[str, Any] | None]) -> SpendTally:

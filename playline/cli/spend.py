@@ -12,8 +12,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from playline.calls.provenance import SpendTally, run_spend
+from playline.calls.provenance import run_spend
 from playline.config import Settings
+from playline.contract import merge_spend
 from playline.errors import PlaylineError
 from playline.stores.backends import open_stores
 
@@ -29,10 +30,10 @@ async def store_spend(settings: Settings, run_refs: Sequence[str]) -> dict[str, 
         return None
     try:
         async with await open_stores(settings, create=False) as stores:
-            total = SpendTally()
+            total: dict[str, Any] = {}
             for run_ref in run_refs:
-                total.add(await run_spend(stores.sheet, run_ref))
-            return total.as_dict()
+                total = merge_spend(total, (await run_spend(stores.sheet, run_ref)).as_dict())
+            return total
     except (PlaylineError, OSError) as err:
         logger.debug("the spend is read from the play's result: %s", err)
         return None

@@ -65,9 +65,11 @@ def sheet(stores: Stores) -> SheetStore:
     return stores.sheet
 
 
-async def run_with_provenance(sheet: SheetStore, run_ref: str = "run1") -> None:
-    """Three rows: a paid email, a reused one, and one no provider found."""
-    await sheet.put_source("src@1", COLUMNS, [["a", "Ann"], ["b", "Bo"], ["c", "Cy"]])
+async def prepared_run(sheet: SheetStore, run_ref: str, rows: list[list[str]] | None) -> None:
+    """A run of the ``people`` dataset computing ``email``, over ``rows`` stored as the
+    source first (``None``: the source is stored already)."""
+    if rows is not None:
+        await sheet.put_source("src@1", COLUMNS, rows)
     await sheet.prepare_run(
         run_ref,
         source_id="src@1",
@@ -76,6 +78,11 @@ async def run_with_provenance(sheet: SheetStore, run_ref: str = "run1") -> None:
         mode="upsert",
         computed_columns=["email"],
     )
+
+
+async def run_with_provenance(sheet: SheetStore, run_ref: str = "run1") -> None:
+    """Three rows: a paid email, a reused one, and one no provider found."""
+    await prepared_run(sheet, run_ref, [["a", "Ann"], ["b", "Bo"], ["c", "Cy"]])
     await sheet.write_results(
         run_ref,
         [
@@ -102,15 +109,7 @@ async def test_provenance_is_kept_with_the_run_and_read_back(sheet: SheetStore) 
 
 
 async def test_rows_without_provenance_are_left_out(sheet: SheetStore) -> None:
-    await sheet.put_source("src@1", COLUMNS, [["a", "Ann"], ["b", "Bo"]])
-    await sheet.prepare_run(
-        "run1",
-        source_id="src@1",
-        dataset="people",
-        key_fields=["id"],
-        mode="upsert",
-        computed_columns=["email"],
-    )
+    await prepared_run(sheet, "run1", [["a", "Ann"], ["b", "Bo"]])
     await sheet.write_results("run1", [RowResult(1, "b", {"email": "x"}, "ok")])
     assert await sheet.read_provenance("run1", 0, 2) == []
     assert [r.provenance for r in await sheet.read_run_rows("run1", 0, 2)] == [None, None]
@@ -118,14 +117,7 @@ async def test_rows_without_provenance_are_left_out(sheet: SheetStore) -> None:
 
 async def test_a_rerun_of_the_same_dataset_keeps_its_own_provenance(sheet: SheetStore) -> None:
     await run_with_provenance(sheet, "run1")
-    await sheet.prepare_run(
-        "run2",
-        source_id="src@1",
-        dataset="people",
-        key_fields=["id"],
-        mode="upsert",
-        computed_columns=["email"],
-    )
+    await prepared_run(sheet, "run2", None)
     again = {**PAID, "receipt": "reused", "credits": 0}
     await sheet.write_results(
         "run2", [RowResult(0, "a", {"email": "ann@x"}, "ok", provenance={"email": again})]
@@ -220,15 +212,7 @@ async def test_a_run_without_provenance_exports_empty_provenance_columns_if_aske
 ) -> None:
     """A run recorded before provenance existed (none in any row) exports its plain
     columns; JSONL rows get an empty ``_provenance``."""
-    await sheet.put_source("src@1", COLUMNS, [["a", "Ann"]])
-    await sheet.prepare_run(
-        "run1",
-        source_id="src@1",
-        dataset="people",
-        key_fields=["id"],
-        mode="upsert",
-        computed_columns=["email"],
-    )
+    await prepared_run(sheet, "run1", [["a", "Ann"]])
     await sheet.write_results("run1", [RowResult(0, "a", {"email": "x"}, "ok")])
     path = tmp_path / "out.csv"
     await export_run(sheet, "run1", str(path), provenance=True)
