@@ -251,6 +251,12 @@ class Settings:
         return (self.sqlite_dir or self.home) / "sheet.db"
 
     @property
+    def budgets_path(self) -> Path:
+        """The SQLite budget ledger's file, next to the other stores (see
+        :mod:`~playline.stores.budgets_sqlite`: created by its first use)."""
+        return (self.sqlite_dir or self.home) / "budgets.db"
+
+    @property
     def journal_dir(self) -> Path:
         """Where a worker journals paid results its receipt store would not take."""
         return self.home / "journal"

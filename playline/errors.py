@@ -173,6 +173,57 @@ class ProviderQuotaExhausted(ProviderError):
         self.resume_at = resume_at
 
 
+class BudgetReached(PlaylineError):
+    """A paid call's worst case does not fit what is left of a budget; nothing was sent.
+
+    Raised before sending (the reservation was refused, the receipt released), so the
+    row is left unprocessed: the dataset run waits for more budget (``runs budget
+    --add``) or stops, as the run's ``on_budget`` says. About one row, never retried
+    by Temporal.
+    """
+
+    retryable = False
+    chunk_fatal = False
+
+    def __init__(
+        self,
+        budget: str,
+        *,
+        limit: float,
+        used: float,
+        needed: float,
+        tool_id: str = "",
+        provider: str | None = None,
+        resets_at: float | None = None,
+        spent: float | None = None,
+    ) -> None:
+        super().__init__(
+            f"budget {budget} reached: {used:g} of {limit:g} credits spent or reserved, "
+            f"{tool_id or 'the call'} may cost {needed:g}"
+        )
+        self.budget = budget
+        self.limit = limit
+        self.used = used
+        self.needed = needed
+        self.tool_id = tool_id
+        #: the provider whose cap it is (None: the run's or a named budget)
+        self.provider = provider
+        #: when a named budget's period ends (epoch seconds)
+        self.resets_at = resets_at
+        #: of ``used``, what is settled (the rest is reserved by calls and rows in flight)
+        self.spent = used if spent is None else spent
+
+
+class UnknownBudget(PlaylineError):
+    """A budget was named that does not exist and could not be created (no limit given,
+    or a named budget nobody defined with ``playline budgets set``)."""
+
+
+class InvalidBudget(PlaylineError, ValueError):
+    """A budget's name, period or amount is malformed (a ``ValueError`` too, for callers
+    that validate arguments)."""
+
+
 class CallAmbiguous(PlaylineError):
     """A call to a tool that does not de-duplicate was sent and got no definitive answer.
 

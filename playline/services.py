@@ -27,6 +27,8 @@ from playline.pacing.governor import Governor
 from playline.pacing.pacer import Pacer
 from playline.pacing.unpaced import UnpacedGovernor
 from playline.stores.backends import Stores, open_stores
+from playline.stores.budgets import BudgetStore
+from playline.stores.budgets_sqlite import SqliteBudgetStore
 from playline.stores.journal import ResultJournal
 from playline.stores.receipts import ReceiptStore
 from playline.stores.sheet import SheetStore
@@ -51,6 +53,7 @@ class Services:
         http: httpx.AsyncClient,
         fleet: FleetPacer | None = None,
         stores: Stores | None = None,
+        budgets: BudgetStore | None = None,
     ) -> None:
         self.settings = settings
         self._stores = stores
@@ -59,6 +62,16 @@ class Services:
         self.governor = governor
         self.receipts = receipts
         self.sheet = sheet
+        #: the budget ledger (reservations before paid calls); services assembled by
+        #: hand without one (tests) get the SQLite ledger under ``settings``, opened
+        #: by its first use
+        self.budgets: BudgetStore = (
+            budgets
+            if budgets is not None
+            else stores.budgets
+            if stores is not None
+            else SqliteBudgetStore(settings.budgets_path)
+        )
         self.http = http
         #: every secret of this worker (API keys, store passwords, codec keys): error
         #: texts that leave the worker pass through it
@@ -154,6 +167,7 @@ class Services:
         else:
             await self.receipts.close()
             await self.sheet.close()
+            await self.budgets.close()
 
 
 def _fixture_key(paths: list[str]) -> tuple[tuple[str, int, int], ...]:

@@ -1,9 +1,10 @@
-"""Opening the receipt and sheet stores from ``Settings``: one function for workers and clients.
+"""Opening the receipt, sheet and budget stores from ``Settings``: one function for workers
+and clients.
 
 ``Settings.store`` (``PLAYLINE_STORE_URL``) names the backend:
 
 * ``sqlite:///DIR`` (the default, ``DIR`` = ``PLAYLINE_HOME``): ``DIR/receipts.db``
-  and ``DIR/sheet.db``, for one machine;
+  and ``DIR/sheet.db`` (and the budget ledger ``DIR/budgets.db``), for one machine;
 * ``postgresql://user@host/db`` (or ``postgres://``): both stores in one database,
   shared by every worker and client of a fleet. Select a schema other than
   ``public`` with libpq's options: ``?options=-csearch_path%3Dplayline``.
@@ -11,7 +12,9 @@
 A worker opens them with ``create=True`` (files created, schema migrated); a
 client that reads or exports with ``create=False``, which creates nothing and
 raises :class:`~playline.stores.store_errors.StoreNotFound`, naming where it
-looked, when the workers' store is not there.
+looked, when the workers' store is not there. The budget ledger is the exception:
+clients write it too (``playline budgets set``), so whoever uses it first creates it
+(see :mod:`~playline.stores.budgets_sqlite`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from playline.config import Settings
+from playline.stores.budgets import BudgetStore
 from playline.stores.postgres_db import redact_url
 from playline.stores.receipts import ReceiptStore
 from playline.stores.sheet import SheetStore
@@ -32,10 +36,12 @@ __all__ = ["Stores", "open_stores"]
 
 @dataclass
 class Stores:
-    """The open receipt and sheet stores, closed together (``async with`` or :meth:`close`)."""
+    """The open receipt, sheet and budget stores, closed together (``async with`` or
+    :meth:`close`)."""
 
     receipts: ReceiptStore
     sheet: SheetStore
+    budgets: BudgetStore
     #: where they live, without any password (for logs and messages)
     where: str
     #: what the stores share and is closed after them (PostgreSQL: the pool)
@@ -49,6 +55,7 @@ class Stores:
         try:
             await self.receipts.close()
             await self.sheet.close()
+            await self.budgets.close()
         finally:
             for close in self.shared:
                 await close()
@@ -91,6 +98,7 @@ async def open_stores(
 
 
 async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], float]) -> Stores:
+    from playline.stores.budgets_sqlite import SqliteBudgetStore
     from playline.stores.receipts_sqlite import SqliteReceiptStore
     from playline.stores.sheet_sqlite import SqliteSheetStore
 
@@ -107,10 +115,12 @@ async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], 
     except BaseException:
         await receipts.close()
         raise
-    return Stores(receipts, sheet, where=str(settings.sqlite_dir))
+    budgets = SqliteBudgetStore(settings.budgets_path, clock=clock)  # opened by its first use
+    return Stores(receipts, sheet, budgets, where=str(settings.sqlite_dir))
 
 
 async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] | None) -> Stores:
+    from playline.stores.budgets_postgres import PostgresBudgetStore
     from playline.stores.postgres_db import PostgresDatabase
     from playline.stores.receipts_postgres import PostgresReceiptStore
     from playline.stores.sheet_postgres import PostgresSheetStore
@@ -119,6 +129,7 @@ async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] |
     return Stores(
         PostgresReceiptStore(database, clock=clock),
         PostgresSheetStore(database, clock=clock),
+        PostgresBudgetStore(database, clock=clock),
         where=database.where,
         shared=[database.close],
     )

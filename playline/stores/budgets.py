@@ -1,0 +1,355 @@
+"""The budget ledger: credits reserved before a paid call is sent, charged when it settles.
+
+A budget is a limit in credits with two running totals kept on its row: ``spent``
+(settled charges) and ``reserved`` (the worst case of calls reserved and not settled
+yet). Before a paid call is sent, the caller :meth:`~BudgetStore.reserve` s its worst
+case against every budget it draws on (the run's, the run's per provider, a named
+team budget) in ONE atomic operation of the store, shared by every worker of a fleet
+(PostgreSQL) or every process of one machine (SQLite): all lines are granted, or none
+is and a :class:`Refusal` says which budget could not cover it. Nothing is reserved
+that a budget cannot cover, so no number of workers, retries or crashes takes
+``spent + reserved`` past the limit. When the call settles, :meth:`~BudgetStore.settle`
+turns the reservation into the actual charge (0 for a miss on a charge-on-hit tool);
+when it is not sent after all, :meth:`~BudgetStore.release` gives the credits back.
+
+A reservation is identified by ``(key, budget)``: the call's key (its receipt key) and
+the budget as the caller names it. Reserving twice under one key draws once, so a
+retried or re-run attempt of the same call is not charged twice against a budget.
+
+Budget ids: ``run:<id>`` and ``run:<id>/provider:<name>`` (created by their first
+reservation with the limit the run gives) and ``named:<NAME>``, a budget shared by
+runs and defined with ``playline budgets set`` (:class:`NamedBudget`). A named budget
+is per day or per month: the store draws on the current period's budget
+(``named:NAME@2026-12-04``, ``named:NAME@2026-12``, UTC, by the store's clock), created
+with the definition's limit when first used, and a reservation remembers the period it
+drew on, so it settles there even after midnight.
+
+This module holds the contract and the pure rules the backends share
+(:mod:`~playline.stores.budgets_sqlite`, :mod:`~playline.stores.budgets_postgres`).
+Amounts are floats compared with a tolerance of :data:`TOLERANCE`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal, Protocol, get_args
+
+from playline.errors import InvalidBudget, UnknownBudget
+
+__all__ = [
+    "NAMED_PREFIX",
+    "PERIODS",
+    "TOLERANCE",
+    "BudgetLine",
+    "BudgetState",
+    "BudgetStore",
+    "Draw",
+    "NamedBudget",
+    "Period",
+    "Refusal",
+    "adjusted_limit",
+    "check_adjustment",
+    "check_amount",
+    "check_budget_id",
+    "check_name",
+    "check_period",
+    "creation_limit",
+    "first_refusal",
+    "named_budget_ref",
+    "named_name",
+    "period_end",
+    "period_id",
+    "provider_budget_id",
+    "run_budget_id",
+    "tidy",
+    "unique",
+    "unique_lines",
+    "unknown_budget",
+]
+
+Period = Literal["day", "month"]
+PERIODS: tuple[str, ...] = get_args(Period)
+
+#: Amounts closer than this are equal: a budget covers a call when
+#: ``used + credits <= limit + TOLERANCE``, and a residue of float arithmetic below it
+#: is zero.
+TOLERANCE = 1e-9
+NAMED_PREFIX = "named:"
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLine:
+    """One budget a reservation draws on.
+
+    ``limit`` creates the budget with this limit when it does not exist yet and is
+    ignored when it exists (a limit changed by ``adjust`` wins). For ``named:<NAME>`` it
+    is ignored: the store draws on the named budget's current period, created with the
+    definition's limit; a named budget with no definition raises ``UnknownBudget``.
+    """
+
+    budget: str  # "run:<id>", "run:<id>/provider:<name>" or "named:<NAME>"
+    limit: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """A budget as stored (for a named budget: its current period)."""
+
+    budget: str
+    limit: float
+    spent: float  # settled charges
+    reserved: float  # open reservations (worst case of calls not settled yet)
+
+    @property
+    def used(self) -> float:
+        """What is spent or promised: nothing more may be reserved past the limit."""
+        return self.spent + self.reserved
+
+    @property
+    def remaining(self) -> float:
+        return max(0.0, self.limit - self.used)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a reservation was refused: the first budget (in the order given) that
+    could not cover it, as it stood, and the credits asked for."""
+
+    state: BudgetState
+    needed: float
+
+
+@dataclass(frozen=True, slots=True)
+class NamedBudget:
+    """A budget runs share by name, renewed every period (UTC day or month)."""
+
+    name: str
+    period: Period
+    limit: float
+
+
+class BudgetStore(Protocol):
+    """The budget ledger. See the module docstring."""
+
+    async def reserve(
+        self, key: str, credits: float, lines: Sequence[BudgetLine]
+    ) -> Refusal | None:
+        """All or nothing: for each line whose budget has no reservation under ``key``
+        yet, check ``used + credits <= limit`` (tolerance :data:`TOLERANCE`); if every
+        such line can cover it, record a reservation ``(key, line.budget)`` of
+        ``credits`` and add it to each budget's ``reserved``; else record nothing and
+        return the :class:`Refusal`. A line already reserved (or settled) under ``key``
+        is not drawn again. A line whose budget does not exist is created with
+        ``line.limit`` (``None`` and not named: ``UnknownBudget``)."""
+        ...
+
+    async def settle(self, key: str, credits: float, budgets: Sequence[str]) -> None:
+        """The call under ``key`` settled at ``credits``: each open reservation
+        ``(key, b)`` for ``b`` in ``budgets`` (as given to reserve) moves from reserved
+        to spent at ``credits``; settled ones are left alone; a budget with no
+        reservation under ``key`` is untouched."""
+        ...
+
+    async def release(self, key: str, budgets: Sequence[str]) -> None:
+        """The call was not sent: its open reservations are removed and give their
+        credits back, so a later attempt may reserve again."""
+        ...
+
+    async def adjust(
+        self,
+        budget: str,
+        *,
+        add: float | None = None,
+        set_to: float | None = None,
+        create_with: float | None = None,
+    ) -> BudgetState:
+        """Raise (``add``) or set (``set_to``) a budget's limit; a budget that does not
+        exist is created with ``create_with`` first (``None``: ``UnknownBudget``). For
+        ``named:NAME`` it changes the definition's limit and the current period's."""
+        ...
+
+    async def state(self, budget: str) -> BudgetState | None:
+        """The budget as stored, ``None`` if it does not exist. ``named:NAME``: its
+        current period (with nothing spent if no run drew on it yet);
+        ``named:NAME@PERIOD``: that period's budget."""
+        ...
+
+    async def define(self, name: str, *, period: Period, limit: float) -> NamedBudget:
+        """Create or change a named budget; also sets its current period's limit."""
+        ...
+
+    async def definitions(self) -> list[NamedBudget]:
+        """Every named budget, by name."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- ids
+
+
+def run_budget_id(run: str) -> str:
+    """The budget of one run (``RunOptions(max_credits=...)``)."""
+    return f"run:{run}"
+
+
+def provider_budget_id(run: str, provider: str) -> str:
+    """One provider's share of a run (``RunOptions(max_credits_by_provider=...)``)."""
+    return f"run:{run}/provider:{provider}"
+
+
+def named_budget_ref(name: str) -> str:
+    """How a reservation names a shared budget (``RunOptions(budget="NAME")``)."""
+    return NAMED_PREFIX + check_name(name)
+
+
+def check_name(name: str) -> str:
+    """``name`` if it may name a budget (``[A-Za-z0-9_.-]{1,64}``), else ``InvalidBudget``."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidBudget(
+            f"budget name {str(name)[:80]!r} is not allowed: use 1 to 64 letters, digits, "
+            "'_', '.' or '-'"
+        )
+    return name
+
+
+def check_period(period: str) -> Period:
+    if period == "day":
+        return "day"
+    if period == "month":
+        return "month"
+    raise InvalidBudget(f"budget period {period!r} is not 'day' or 'month'")
+
+
+def named_name(budget: str) -> str | None:
+    """The name of a ``named:NAME`` reference (checked), ``None`` for another budget."""
+    if not budget.startswith(NAMED_PREFIX):
+        return None
+    return check_name(budget[len(NAMED_PREFIX) :])
+
+
+def check_budget_id(budget: str) -> str:
+    """``budget`` if a reservation may name it: a non-empty id or ``named:NAME``."""
+    if not isinstance(budget, str) or not budget or budget != budget.strip():
+        raise InvalidBudget(f"budget id {str(budget)[:80]!r} is empty or padded with spaces")
+    named_name(budget)
+    return budget
+
+
+def check_amount(what: str, value: float) -> float:
+    """``value`` as a float if it is a finite amount >= 0, else ``InvalidBudget``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidBudget(f"{what} must be a number, got {value!r}")
+    amount = float(value)
+    if not math.isfinite(amount) or amount < 0:
+        raise InvalidBudget(f"{what} must be a finite number >= 0, got {value!r}")
+    return amount
+
+
+def unknown_budget(budget: str) -> UnknownBudget:
+    name = named_name(budget)
+    if name is not None:
+        return UnknownBudget(
+            f"no budget named {name!r}; define it with "
+            f"`playline budgets set {name} --per-day N` (or --per-month N)"
+        )
+    return UnknownBudget(f"budget {budget!r} does not exist and no limit was given to create it")
+
+
+# ----------------------------------------------------------------------- periods
+
+
+def _utc(now_epoch: float) -> datetime:
+    return datetime.fromtimestamp(now_epoch, tz=UTC)
+
+
+def period_id(name: str, period: Period, now_epoch: float) -> str:
+    """The id of the named budget's period that holds ``now_epoch`` (UTC):
+    ``named:NAME@YYYY-MM-DD`` per day, ``named:NAME@YYYY-MM`` per month."""
+    stamp = _utc(now_epoch).strftime("%Y-%m-%d" if check_period(period) == "day" else "%Y-%m")
+    return f"{NAMED_PREFIX}{check_name(name)}@{stamp}"
+
+
+def period_end(period: Period, now_epoch: float) -> float:
+    """When the period holding ``now_epoch`` ends (epoch seconds): the next UTC midnight,
+    or the first of the next month, 00:00 UTC. A fresh period starts there."""
+    moment = _utc(now_epoch)
+    if check_period(period) == "day":
+        start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+        return (start + timedelta(days=1)).timestamp()
+    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
+    return datetime(year, month, 1, tzinfo=UTC).timestamp()
+
+
+# -------------------------------------------------------------- reservation rule
+
+
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """One line of a reservation about to be granted: the budget as the caller names
+    it, the stored budget it draws on (a named budget's period), that budget as it
+    stands (a budget not created yet: its limit, nothing used), and whether it must be
+    created."""
+
+    budget: str
+    drawn_on: str
+    state: BudgetState
+    new: bool = False
+
+
+def first_refusal(draws: Iterable[Draw], credits: float) -> Refusal | None:
+    """The refusal of the first draw whose budget cannot cover ``credits``, else ``None``."""
+    for draw in draws:
+        if draw.state.used + credits > draw.state.limit + TOLERANCE:
+            return Refusal(draw.state, credits)
+    return None
+
+
+def unique(budgets: Iterable[str]) -> list[str]:
+    """``budgets`` without repeats, in order (a budget named twice is drawn once)."""
+    return list(dict.fromkeys(budgets))
+
+
+def unique_lines(lines: Iterable[BudgetLine]) -> list[BudgetLine]:
+    """``lines`` checked, the first of each budget kept, in order."""
+    kept: dict[str, BudgetLine] = {}
+    for line in lines:
+        kept.setdefault(check_budget_id(line.budget), line)
+    return list(kept.values())
+
+
+def creation_limit(line: BudgetLine) -> float | None:
+    """The limit a plain line creates its budget with (checked), ``None`` if it has none."""
+    return None if line.limit is None else check_amount(f"the limit of {line.budget}", line.limit)
+
+
+def tidy(amount: float) -> float:
+    """``amount`` with a float residue below :data:`TOLERANCE` (or a negative) made 0."""
+    return 0.0 if amount < TOLERANCE else amount
+
+
+def check_adjustment(add: float | None, set_to: float | None) -> None:
+    """Exactly one of ``add`` (any finite number) and ``set_to`` (a limit >= 0)."""
+    if (add is None) == (set_to is None):
+        raise InvalidBudget("give exactly one of add and set_to to adjust a budget")
+    if add is not None and (
+        isinstance(add, bool) or not isinstance(add, int | float) or not math.isfinite(add)
+    ):
+        raise InvalidBudget(f"add must be a finite number, got {add!r}")
+    if set_to is not None:
+        check_amount("the budget's new limit", set_to)
+
+
+def adjusted_limit(budget: str, limit: float, *, add: float | None, set_to: float | None) -> float:
+    """The limit ``adjust`` leaves: ``limit + add`` or ``set_to``, never below 0."""
+    new = float(set_to) if set_to is not None else limit + float(add or 0.0)
+    if new < -TOLERANCE:
+        raise InvalidBudget(
+            f"budget {budget}: its limit {limit:g} cannot be lowered by {-float(add or 0):g}"
+        )
+    return max(0.0, new)
