@@ -1,4 +1,5 @@
-"""A run's spend in words: credits by provider and column, each waterfall's hit rates.
+"""A run's spend in words: credits by provider and column, each waterfall's hit rates,
+and its account with each provider (:mod:`playline.calls.accounting` counts it).
 
 Kept free of imports so workflow code (current details) and the CLI can both use it;
 the tally itself is built by :mod:`playline.calls.provenance` from cells' provenance.
@@ -9,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["NO_STEP", "spend_lines"]
+__all__ = [
+    "NO_STEP",
+    "TERMS",
+    "account_lines",
+    "account_markdown",
+    "exact_accounts",
+    "spend_lines",
+]
 
 #: The name a waterfall's rows without a value are counted under.
 NO_STEP = "none"
@@ -49,3 +57,67 @@ def _step(tool: str, figures: list[float]) -> str:
     rate = f"{100 * hits / tries:.0f} % of {tries:g}" if tries else "not called"
     per_hit = f"{credits / hits:.2f} credits/hit" if hits else f"{credits:g} credits, no hit"
     return f"{tool} hit {rate}, {per_hit}"
+
+
+#: Each term and its column heading, in the order every table shows them.
+TERMS: tuple[tuple[str, str], ...] = (
+    ("requests", "requests"),
+    ("charged", "charged"),
+    ("replays", "replays"),
+    ("hits", "receipt hits"),
+    ("shared", "shared"),
+    ("followers", "followers"),
+    ("credits", "credits"),
+    ("saved", "saved"),
+)
+
+
+def _cells(counts: Mapping[str, Any]) -> list[str]:
+    return [f"{float(counts.get(term) or 0):g}" for term, _ in TERMS]
+
+
+def account_lines(accounts: Mapping[str, Any]) -> list[str]:
+    """The accounts as a plain-text table, one row per provider (none: no line)."""
+    if not accounts:
+        return []
+    rows = [["provider", *(heading for _, heading in TERMS)]]
+    rows += [[provider, *_cells(accounts[provider])] for provider in sorted(accounts)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+
+
+def account_markdown(accounts: Mapping[str, Any]) -> list[str]:
+    """The accounts as a Markdown table (the Temporal UI's current details)."""
+    if not accounts:
+        return []
+    lines = [
+        "| provider | " + " | ".join(heading for _, heading in TERMS) + " |",
+        "|---|" + "---:|" * len(TERMS),
+    ]
+    for provider in sorted(accounts):
+        lines.append(f"| {provider} | " + " | ".join(_cells(accounts[provider])) + " |")
+    return lines
+
+
+def exact_accounts(
+    accounts: Mapping[str, Any], spend: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The accounts with each provider's credits as the store's cells sum them.
+
+    The chunks' counts lose what a SIGKILLed worker counted since its last heartbeat;
+    the cells' provenance (``spend``, summed from the sheet store) does not, so where
+    the store is at hand its figure is the one shown.
+    """
+    by_provider = (spend or {}).get("by_provider")
+    if not isinstance(by_provider, Mapping):
+        return dict(accounts)
+    exact = {provider: dict(counts) for provider, counts in accounts.items()}
+    for provider, credits in by_provider.items():
+        exact.setdefault(provider, {})["credits"] = credits
+    return exact

@@ -26,6 +26,15 @@ name                                   kind       labels; meaning
                                                   credits spent
 ``playline_receipt_lookups``           counter    provider, tool, result (hit, miss,
                                                   waited): how claims were answered
+``playline_provider_requests``         counter    provider, tool: HTTP requests sent
+                                                  (retries included; the accounts'
+                                                  ``requests``)
+``playline_provider_replays``          counter    provider, tool: answers the provider
+                                                  replayed for a repeated
+                                                  Idempotency-Key (not charged)
+``playline_provider_saved_credits``   histogram  provider, tool: credits a receipt had
+                                                  cost, per call it answered free; its
+                                                  ``_sum`` is the credits saved
 ``playline_rows``                      counter    outcome (ok, cached, failed): rows
                                                   finished by chunk activities
 =====================================  =========  ==================================
@@ -99,6 +108,7 @@ HISTOGRAM_BUCKETS: Mapping[str, Sequence[float]] = {
         60.0,
     ),
     "playline_provider_credits": (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0),
+    "playline_provider_saved_credits": (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0),
 }
 
 
@@ -120,6 +130,9 @@ class ProviderMetrics:
         self._wait: MetricHistogramFloat | None = None
         self._credits: MetricHistogramFloat | None = None
         self._receipts: MetricCounter | None = None
+        self._requests: MetricCounter | None = None
+        self._replays: MetricCounter | None = None
+        self._saved: MetricHistogramFloat | None = None
         self._tracer = _tracer()
         if activity.in_activity():
             meter = activity.metric_meter()
@@ -141,6 +154,15 @@ class ProviderMetrics:
             self._receipts = meter.create_counter(
                 "playline_receipt_lookups", "receipt claims by result", "lookups"
             )
+            self._requests = meter.create_counter(
+                "playline_provider_requests", "HTTP requests sent, retries included", "requests"
+            )
+            self._replays = meter.create_counter(
+                "playline_provider_replays", "answers replayed for a repeated key", "answers"
+            )
+            self._saved = meter.create_histogram_float(
+                "playline_provider_saved_credits", "credits a receipt saved per call", "credits"
+            )
 
     def call(self, provider: str, tool: str, outcome: str, latency_s: float | None = None) -> None:
         if self._calls is not None:
@@ -159,6 +181,17 @@ class ProviderMetrics:
     def credits(self, provider: str, tool: str, credits: float) -> None:
         if self._credits is not None:
             self._credits.record(credits, {"provider": provider, "tool": tool})
+
+    def request(self, provider: str, tool: str, *, replayed: bool) -> None:
+        labels = {"provider": provider, "tool": tool}
+        if self._requests is not None:
+            self._requests.add(1, labels)
+        if replayed and self._replays is not None:
+            self._replays.add(1, labels)
+
+    def saved(self, provider: str, tool: str, credits: float) -> None:
+        if self._saved is not None:
+            self._saved.record(credits, {"provider": provider, "tool": tool})
 
     def governor_wait(self, provider: str, waited_s: float) -> None:
         if self._wait is not None:

@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from playline.calls.accounting import ProviderCounts
 from playline.errors import LeaseLost, PersistenceCircuitOpen, PlaylineError
 from playline.stores.journal import ResultJournal
 from playline.stores.receipts import ReceiptStore
@@ -61,6 +62,15 @@ class CallStats:
     ambiguous: int = 0
     retries: int = 0
     credits: float = 0.0
+    #: the account with each provider (:mod:`playline.calls.accounting` defines the terms)
+    by_provider: dict[str, ProviderCounts] = field(default_factory=dict)
+
+    def account(self, provider: str) -> ProviderCounts:
+        """``provider``'s counts in this attempt (created at its first use)."""
+        counts = self.by_provider.get(provider)
+        if counts is None:
+            counts = self.by_provider[provider] = ProviderCounts()
+        return counts
 
 
 class CallSpan(Protocol):
@@ -94,6 +104,14 @@ class CallMetrics(Protocol):
         """A paid request charged ``credits``."""
         ...
 
+    def request(self, provider: str, tool: str, *, replayed: bool) -> None:
+        """A request went out to ``provider`` (``replayed``: its answer was a replay)."""
+        ...
+
+    def saved(self, provider: str, tool: str, credits: float) -> None:
+        """A completed receipt answered a call free; it had cost ``credits``."""
+        ...
+
     def governor_wait(self, provider: str, waited_s: float) -> None:
         """A request waited ``waited_s`` for the governor's permit."""
         ...
@@ -121,6 +139,12 @@ class NoMetrics:
         return None
 
     def credits(self, provider: str, tool: str, credits: float) -> None:
+        return None
+
+    def request(self, provider: str, tool: str, *, replayed: bool) -> None:
+        return None
+
+    def saved(self, provider: str, tool: str, credits: float) -> None:
         return None
 
     def governor_wait(self, provider: str, waited_s: float) -> None:

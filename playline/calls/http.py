@@ -84,8 +84,10 @@ class Exchange:
 
     ``report`` is what the response said about the provider's limits (empty
     when it said nothing); ``charged`` the credits the provider said it charged, when
-    the tool's billing names a header for it; :meth:`result` is the JSON body or the
-    typed error.
+    the tool's billing names a header for it; ``replayed`` whether the provider said
+    the answer replays an earlier request under the same ``Idempotency-Key``
+    (:data:`REPLAYED_HEADER`: it charged that request, not this one); :meth:`result`
+    is the JSON body or the typed error.
     """
 
     tool: ToolSpec
@@ -94,6 +96,7 @@ class Exchange:
     body: bytes
     scrub: SecretScrubber
     charged: float | None = None
+    replayed: bool = False
 
     def result(self) -> Any:
         """The JSON body, or the typed ``ProviderError`` this response amounts to."""
@@ -257,7 +260,8 @@ class ProviderClient:
         report = parse_rate_limit(response.headers, now_wall=time.time())
         header = tool.billing.charged_header
         charged = parse_reported(response.headers.get(header)) if header else None
-        return Exchange(tool, response.status_code, report, body, self.scrub, charged)
+        replayed = response.headers.get(REPLAYED_HEADER, "").strip().lower() == "true"
+        return Exchange(tool, response.status_code, report, body, self.scrub, charged, replayed)
 
     async def send(
         self,
@@ -301,6 +305,10 @@ def _too_large(tool: ToolSpec, cap: int) -> ProviderTransientError:
 
 #: The share of a call's timeout that connecting may take (see ``exchange``).
 CONNECT_SHARE = 0.9
+
+#: The header by which a provider marks an answer replayed for a repeated
+#: ``Idempotency-Key`` (Stripe's name, which the local provider server sends too).
+REPLAYED_HEADER = "Idempotent-Replayed"
 
 #: 5xx answers that say the request was not processed (so it was not charged).
 NOT_PROCESSED_5XX = frozenset({503})

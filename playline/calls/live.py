@@ -34,7 +34,7 @@ from playline.calls.attempt import Attempt
 from playline.calls.bulk import BulkDispatcher
 from playline.calls.catalog import ToolSpec
 from playline.calls.dispatch import ClaimedCall, Request, Settled
-from playline.calls.http import ProviderClient
+from playline.calls.http import Exchange, ProviderClient
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
 from playline.calls.settle import SingleReceipt, settle
 from playline.errors import (
@@ -133,13 +133,7 @@ class PacedSender:
                         await attempt.mark_sent(request.lease_keys)
                     started = time.monotonic()
                     try:
-                        exchange = await self.provider.exchange(
-                            tool,
-                            request.payload,
-                            idempotency_key=request.idempotency_key,
-                            path=request.path,
-                            key_env=None if chosen is None else chosen[1],
-                        )
+                        exchange = await self._exchange(request, chosen)
                         permit.observe(exchange.report)
                         data = exchange.result()
                     except ProviderRateLimited as err:
@@ -197,6 +191,27 @@ class PacedSender:
             if not isinstance(failure, ProviderRateLimited):
                 # 429s wait on the governor's pause; other transient errors back off here.
                 await asyncio.sleep(max(self._retry.delay(failures), failure.retry_after_s or 0.0))
+
+    async def _exchange(self, request: Request, chosen: tuple[str, str] | None) -> Exchange:
+        """One HTTP request, counted in the provider's account once it went out (or may
+        have: a timeout or a cut connection in flight); one that never connected is not."""
+        tool, attempt = request.tool, self._attempt
+        try:
+            exchange = await self.provider.exchange(
+                tool,
+                request.payload,
+                idempotency_key=request.idempotency_key,
+                path=request.path,
+                key_env=None if chosen is None else chosen[1],
+            )
+        except ProviderError as err:
+            if err.may_have_charged:
+                attempt.stats.account(tool.provider).sent(replayed=False)
+                attempt.metrics.request(tool.provider, tool.id, replayed=False)
+            raise
+        attempt.stats.account(tool.provider).sent(replayed=exchange.replayed)
+        attempt.metrics.request(tool.provider, tool.id, replayed=exchange.replayed)
+        return exchange
 
     def _observe(self, tool: ToolSpec, outcome: str, started: float) -> None:
         metrics = self._attempt.metrics

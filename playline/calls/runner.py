@@ -124,6 +124,7 @@ class ToolRunner:
             existing = self._in_flight.get(key)
             if existing is not None:
                 self.stats.shared += 1
+                self.stats.account(tool.provider).shared += 1
                 span.receipt("shared")
                 led = await asyncio.shield(existing)
                 return replace(led, cached=True, receipt="shared", credits=0.0, credits_source=None)
@@ -168,13 +169,16 @@ class ToolRunner:
             if waited:
                 self.stats.waited += 1
                 self._receipt(tool, "waited", span)
+                self._reused(tool, outcome.credits, follower=True)
                 return self._free(tool, outcome, "waited")
         if outcome.status is ClaimStatus.HIT:
             self.stats.cached += 1
             self._receipt(tool, "hit", span)
             if payer is not None and outcome.paid_by == payer:
-                # This payer's own answer, recorded by an earlier attempt of its chunk.
+                # This payer's own answer, recorded by an earlier attempt of its chunk:
+                # that attempt counted its charge (see playline.calls.accounting).
                 return self._paid_earlier(tool, outcome)
+            self._reused(tool, outcome.credits)
             return self._free(tool, outcome, "reused")
         if outcome.status is ClaimStatus.AMBIGUOUS:
             self._receipt(tool, "ambiguous", span)
@@ -193,6 +197,9 @@ class ToolRunner:
         )
         with attempt.leases.holding([key], valid_until=claimed_at + attempt.lease_ttl_s):
             settled: Settled = await self.dispatcher.settle(call)
+        if not settled.paid:
+            # A bulk request another owner finished answered it: a follower.
+            self._reused(tool, None, follower=True)
         return ToolResult(
             tool,
             settled.data,
@@ -227,6 +234,12 @@ class ToolRunner:
             credits_source=outcome.credits_source,
             fetched_at=outcome.completed_at,
         )
+
+    def _reused(self, tool: ToolSpec, credits: float | None, *, follower: bool = False) -> None:
+        """A completed receipt answered free: a hit or a follower, and what it saved."""
+        self.stats.account(tool.provider).reused(credits, follower=follower)
+        if credits:
+            self.attempt.metrics.saved(tool.provider, tool.id, credits)
 
     def _receipt(self, tool: ToolSpec, status: str, span: CallSpan) -> None:
         span.receipt(status)

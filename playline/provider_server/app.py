@@ -828,7 +828,7 @@ class ProviderServer:
         stored = self.idempotency.get(call.idem_key) if call.idem_key else None
         if stored is not None:
             await self._sleep_latency(call.endpoint.provider)
-            self.ledger.duplicates += 1
+            self.ledger.note_replay(call.endpoint.provider)
             response = Response(
                 stored.body,
                 status_code=stored.status,

@@ -28,6 +28,12 @@ answer it broke; an idempotent replay is not charged and costs nothing. Each cal
 record carries its net ``credits`` (0 when not charged), so playline's own credit
 figures can be checked against the provider's, call by call.
 
+playline's accounts (``playline.calls.accounting``) are checked per provider against
+``received_by_provider`` (requests), ``billed_by_provider`` (charged calls whose net
+bill is more than 0: a free miss is charged 0, not billed), ``replays_by_provider``
+(answers replayed for a repeated ``Idempotency-Key``, counted in ``duplicates``) and
+``credits_by_provider``.
+
 The ledger lives in the server's event loop thread and is mutated without locks;
 every method is synchronous and never awaits.
 """
@@ -132,6 +138,8 @@ class Ledger:
         self.credits_refunded = 0.0
         self.received_by_provider: Counter[str] = Counter()
         self.charged_by_provider: Counter[str] = Counter()
+        self.billed_by_provider: Counter[str] = Counter()
+        self.replays_by_provider: Counter[str] = Counter()
         self.rate_limited_by_provider: Counter[str] = Counter()
         self.faults_by_kind: Counter[str] = Counter()
         self.max_in_flight_by_provider: Counter[str] = Counter(+self.in_flight_by_provider)
@@ -177,6 +185,11 @@ class Ledger:
         self.rate_limited += 1
         self.rate_limited_by_provider[provider] += 1
 
+    def note_replay(self, provider: str) -> None:
+        """An answer replayed for a repeated ``Idempotency-Key`` (not charged)."""
+        self.duplicates += 1
+        self.replays_by_provider[provider] += 1
+
     def note_fault(self, kind: str) -> None:
         self.faults += 1
         self.faults_by_kind[kind] += 1
@@ -201,6 +214,8 @@ class Ledger:
 
     def _bill(self, charge: Charge) -> None:
         net = charge.net_credits
+        if net > 0:
+            self.billed_by_provider[charge.provider] += 1
         self.credits += net
         self.credits_by_provider[charge.provider] = (
             self.credits_by_provider.get(charge.provider, 0.0) + net
@@ -254,6 +269,8 @@ class Ledger:
             "charged": self.charged,
             "charged_by_path": dict(self.charged_by_path),
             "charged_by_provider": dict(self.charged_by_provider),
+            "billed_by_provider": dict(self.billed_by_provider),
+            "replays_by_provider": dict(self.replays_by_provider),
             "items_charged": self.items_charged,
             "credits": self.credits,
             "credits_by_provider": dict(self.credits_by_provider),

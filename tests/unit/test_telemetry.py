@@ -37,6 +37,9 @@ def record_everything() -> None:
     metrics.receipt("acme", "email_finder", "hit")
     metrics.receipt("acme", "email_finder", "miss")
     metrics.credits("acme", "email_finder", 1.5)
+    metrics.request("acme", "email_finder", replayed=False)
+    metrics.request("acme", "email_finder", replayed=True)
+    metrics.saved("acme", "email_finder", 2.0)
     metrics.governor_wait("acme", 0.25)
     rows = RowMetrics()
     rows.row("ok")
@@ -81,6 +84,11 @@ async def test_metrics_carry_their_unit_in_name_and_value() -> None:
     assert sorted(r[2]["result"] for r in lookups) == ["hit", "miss"]
     rows = [r for r in recorded if r[0] == "playline_rows"]
     assert sorted(r[2]["outcome"] for r in rows) == ["cached", "failed", "ok"]
+    # The accounts' requests, replays and saved credits (playline.calls.accounting).
+    acme = {"provider": "acme", "tool": "email_finder"}
+    assert [r[2:] for r in recorded if r[0] == "playline_provider_requests"] == [(acme, 1)] * 2
+    assert [r[2:] for r in recorded if r[0] == "playline_provider_replays"] == [(acme, 1)]
+    assert ("playline_provider_saved_credits", "credits", acme, 2.0) in recorded
     assert {r[1] for r in rows} == {"rows"}
     # Every histogram has buckets in its own unit for the Prometheus exporter.
     histograms = {name for name, *_ in recorded if name.endswith(("_seconds", "_credits"))}
