@@ -12,11 +12,12 @@ worker, or use the ``playline`` command. Starting, typed by the play's own model
 
 from importlib.metadata import PackageNotFoundError, version
 
+from playline.calls.estimate_tally import Estimate
 from playline.calls.runner import ToolResult
 from playline.calls.waterfall import Step, StepResult, WaterfallResult
 from playline.calls.waterfall_spec import AcceptSpec as Accept
 from playline.calls.waterfall_spec import ValidateSpec as Validate
-from playline.client import PlayHandle, execute_play, get_play_handle, start_play
+from playline.client import PlayHandle, estimate_play, execute_play, get_play_handle, start_play
 from playline.contract import DatasetRef, PlayRunResult, PlayState, RunOptions
 from playline.plugin import PlaylinePlugin
 from playline.resolvers import RowContext, resolver
@@ -31,6 +32,7 @@ __all__ = [
     "Accept",
     "DatasetHandle",
     "DatasetRef",
+    "Estimate",
     "PlayContext",
     "PlayHandle",
     "PlayRunResult",
@@ -44,6 +46,7 @@ __all__ = [
     "Validate",
     "WaterfallResult",
     "__version__",
+    "estimate_play",
     "execute_play",
     "get_play_handle",
     "play",

@@ -31,12 +31,20 @@ from typing import Any, TypeAlias, TypeVar
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowHandle
 
+from playline.calls.estimate_tally import Estimate
 from playline.contract import PlayRunResult, RunOptions
 from playline.errors import InvalidPlayInput, format_validation_errors
 from playline.workflows.play import PlayWorkflow
 from playline.workflows.status import play_static
 
-__all__ = ["DEFAULT_TASK_QUEUE", "PlayHandle", "execute_play", "get_play_handle", "start_play"]
+__all__ = [
+    "DEFAULT_TASK_QUEUE",
+    "PlayHandle",
+    "estimate_play",
+    "execute_play",
+    "get_play_handle",
+    "start_play",
+]
 
 #: The task queue ``playline worker`` polls by default.
 DEFAULT_TASK_QUEUE = "playline"
@@ -128,3 +136,80 @@ def get_play_handle(
 ) -> PlayHandle[InputT, OutputT]:
     """The typed handle of a play started earlier (by any client, the CLI or the UI)."""
     return client.get_workflow_handle_for(play.run, workflow_id, run_id=run_id)
+
+
+def estimate_options(options: RunOptions | None = None) -> RunOptions:
+    """``options`` (default: the defaults) for an estimate of the same run: the same mode
+    and fixtures, no budget (an estimate pays nothing, so it reserves nothing)."""
+    return (options or RunOptions()).model_copy(
+        update={
+            "estimate": True,
+            "max_credits": None,
+            "max_credits_by_provider": {},
+            "budget": None,
+            "budget_run": None,
+        }
+    )
+
+
+def new_estimate_id(play_name: str) -> str:
+    """``estimate-PLAY-xxxxxxxxxx``, the id an estimate gets unless given one."""
+    return f"estimate-{play_name}-{uuid.uuid4().hex[:10]}"
+
+
+async def start_estimate(
+    client: Client,
+    play: type[PlayWorkflow[Any, Any]] | str,
+    input: BaseModel | dict[str, Any],
+    *,
+    options: RunOptions | None = None,
+    id: str | None = None,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+) -> WorkflowHandle[Any, PlayRunResult]:
+    """Start an estimate of ``play`` (its class, or its name when only the workers know
+    it); its result's ``stats.estimate`` is the tally (see :func:`estimate_play`)."""
+    options = estimate_options(options)
+    payload: Any
+    if isinstance(play, str):
+        name = play
+        payload = input.model_dump(mode="json") if isinstance(input, BaseModel) else input
+        shown = payload
+    else:
+        name = play.play_name
+        payload = _validated(play, input)
+        shown = payload.model_dump(mode="json")
+    summary, details = play_static(name, shown, options)
+    return await client.start_workflow(
+        name,
+        args=[payload, options],
+        id=id or new_estimate_id(name),
+        task_queue=task_queue,
+        result_type=PlayRunResult,
+        static_summary=f"estimate: {summary}",
+        static_details=details,
+    )
+
+
+async def estimate_play(
+    client: Client,
+    play: type[PlayWorkflow[InputT, Any]] | str,
+    input: InputT | dict[str, Any],
+    *,
+    options: RunOptions | None = None,
+    id: str | None = None,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+) -> Estimate:
+    """What running ``play`` on ``input`` would cost, without calling any provider.
+
+    The estimate is a run of the play (workflow id ``estimate-PLAY-...`` unless ``id``
+    is given, visible in the Temporal UI) on the workers, so it reads their receipt
+    store: per column, tool and provider, the calls the run would make, those fresh
+    receipts answer for free, and the credits of the rest, in the worst case and as
+    the receipts' history expects. ``options`` are the run's (integration mode,
+    fixtures); the estimate flag is set here.
+    """
+    handle = await start_estimate(
+        client, play, input, options=options, id=id, task_queue=task_queue
+    )
+    result = await handle.result()
+    return Estimate.from_tally(result.stats.estimate, play=result.play, workflow_id=handle.id)

@@ -27,6 +27,12 @@ called, and which waterfalls (:mod:`~playline.calls.waterfall_spec`) try them in
 order. A waterfall (:mod:`~playline.calls.waterfall`) is a loop of ``rc.tool`` calls
 over the same path; :mod:`~playline.calls.provenance` turns a column's calls into its
 cell's provenance.
+
+An estimate (:mod:`~playline.calls.estimate`) swaps ``ToolRunner`` for
+``EstimatingRunner``: the same validation and receipt key, then a read-only
+``ReceiptStore.get`` instead of a claim, and a count
+(:mod:`~playline.calls.estimate_tally`) instead of a dispatch; its waterfalls are
+weighed step by step (:mod:`~playline.calls.estimate_waterfall`).
 """
 
 from playline.calls.attempt import Attempt, CallStats

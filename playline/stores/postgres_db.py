@@ -128,6 +128,14 @@ MIGRATIONS = (
         "receipts: who paid for the answer (a dataset row), so its retry reads it as its own",
         ("ALTER TABLE playline_receipts ADD COLUMN IF NOT EXISTS paid_by text",),
     ),
+    Migration(
+        5,
+        "receipts: a tool's latest completed receipts (an estimate's hit rates and prices)",
+        (
+            "CREATE INDEX IF NOT EXISTS playline_receipts_tool_completed ON playline_receipts"
+            " (tool_id, completed_at) WHERE status = 'completed'",
+        ),
+    ),
 )
 
 

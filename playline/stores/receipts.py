@@ -270,6 +270,15 @@ class ReceiptStore(Protocol):
         """Current receipts for these keys (missing keys are absent)."""
         ...
 
+    async def sample(self, tool_id: str, limit: int = 1000) -> list[tuple[Any, float | None]]:
+        """``(result, credits)`` of the latest ``limit`` completed receipts of a tool.
+
+        Read-only, from an index on ``(tool_id, completed_at)`` of completed receipts:
+        an estimate reads what a tool's answers looked like and cost (its hit rates
+        and prices) without scanning the table.
+        """
+        ...
+
     async def open_batch(
         self,
         agg_key: str,

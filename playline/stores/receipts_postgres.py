@@ -446,6 +446,17 @@ class PostgresReceiptStore:
             for row in rows
         }
 
+    async def sample(self, tool_id: str, limit: int = 1000) -> list[tuple[Any, float | None]]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT result, credits FROM playline_receipts"
+                " WHERE tool_id = %s AND status = 'completed'"
+                " ORDER BY completed_at DESC LIMIT %s",
+                [tool_id, limit],
+            )
+            rows = await cur.fetchall()
+        return [(json.loads(row[0]) if row[0] is not None else None, row[1]) for row in rows]
+
     # ------------------------------------------------------------------ bulk endpoints
 
     async def open_batch(

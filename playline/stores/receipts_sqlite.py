@@ -91,6 +91,14 @@ MIGRATIONS = (
         "who paid for a receipt's answer (a dataset row), so its retry reads it as its own",
         ("ALTER TABLE receipts ADD COLUMN paid_by TEXT",),
     ),
+    Migration(
+        6,
+        "find a tool's latest completed receipts (an estimate's hit rates and prices)",
+        (
+            "CREATE INDEX IF NOT EXISTS receipts_tool_completed ON receipts "
+            "(tool_id, completed_at) WHERE status = 'completed'",
+        ),
+    ),
 )
 
 
@@ -470,6 +478,20 @@ class SqliteReceiptStore:
                         credits_source=row[13],
                     )
             return found
+
+        return await self._db.read(read)
+
+    async def sample(self, tool_id: str, limit: int = 1000) -> list[tuple[Any, float | None]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, float | None]]:
+            return [
+                (json.loads(row[0]) if row[0] is not None else None, row[1])
+                for row in conn.execute(
+                    "SELECT result, credits FROM receipts "
+                    "WHERE tool_id = ? AND status = 'completed' "
+                    "ORDER BY completed_at DESC LIMIT ?",
+                    (tool_id, limit),
+                )
+            ]
 
         return await self._db.read(read)
 

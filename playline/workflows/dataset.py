@@ -51,6 +51,8 @@ class DatasetHandle:
 
     ref: DatasetRef
     result: DatasetResult | None = None
+    #: set by an estimate (the play's log): exports write nothing and say so through it
+    skip_writes: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def count(self) -> int:
@@ -120,6 +122,9 @@ class DatasetHandle:
         """
         if self.result is None:
             raise InvalidPlayInput("only a dataset run's result can be exported")
+        if self.skip_writes is not None:
+            self.skip_writes(f"estimate: export of {self.ref.id} to {path} skipped")
+            return 0
         return await workflow.execute_activity_method(
             DatasetActivities.export,
             ExportInput(run_ref=self.result.run_ref, path=path, format=format, raw=raw),

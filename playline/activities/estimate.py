@@ -1,0 +1,285 @@
+"""Estimate activities: a play's rows and scalar calls counted, nothing sent or written.
+
+``playline.estimate_chunk`` is the chunk activity of an estimate (``RunOptions.estimate``):
+it reads the run's rows ``[start, end)`` from the sheet store like
+``playline.run_chunk`` and runs every column's resolver for each row, but with an
+:class:`EstimateRowCall` whose tool calls and waterfalls go to an
+:class:`~playline.calls.estimate.EstimatingRunner`: answered by fresh receipts where
+they exist, counted and priced where the run would pay. It sends no request, claims
+no receipt and writes no cell, so it can run many rows at once; it returns the rows
+it counted and the estimate's tally (``ChunkStats.estimate``).
+
+A resolver (or ``run_if``) that raises on an unpaid answer (an ``Unknown`` has no
+string methods, no arithmetic) leaves its column unknown, and the tools it declares
+but did not call in that row are counted as dependent calls whose input is unknown
+(the worst case). One that raises with every answer known would fail the row in
+the run too: the row counts as failed and its later columns are not run.
+
+``playline.estimate_tool`` and ``playline.estimate_waterfall`` do the same for a play's
+scalar ``ctx.tool`` and ``ctx.waterfall``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from temporalio import activity
+
+from playline import resolvers
+from playline.calls import estimate_waterfall as waterfalls
+from playline.calls.catalog import ToolSpec
+from playline.calls.estimate import EstimatingRunner, Unknown, UnpaidResult, unknown_p
+from playline.calls.estimate_tally import PLAY_COLUMN
+from playline.calls.fixtures import FIXTURE_SCOPE
+from playline.calls.runner import ToolResult
+from playline.calls.waterfall import Step, WaterfallResult, spec_from_code
+from playline.calls.waterfall_spec import AcceptSpec, ValidateSpec
+from playline.contract import (
+    ChunkInput,
+    ChunkStats,
+    ColumnSpec,
+    EstimatedCall,
+    RunOptions,
+    ToolCallInput,
+    WaterfallCallInput,
+)
+from playline.errors import InvalidPlayInput, PlaylineError
+from playline.services import Services, ServicesHolder
+from playline.stores.sheet import RunRow
+
+#: Rows an estimate chunk runs at once: no provider is waited for, only the store.
+ESTIMATE_ROW_CONCURRENCY = 256
+#: Why an estimated scalar waterfall has no value: the run would pay to know it.
+UNPAID = "not paid for: an estimate"
+
+
+def estimating_runner(services: Services, options: RunOptions) -> EstimatingRunner:
+    """A runner that counts instead of sending, keyed like the run's mode would key it
+    (a fixture-mode run pays nothing, so its calls are counted at 0 credits)."""
+
+    def fixture_scope(_tool: ToolSpec) -> str:
+        return FIXTURE_SCOPE
+
+    if options.integration_mode == "fixture":  # replayed answers: counted, never charged
+        return EstimatingRunner(services.catalog, services.receipts, fixture_scope, free=True)
+    return EstimatingRunner(services.catalog, services.receipts, services.provider.auth_scope)
+
+
+class EstimateRowCall:
+    """The ``rc`` a resolver receives in an estimate: ``RowCall``'s surface, counting.
+
+    It remembers, per column, which tools were called and whether an answer was
+    unpaid (``Unknown``), which is how a failing resolver is told apart from one that
+    stumbled on an unknown value.
+    """
+
+    def __init__(self, row_key: str, runner: EstimatingRunner, row: Mapping[str, Any]) -> None:
+        self.row_key = row_key
+        self.row = row
+        self._runner = runner
+        self.column = ""
+        self.called: set[str] = set()
+        self.unpaid = False
+
+    def next_column(self, name: str) -> None:
+        self.column, self.called, self.unpaid = name, set(), False
+
+    async def tool(
+        self,
+        tool_id: str,
+        input: Mapping[str, Any],
+        *,
+        force: bool = False,
+        stale_after_seconds: float | None = None,
+    ) -> ToolResult:
+        self.called.add(tool_id)
+        result = await self._runner.call(
+            tool_id, input, force=force, stale_after_s=stale_after_seconds, column=self.column
+        )
+        self.unpaid = self.unpaid or isinstance(result, UnpaidResult)
+        return result
+
+    async def waterfall(
+        self,
+        name: str | None = None,
+        input: Mapping[str, Any] | None = None,
+        *,
+        steps: Sequence[str | Step] | None = None,
+        value: str | None = None,
+        accept: AcceptSpec | None = None,
+        validate: ValidateSpec | None = None,
+        on_unavailable: str = "skip",
+        max_credits: float | None = None,
+        row: Mapping[str, Any] | None = None,
+    ) -> WaterfallResult:
+        """``RowCall.waterfall``, estimated (:mod:`playline.calls.estimate_waterfall`)."""
+        catalog = self._runner.catalog
+        if steps is None:
+            if name is None:
+                raise InvalidPlayInput("rc.waterfall needs a catalog waterfall's name or steps")
+            spec, code_steps = catalog.waterfall(name), None
+        else:
+            if value is None:
+                raise InvalidPlayInput("rc.waterfall(steps=...) needs value=: the getter to read")
+            spec, code_steps = spec_from_code(
+                steps,
+                value=value,
+                accept=accept,
+                validate=validate,
+                on_unavailable=on_unavailable,
+                max_credits=max_credits,
+            )
+        self.called.update(spec.tools())
+        result = await waterfalls.estimate_waterfall(
+            self._runner,
+            spec,
+            input or {},
+            row if row is not None else self.row,
+            column=self.column,
+            name=name,
+            steps=code_steps,
+        )
+        self.unpaid = self.unpaid or isinstance(result.value, Unknown)
+        return result
+
+    def log(self, message: str) -> None:
+        activity.logger.debug("[estimate row %s] %s", self.row_key, message)
+
+
+async def _evaluate(spec: ColumnSpec, row: Mapping[str, Any], rc: EstimateRowCall) -> Any:
+    """One column for one row, as the chunk runs it; the value it would hold."""
+    if spec.run_if is not None:
+        verdict = resolvers.lookup(spec.run_if)(row)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if not verdict:
+            return row.get(spec.name)
+    value = await resolvers.lookup(spec.resolver)(row, rc)
+    if isinstance(value, ToolResult):
+        return value.data
+    if isinstance(value, WaterfallResult):
+        return value.value
+    return value
+
+
+class ChunkEstimate:
+    """One attempt of one estimate chunk: its rows run through the estimating runner."""
+
+    def __init__(self, input: ChunkInput, runner: EstimatingRunner) -> None:
+        self.input = input
+        self.runner = runner
+        self.rows_done = 0
+        self._gate = asyncio.Semaphore(ESTIMATE_ROW_CONCURRENCY)
+
+    async def run(self, rows: list[RunRow]) -> ChunkStats:
+        started = time.monotonic()
+        beats = asyncio.create_task(self._heartbeats())
+        try:
+            done = await asyncio.gather(*(self._row(row) for row in rows), return_exceptions=True)
+            for outcome in done:  # every row settled first: none is left running
+                if isinstance(outcome, BaseException):
+                    raise outcome
+        finally:
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
+        return ChunkStats(
+            elapsed_s=time.monotonic() - started, estimate=self.runner.tally.as_dict()
+        )
+
+    async def _heartbeats(self) -> None:
+        interval = max(0.5, self.input.options.heartbeat_timeout_s / 3)
+        while True:
+            activity.heartbeat({"rows_done": self.rows_done})
+            await asyncio.sleep(interval)
+
+    async def _row(self, row: RunRow) -> None:
+        async with self._gate:
+            data: dict[str, Any] = dict(row.data)
+            view = MappingProxyType(data)
+            rc = EstimateRowCall(row.row_key, self.runner, view)
+            failed = False
+            for spec in self.input.columns:
+                rc.next_column(spec.name)
+                try:
+                    data[spec.name] = await _evaluate(spec, view, rc)
+                except Exception as err:
+                    if isinstance(err, PlaylineError) and err.chunk_fatal:
+                        raise
+                    chance = unknown_p(data)
+                    if not rc.unpaid and chance is None:
+                        failed = True  # the run fails this row too: its later columns never run
+                        break
+                    await self._count_uncalled(spec, rc, 1.0 if chance is None else chance)
+                    data[spec.name] = Unknown(1.0 if chance is None else chance)
+            tally = self.runner.tally
+            tally.rows += 1
+            tally.rows_failed += int(failed)
+            self.rows_done += 1
+
+    async def _count_uncalled(self, spec: ColumnSpec, rc: EstimateRowCall, chance: float) -> None:
+        """The column's declared tools it did not reach: dependent calls, input unknown."""
+        for tool_id in resolvers.declared_tools(spec.resolver):
+            if tool_id not in rc.called:
+                await self.runner.count_unknown_input(spec.name, tool_id, chance)
+
+
+class EstimateActivities:
+    """Activities of an estimate: rows and scalar calls counted, nothing sent."""
+
+    def __init__(self, holder: ServicesHolder) -> None:
+        self._holder = holder
+
+    @activity.defn(name="playline.estimate_chunk")
+    async def estimate_chunk(self, input: ChunkInput) -> ChunkStats:
+        """Count what the run's rows ``[start, end)`` would cost; writes nothing."""
+        services = self._holder.services
+        rows = await services.sheet.read_run_rows(input.run_ref, input.start, input.end)
+        if len(rows) != input.end - input.start:
+            raise InvalidPlayInput(
+                f"run {input.run_ref} has {len(rows)} rows in [{input.start}, {input.end})"
+            )
+        runner = estimating_runner(services, input.options)
+        return await ChunkEstimate(input, runner).run(rows)
+
+    @activity.defn(name="playline.estimate_tool")
+    async def estimate_tool(self, input: ToolCallInput) -> EstimatedCall:
+        """``ctx.tool`` estimated: the receipt's answer if a fresh one holds it, else
+        ``{}``."""
+        runner = estimating_runner(self._holder.services, input.options)
+        result = await runner.call(
+            input.tool_id,
+            input.input,
+            force=input.force,
+            stale_after_s=input.stale_after_seconds,
+            column=PLAY_COLUMN,
+        )
+        # Unpaid, the play gets an empty answer: code reading it (``.get``) goes on.
+        data: Any = {} if isinstance(result, UnpaidResult) else result.data
+        return EstimatedCall(data=data, estimate=runner.tally.as_dict())
+
+    @activity.defn(name="playline.estimate_waterfall")
+    async def estimate_waterfall(self, input: WaterfallCallInput) -> EstimatedCall:
+        """``ctx.waterfall`` estimated, shaped as ``call_waterfall``'s answer: the value
+        when receipts give it for sure, else ``None`` with the miss ``UNPAID``."""
+        services = self._holder.services
+        runner = estimating_runner(services, input.options)
+        spec = services.catalog.waterfall(input.name)
+        result = await waterfalls.estimate_waterfall(
+            runner, spec, input.input, {}, column=PLAY_COLUMN, name=input.name
+        )
+        known = not isinstance(result.value, Unknown)
+        data: dict[str, Any] = {
+            "value": result.value if known else None,
+            "step": result.step,
+            "credits": 0.0,
+            "miss": (result.miss if result.value is None else None) if known else UNPAID,
+            "steps": [],
+        }
+        return EstimatedCall(data=data, estimate=runner.tally.as_dict())

@@ -1,0 +1,344 @@
+"""Estimating: a play's tool calls counted from receipts, never sent.
+
+``playline estimate`` runs a play as a run would, with an :class:`EstimatingRunner` in
+place of the :class:`~playline.calls.runner.ToolRunner`: the same ``call`` surface, the
+same input validation and receipt key (the auth scope of the run's mode), but the
+receipt store is only *read* (``get``, batched per event-loop tick as the runner batches
+its claims; an estimate never claims, leases or writes), and nothing reaches a
+provider. For each distinct call of a chunk:
+
+* a completed receipt that is fresh by the claim rule (not ``force``, not older than
+  ``stale_after_s``) is a free hit, and its real answer is returned, so the calls that
+  depend on it are computed exactly;
+* anything else is a call the run would pay for: counted at the tool's worst case and
+  at an expected price (:class:`ToolHistory`), and answered by an
+  :class:`UnpaidResult` whose getters return :class:`Unknown` values;
+* a call whose input holds an ``Unknown`` is a *dependent call whose input is unknown*:
+  it cannot be looked up, so it counts as a call to pay (``unknown_input``), expected
+  at ``p`` times its price, ``p`` the smallest chance among the Unknowns of its input.
+
+Identical calls of a chunk are counted once, as the run shares them. The figures go
+to an :class:`~playline.calls.estimate_tally.EstimateTally`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from playline.calls.billing import is_present
+from playline.calls.catalog import Catalog, ToolSpec
+from playline.calls.estimate_tally import BASIS_RECEIPTS, BASIS_WORST_CASE, Basis, EstimateTally
+from playline.calls.runner import ToolResult
+from playline.stores.receipts import Receipt, receipt_key
+
+__all__ = [
+    "MIN_HISTORY",
+    "EstimatingRunner",
+    "ReceiptReader",
+    "ToolHistory",
+    "Unknown",
+    "UnpaidResult",
+    "unknown_p",
+]
+
+#: Completed receipts of a tool needed before its history gives the expected figures.
+MIN_HISTORY = 20
+#: How many of a tool's latest completed receipts its history reads.
+SAMPLE_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """What an unpaid call would answer: not known before the run pays for it.
+
+    ``p`` is the chance it is a real (present) value. It is truthy, so code written
+    for a found value goes the worst-case way (``if found.get("email")`` proceeds, a
+    ``run_if`` passes); indexing it gives itself; ``str()`` is ``<unknown>``. Anything
+    else (string methods, arithmetic) raises, and the estimate then counts the
+    resolver's remaining declared tools in the worst case.
+    """
+
+    p: float = 1.0
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return "<unknown>"
+
+    def __getitem__(self, _name: Any) -> Unknown:
+        return self
+
+    def get(self, _name: Any, _default: Any = None) -> Unknown:
+        return self
+
+
+def unknown_p(value: Any) -> float | None:
+    """The smallest ``p`` of the Unknowns in ``value`` (mappings and lists searched);
+    ``None`` when it holds none."""
+    if isinstance(value, Unknown):
+        return value.p
+    if isinstance(value, Mapping):
+        items: Any = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return None
+    found = [p for p in (unknown_p(item) for item in items) if p is not None]
+    return min(found) if found else None
+
+
+class ToolHistory:
+    """What a tool's latest completed receipts say about its next call.
+
+    With at least ``min_history`` of them, ``price`` is the mean credits charged and
+    ``share(...)`` the fraction of answers meeting a condition (a getter present, an
+    accept rule, a verifier's verdict); with fewer, the price is the worst case and
+    every share is 1, and ``basis`` says so.
+    """
+
+    def __init__(
+        self,
+        tool: ToolSpec,
+        samples: Sequence[tuple[Any, float | None]],
+        *,
+        min_history: int = MIN_HISTORY,
+    ) -> None:
+        self.tool = tool
+        self.enough = len(samples) >= max(1, min_history)
+        self._answers = [ToolResult(tool, data, cached=True) for data, _ in samples]
+        credits = [float(c or 0.0) for _, c in samples]
+        self.price = sum(credits) / len(credits) if self.enough else tool.max_credits
+        self._shares: dict[Hashable, float] = {}
+
+    @property
+    def basis(self) -> Basis:
+        return BASIS_RECEIPTS if self.enough else BASIS_WORST_CASE
+
+    def share(self, name: Hashable, holds: Callable[[ToolResult], bool]) -> float:
+        """The fraction of answers for which ``holds`` (cached under ``name``)."""
+        if not self.enough:
+            return 1.0
+        found = self._shares.get(name)
+        if found is None:
+            found = self._shares[name] = sum(1 for a in self._answers if holds(a)) / len(
+                self._answers
+            )
+        return found
+
+    def p(self, getter: str) -> float:
+        """The chance the answer holds a present value under ``getter``."""
+        return self.share(("present", getter), lambda answer: is_present(answer.get(getter)))
+
+
+@dataclass(frozen=True)
+class UnpaidResult(ToolResult):
+    """The answer of a call the run would pay for: every value read is an ``Unknown``
+    whose ``p`` comes from the tool's history (times ``scale``: the chance the call's
+    own input is real)."""
+
+    history: ToolHistory | None = field(default=None, repr=False)
+    scale: float = 1.0
+
+    def get(self, name: str, default: Any = None) -> Any:
+        chance = self.history.p(name) if self.history is not None else 1.0
+        return Unknown(self.scale * chance)
+
+
+class ReceiptReader(Protocol):
+    """The read side of a receipt store: all an estimate uses."""
+
+    async def get(self, keys: Sequence[str]) -> dict[str, Receipt]: ...
+
+    async def sample(self, tool_id: str, limit: int = 1000) -> list[tuple[Any, float | None]]: ...
+
+
+@dataclass
+class _Counted:
+    """What a key was counted at, so a likelier later caller raises its expected figure."""
+
+    line: dict[str, Any]
+    reach: float
+    price: float
+
+
+class EstimatingRunner:
+    """Counts the tool calls of one estimate attempt. See the module docstring.
+
+    Args:
+        catalog: the tools that exist.
+        receipts: the receipt store, read only.
+        auth_scope: the run's mode's auth scope (part of the receipt key).
+        clock: epoch seconds, for ``stale_after_s``.
+        min_history: receipts of a tool needed for expected figures.
+        free: the run would be charged nothing (fixture mode replays recorded
+            answers): calls are counted, their credits are 0.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        receipts: ReceiptReader,
+        auth_scope: Callable[[ToolSpec], str],
+        *,
+        clock: Callable[[], float] = time.time,
+        min_history: int = MIN_HISTORY,
+        free: bool = False,
+    ) -> None:
+        self.catalog = catalog
+        self.free = free
+        self.tally = EstimateTally()
+        self._receipts = receipts
+        self._scope = auth_scope
+        self._clock = clock
+        self._min_history = min_history
+        self._answers: dict[str, asyncio.Future[ToolResult]] = {}
+        self._counted: dict[str, _Counted] = {}
+        self._histories: dict[str, asyncio.Future[ToolHistory]] = {}
+        self._lookups = _LookupQueue(receipts)
+
+    async def history(self, tool: ToolSpec) -> ToolHistory:
+        """The tool's history, read once per attempt (concurrent askers share it)."""
+        found = self._histories.get(tool.id)
+        if found is None:
+            found = self._histories[tool.id] = asyncio.ensure_future(self._read_history(tool))
+        return await asyncio.shield(found)
+
+    async def _read_history(self, tool: ToolSpec) -> ToolHistory:
+        samples = await self._receipts.sample(tool.id, SAMPLE_SIZE)
+        return ToolHistory(tool, samples, min_history=self._min_history)
+
+    async def call(
+        self,
+        tool_id: str,
+        tool_input: Mapping[str, Any],
+        *,
+        force: bool = False,
+        stale_after_s: float | None = None,
+        payer: str | None = None,
+        column: str = "",
+        reach: float = 1.0,
+    ) -> ToolResult:
+        """Count one call of ``column`` that happens with chance ``reach`` (a later
+        waterfall step is less likely to run); its answer if a receipt holds it.
+        ``payer`` is accepted for the row context's sake and ignored (nothing is paid)."""
+        tool = self.catalog.tool(tool_id)
+        chance = unknown_p(tool_input)
+        if chance is not None:
+            return await self.count_unknown_input(column, tool.id, reach * chance)
+        payload = tool.validate_input(tool_input)
+        key = receipt_key(tool.id, tool.version, payload, self._scope(tool))
+        shared = self._answers.get(key)
+        if shared is not None:
+            result = await asyncio.shield(shared)
+            self._raise_reach(key, reach)
+            return result
+        future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
+        self._answers[key] = future
+        try:
+            result = await self._first(tool, key, column, reach, force, stale_after_s)
+        except BaseException as err:
+            future.set_exception(err)
+            future.exception()  # followers may be absent; mark it retrieved
+            raise
+        future.set_result(result)
+        return result
+
+    async def count_unknown_input(self, column: str, tool_id: str, chance: float) -> UnpaidResult:
+        """A dependent call whose input is unknown (real with ``chance``): counted to pay."""
+        tool = self.catalog.tool(tool_id)
+        history = await self.history(tool)
+        self.tally.to_pay(
+            column,
+            tool.id,
+            tool.provider,
+            worst=self._worst(tool),
+            expected=chance * self._price(history),
+            basis=history.basis,
+            unknown_input=True,
+        )
+        return UnpaidResult(tool, Unknown(chance), cached=False, history=history, scale=chance)
+
+    async def _first(
+        self,
+        tool: ToolSpec,
+        key: str,
+        column: str,
+        reach: float,
+        force: bool,
+        stale_after_s: float | None,
+    ) -> ToolResult:
+        receipt = await self._lookups.get(key)
+        if receipt is not None and self._fresh(receipt, force, stale_after_s):
+            self.tally.cached(column, tool.id, tool.provider)
+            return ToolResult(
+                tool, receipt.result, cached=True, receipt="reused", fetched_at=receipt.completed_at
+            )
+        history = await self.history(tool)
+        line = self.tally.to_pay(
+            column,
+            tool.id,
+            tool.provider,
+            worst=self._worst(tool),
+            expected=reach * self._price(history),
+            basis=history.basis,
+        )
+        self._counted[key] = _Counted(line, reach, self._price(history))
+        return UnpaidResult(tool, Unknown(1.0), cached=False, history=history)
+
+    def _worst(self, tool: ToolSpec) -> float:
+        return 0.0 if self.free else tool.max_credits
+
+    def _price(self, history: ToolHistory) -> float:
+        return 0.0 if self.free else history.price
+
+    def _fresh(self, receipt: Receipt, force: bool, stale_after_s: float | None) -> bool:
+        """Whether the claim rule (``decide_claim``) would answer from this receipt."""
+        if receipt.status != "completed" or force:
+            return False
+        return stale_after_s is None or (receipt.completed_at or 0) >= self._clock() - stale_after_s
+
+    def _raise_reach(self, key: str, reach: float) -> None:
+        counted = self._counted.get(key)
+        if counted is not None and reach > counted.reach:
+            counted.line["expected_credits"] += (reach - counted.reach) * counted.price
+            counted.reach = reach
+
+
+class _LookupQueue:
+    """Receipt reads queued in one event-loop tick go to the store as one ``get``."""
+
+    def __init__(self, receipts: ReceiptReader) -> None:
+        self._receipts = receipts
+        self._queue: list[tuple[str, asyncio.Future[Receipt | None]]] = []
+        self._scheduled = False
+
+    async def get(self, key: str) -> Receipt | None:
+        future: asyncio.Future[Receipt | None] = asyncio.get_running_loop().create_future()
+        self._queue.append((key, future))
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._start_read)
+        return await future
+
+    def _start_read(self) -> None:
+        self._scheduled = False
+        batch, self._queue = self._queue, []
+        task = asyncio.ensure_future(self._read(batch))
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def _read(self, batch: list[tuple[str, asyncio.Future[Receipt | None]]]) -> None:
+        try:
+            found = await self._receipts.get([key for key, _ in batch])
+        except BaseException as err:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(err)
+            return
+        for key, future in batch:
+            if not future.done():
+                future.set_result(found.get(key))
