@@ -24,6 +24,7 @@ MAX_CHUNK_ROWS = 5000
 IntegrationMode = Literal["live", "fixture"]
 RunMode = Literal["upsert", "net_new"]
 OnRowError = Literal["isolate", "fail"]
+OnBudget = Literal["wait", "stop"]
 
 #: Rows a dataset result previews by default (``RunOptions.preview_rows``).
 DEFAULT_PREVIEW_ROWS = 5
@@ -62,6 +63,28 @@ class RunOptions(BaseModel):
     #: de-duplicate, no definitive answer: they may have been charged). Off by default:
     #: only an explicit retry may pay for such a call again.
     retry_ambiguous: bool = False
+    #: The most credits this play run may spend (every dataset run, scalar call and
+    #: waterfall of it, fleet-wide): each paid call's worst case is reserved against it
+    #: in the store before it is sent. None: no cap.
+    max_credits: float | None = Field(default=None, gt=0)
+    #: Caps per provider, reserved the same way (``{"acme": 100}``).
+    max_credits_by_provider: dict[str, float] = Field(default_factory=dict)
+    #: A named budget in the store (``playline budgets set NAME``) the run also draws on.
+    budget: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    #: When a budget is reached: ``wait`` (rows left pending, the run waits durably for
+    #: ``playline runs budget ID --add N``) or ``stop`` (rows skipped, the play completes).
+    on_budget: OnBudget = "wait"
+    #: The play run whose budget the calls draw on: set by the play itself (its run id);
+    #: leave it unset.
+    budget_run: str | None = None
+    #: Estimate instead of run: every call is counted from receipts and priced, none is
+    #: sent, nothing is written but the run's manifest (``playline estimate``).
+    estimate: bool = False
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether paid calls of this run reserve against a budget."""
+        return bool(self.max_credits is not None or self.max_credits_by_provider or self.budget)
 
 
 class DatasetRef(BaseModel):
@@ -150,6 +173,14 @@ class ChunkInput(BaseModel):
     row_concurrency: int = 8
 
 
+class EstimatedCall(BaseModel):
+    """A scalar call (``ctx.tool``, ``ctx.waterfall``) estimated: the answer when a
+    receipt holds it (else ``None``) and the estimate's tally of it."""
+
+    data: Any = None
+    estimate: dict[str, Any] = Field(default_factory=dict)
+
+
 class ParkedRows(BaseModel):
     """Rows a chunk left pending because a provider's quota is spent until ``until``."""
 
@@ -157,6 +188,30 @@ class ParkedRows(BaseModel):
     #: when the provider admits calls again (Unix epoch seconds, wall clock)
     until: float
     rows: int
+
+
+class BudgetHold(BaseModel):
+    """Rows a chunk left pending because a budget could not cover their next paid call."""
+
+    budget: str
+    limit: float
+    #: credits spent or reserved in that budget when the call was refused
+    used: float
+    rows: int
+    #: of ``used``, what was settled (None: all of it)
+    spent: float | None = None
+    #: the provider a provider cap belongs to (``runs budget --provider``)
+    provider: str | None = None
+    #: a named budget's period ends then (epoch seconds): the run goes on by itself
+    resets_at: float | None = None
+
+
+def merge_holds(a: BudgetHold | None, b: BudgetHold | None) -> BudgetHold | None:
+    """Both holds as one: the rows add up, the fuller budget's figures win."""
+    if a is None or b is None:
+        return a or b
+    fuller = a if a.used >= b.used else b
+    return fuller.model_copy(update={"rows": a.rows + b.rows})
 
 
 class ChunkStats(BaseModel):
@@ -183,10 +238,21 @@ class ChunkStats(BaseModel):
     first_error: str | None = None
     #: rows left pending for a parked provider (a dataset run re-runs them after the reset)
     parked: ParkedRows | None = None
+    #: rows left pending because a budget was reached (``on_budget="wait"``)
+    over_budget: BudgetHold | None = None
+    #: rows not processed because a budget was reached (``on_budget="stop"``)
+    rows_skipped_budget: int = 0
     #: what the finished rows' cells cost: credits by provider and by column, and each
     #: waterfall column's answering steps (``playline.calls.provenance.SpendTally``);
     #: a few keys per provider and column, never a row
     spend: dict[str, Any] = Field(default_factory=dict)
+    #: an estimate's tally (``playline.calls.estimate_tally``): calls and credits by
+    #: column, tool and provider; empty for a run
+    estimate: dict[str, Any] = Field(default_factory=dict)
+    #: the account with each provider, ``{provider: {term: number}}``: requests sent,
+    #: calls charged, replays, receipt hits, shared, followers, credits charged and
+    #: saved (the terms: ``playline.calls.accounting``)
+    accounts: dict[str, Any] = Field(default_factory=dict)
 
     def add(self, other: ChunkStats) -> None:
         for name in type(self).model_fields:
@@ -194,8 +260,14 @@ class ChunkStats(BaseModel):
                 self.first_error = self.first_error or other.first_error
             elif name == "parked":
                 self.parked = merge_parked(self.parked, other.parked)
+            elif name == "over_budget":
+                self.over_budget = merge_holds(self.over_budget, other.over_budget)
             elif name == "spend":
                 self.spend = merge_spend(self.spend, other.spend)
+            elif name == "estimate":
+                self.estimate = merge_spend(self.estimate, other.estimate)
+            elif name == "accounts":
+                self.accounts = merge_spend(self.accounts, other.accounts)
             else:
                 setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -237,6 +309,8 @@ class DispatchControl(BaseModel):
     paused: bool = False
     #: chunks in flight at most; None leaves it to the options and the governor
     window: int | None = Field(default=None, ge=1, le=MAX_WINDOW)
+    #: bumped each time the play's budget is raised: rows held for budget run again
+    budget_epoch: int = 0
 
 
 class ProviderWait(BaseModel):
@@ -269,10 +343,13 @@ class Outstanding(BaseModel):
     redo: list[RowRange] = Field(default_factory=list)
     parked: list[RowRange] = Field(default_factory=list)
     parking: ParkedRows | None = None
+    #: ranges whose rows wait for more budget (``holding`` says which, how full)
+    held: list[RowRange] = Field(default_factory=list)
+    holding: BudgetHold | None = None
     rows_done: int = 0
 
     def empty(self, total: int) -> bool:
-        return self.next_start >= total and not self.redo and not self.parked
+        return self.next_start >= total and not self.redo and not self.parked and not self.held
 
 
 class DatasetRunInput(BaseModel):
@@ -377,8 +454,45 @@ class DatasetRunState(BaseModel):
     waits: list[ProviderWait] = Field(default_factory=list)
     #: row ranges of the chunks in flight, ``[start, end)``
     ranges: list[tuple[int, int]] = Field(default_factory=list)
+    #: while rows wait for budget: what the UI and ``runs get`` say about it
+    budget_wait: str | None = None
     #: the report's number within the run (a play keeps the latest)
     seq: int = 0
+
+
+class BudgetChange(BaseModel):
+    """The ``budget`` update: raise (``add``) or set (``set``) the run's credit cap, or
+    a provider's (``provider``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    add: float | None = Field(default=None, gt=0)
+    set: float | None = Field(default=None, gt=0)
+    provider: str | None = None
+    #: neither: try the held rows again (a named budget was raised in the store)
+    retry: bool = False
+
+
+class AdjustBudgetInput(BaseModel):
+    """The activity that changes a budget's limit in the store: the run's cap, a
+    provider's cap of the run, or (only read) a named budget."""
+
+    run: str
+    provider: str | None = None
+    named: str | None = None
+    add: float | None = None
+    set_to: float | None = None
+    #: the limit a budget no call has touched yet starts from
+    create_with: float | None = None
+
+
+class BudgetReport(BaseModel):
+    """A budget as the store holds it: its cap, what is spent and what is reserved."""
+
+    budget: str
+    limit: float
+    spent: float
+    reserved: float
 
 
 class ControlState(BaseModel):
@@ -414,6 +528,8 @@ class PlayState(BaseModel):
     current_child_id: str | None = None
     #: the current dataset run's last progress report
     current: DatasetRunState | None = None
+    #: while the current dataset run waits for budget: what to do about it
+    budget_wait: str | None = None
     #: run references of every dataset run started, in order (``runs export`` reads the last)
     run_refs: list[str] = Field(default_factory=list)
     #: playline's search attributes this namespace has registered (the play upserts these)
@@ -434,3 +550,6 @@ class PlayRunResult(BaseModel, Generic[OutputT]):
     datasets: list[DatasetResult] = Field(default_factory=list)
     stats: ChunkStats = Field(default_factory=ChunkStats)
     integration_mode: IntegrationMode = "live"
+    #: a budget was reached and rows were skipped (``on_budget="stop"``;
+    #: ``stats.rows_skipped_budget`` counts them)
+    budget_exhausted: bool = False

@@ -29,8 +29,10 @@ from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from playline.activities import (
+    BudgetActivities,
     ChunkActivities,
     DatasetActivities,
+    EstimateActivities,
     ScalarActivities,
     VisibilityActivities,
     WidthActivities,
@@ -80,8 +82,14 @@ class PlaylinePlugin(SimplePlugin):
         scalar = ScalarActivities(self.holder)
         width = WidthActivities(self.holder)
         visibility = VisibilityActivities()
+        budgets = BudgetActivities(self.holder)
+        estimate = EstimateActivities(self.holder)
         activities: list[Callable[..., Any]] = [
             chunk.run_chunk,
+            estimate.estimate_chunk,
+            estimate.estimate_tool,
+            estimate.estimate_waterfall,
+            budgets.adjust_budget,
             datasets.load_csv,
             datasets.load_rows,
             datasets.prepare_run,

@@ -3,6 +3,9 @@
 * :mod:`~playline.activities.chunk` - ``playline.run_chunk``: resolvers over a range of rows;
 * :mod:`~playline.activities.datasets` - loads, run preparation, finalize, peek, export;
 * :mod:`~playline.activities.scalar` - ``ctx.tool`` and ``ctx.step``;
+* :mod:`~playline.activities.budgets` - ``playline.adjust_budget``: a run's budget cap;
+* :mod:`~playline.activities.estimate` - ``playline.estimate_chunk`` (and scalar calls):
+  what a run would cost, counted from receipts, nothing sent;
 * :mod:`~playline.activities.width` - the governor's dispatch width (a local activity);
 * :mod:`~playline.activities.visibility` - which search attributes the namespace has (local).
 
@@ -13,15 +16,19 @@ their methods. Workflows call them by reference to these methods
 
 from __future__ import annotations
 
+from playline.activities.budgets import BudgetActivities
 from playline.activities.chunk import ChunkActivities
 from playline.activities.datasets import DatasetActivities
+from playline.activities.estimate import EstimateActivities
 from playline.activities.scalar import ScalarActivities
 from playline.activities.visibility import VisibilityActivities
 from playline.activities.width import WidthActivities
 
 __all__ = [
+    "BudgetActivities",
     "ChunkActivities",
     "DatasetActivities",
+    "EstimateActivities",
     "ScalarActivities",
     "VisibilityActivities",
     "WidthActivities",

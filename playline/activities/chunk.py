@@ -44,7 +44,10 @@ from typing import Any
 from temporalio import activity
 
 from playline import resolvers
+from playline.calls.accounting import accounts_as_dict, accounts_from
 from playline.calls.attempt import Attempt, CallStats
+from playline.calls.budget import BudgetedDispatcher, RunBudget
+from playline.calls.catalog import Catalog
 from playline.calls.dispatch import Dispatcher
 from playline.calls.fixtures import FixtureDispatcher
 from playline.calls.live import LiveDispatcher, PacedSender
@@ -53,8 +56,17 @@ from playline.calls.runner import ToolResult, ToolRunner
 from playline.calls.upkeep import AttemptUpkeep
 from playline.calls.waterfall import Step, WaterfallResult, run_waterfall, spec_from_code
 from playline.calls.waterfall_spec import AcceptSpec, ValidateSpec
-from playline.contract import ChunkInput, ChunkStats, ColumnSpec, ParkedRows, RunOptions
+from playline.contract import (
+    BudgetHold,
+    ChunkInput,
+    ChunkStats,
+    ColumnSpec,
+    ParkedRows,
+    RunOptions,
+    merge_spend,
+)
 from playline.errors import (
+    BudgetReached,
     CallAmbiguous,
     InvalidPlayInput,
     PlaylineError,
@@ -204,6 +216,10 @@ def make_runner(
     else:
         sender = PacedSender(attempt, services.governor, services.provider)
         dispatcher = LiveDispatcher(attempt, sender)
+        budget = RunBudget.of(options, info.workflow_id or info.activity_id)
+        if budget is not None:
+            # Paid calls reserve their worst case first (fixture answers cost nothing).
+            dispatcher = BudgetedDispatcher(dispatcher, attempt, services.budgets, budget)
     return ToolRunner(services.catalog, attempt, dispatcher)
 
 
@@ -217,6 +233,7 @@ def stats_from(runner: ToolRunner, into: ChunkStats) -> ChunkStats:
     into.calls_ambiguous += s.ambiguous
     into.retries += s.retries
     into.credits += s.credits
+    into.accounts = merge_spend(into.accounts, accounts_as_dict(s.by_provider))
     return into
 
 
@@ -226,10 +243,13 @@ def carried_calls(details: Any) -> CallStats:
     if not isinstance(carried, Mapping):
         return CallStats()
     known = {f.name: type(getattr(CallStats(), f.name)) for f in fields(CallStats)}
+    known.pop("by_provider")  # a table: read by accounts_from
     try:
-        return CallStats(**{k: known[k](v) for k, v in carried.items() if k in known})
+        stats = CallStats(**{k: known[k](v) for k, v in carried.items() if k in known})
     except (TypeError, ValueError):
         return CallStats()
+    stats.by_provider = accounts_from(carried.get("by_provider"))
+    return stats
 
 
 async def _evaluate(spec: ColumnSpec, row: Mapping[str, Any], rc: RowCall) -> tuple[bool, Any]:
@@ -287,6 +307,14 @@ class ChunkRun:
         self.flushed = 0
         self.fatal: list[BaseException] = []
         self.parked: list[ProviderQuotaExhausted] = []
+        #: rows left pending until the run's budget is raised
+        self.held: list[BudgetReached] = []
+        dispatcher = runner.dispatcher
+        self._budget = dispatcher if isinstance(dispatcher, BudgetedDispatcher) else None
+        self._row_worst = row_worst_case(runner.catalog, input.columns) if self._budget else 0.0
+        #: rows of this attempt started under the budget and not finished
+        self._budgeted_rows = 0
+        self._room_changed = asyncio.Condition()
         self._gate = asyncio.Semaphore(max(1, input.row_concurrency))
         self._row_metrics = RowMetrics()
         #: what the rows this attempt finished cost (credits by provider and column,
@@ -381,45 +409,74 @@ class ChunkRun:
                 if latch.tripped:
                     latch.rows_held_back += 1
                 return
-            data: dict[str, Any] = dict(row.data)
-            cells: dict[str, Any] = {}
-            provenance: dict[str, Any] = {}
-            view = MappingProxyType(data)
-            rc = RowCall(row.row_key, self.runner, f"{self.input.run_ref}#{row.seq}", view)
-            column = ""
+            payer = f"{self.input.run_ref}#{row.seq}"
+            if self._budget is None:
+                await self._compute_row(row, payer)
+                return
+            await self._admit()
             try:
-                for spec in self.input.columns:
-                    column = spec.name
-                    ran, value = await _evaluate(spec, view, rc)
-                    cells[spec.name] = value if ran else data.get(spec.name)
-                    data[spec.name] = cells[spec.name]
-                    provenance[spec.name] = cell_provenance(rc.next_column(), value, ran=ran)
-            except Exception as err:
-                if column and column not in provenance:
-                    failed = type(err).__name__
-                    provenance[column] = cell_provenance(rc.next_column(), None, failed=failed)
-                self._row_failed(row, cells, err, provenance)
-                return
-            bad = unstorable_columns(cells)
-            if bad:
-                name, why = next(iter(bad.items()))
-                for column in bad:
-                    cells[column] = None
-                self._row_failed(
-                    row,
-                    cells,
-                    UnstorableValue(
-                        f"column {name!r} returned a value the sheet cannot store: {why}"
-                    ),
-                    provenance,
-                )
-                return
-            self.stats.rows_ok += 1
-            if rc.paid_calls == 0:
-                self.stats.rows_cached += 1
-            self._row_metrics.row("cached" if rc.paid_calls == 0 else "ok")
-            self.spend.add_row(provenance)
-            self.done.append(RowResult(row.seq, row.row_key, cells, "ok", provenance=provenance))
+                await self._compute_row(row, payer)
+            finally:
+                async with self._room_changed:
+                    self._budgeted_rows -= 1
+                    self._room_changed.notify_all()
+
+    async def _admit(self) -> None:
+        """Start a row once the run's budget can cover it with the rows already going.
+
+        Without this every row of the window would start at once and share out the
+        budget's last credits call by call, ending with many half-paid rows instead of
+        a few whole ones. One row always may go (it may cost nothing: receipts).
+        """
+        assert self._budget is not None
+        async with self._room_changed:
+            while True:
+                room = await self._budget.room()
+                going = self._budgeted_rows
+                if room is None or not going or room >= self._row_worst * (going + 1):
+                    self._budgeted_rows += 1
+                    return
+                await self._room_changed.wait()
+
+    async def _compute_row(self, row: RunRow, payer: str) -> None:
+        """Run the row's columns and record how it ended."""
+        data: dict[str, Any] = dict(row.data)
+        cells: dict[str, Any] = {}
+        provenance: dict[str, Any] = {}
+        view = MappingProxyType(data)
+        rc = RowCall(row.row_key, self.runner, payer, view)
+        column = ""
+        try:
+            for spec in self.input.columns:
+                column = spec.name
+                ran, value = await _evaluate(spec, view, rc)
+                cells[spec.name] = value if ran else data.get(spec.name)
+                data[spec.name] = cells[spec.name]
+                provenance[spec.name] = cell_provenance(rc.next_column(), value, ran=ran)
+        except Exception as err:
+            if column and column not in provenance:
+                failed = type(err).__name__
+                provenance[column] = cell_provenance(rc.next_column(), None, failed=failed)
+            self._row_failed(row, cells, err, provenance)
+            return
+        bad = unstorable_columns(cells)
+        if bad:
+            name, why = next(iter(bad.items()))
+            for column in bad:
+                cells[column] = None
+            self._row_failed(
+                row,
+                cells,
+                UnstorableValue(f"column {name!r} returned a value the sheet cannot store: {why}"),
+                provenance,
+            )
+            return
+        self.stats.rows_ok += 1
+        if rc.paid_calls == 0:
+            self.stats.rows_cached += 1
+        self._row_metrics.row("cached" if rc.paid_calls == 0 else "ok")
+        self.spend.add_row(provenance)
+        self.done.append(RowResult(row.seq, row.row_key, cells, "ok", provenance=provenance))
 
     def _row_failed(
         self,
@@ -433,6 +490,9 @@ class ChunkRun:
             # Nothing was sent and its receipt was released: the row stays pending,
             # and the run re-runs it after the provider's reset.
             self.parked.append(err)
+            return
+        if isinstance(err, BudgetReached):
+            self._over_budget(row, cells, err, provenance or {})
             return
         if _is_chunk_fatal(err):
             self.fatal.append(err)
@@ -460,6 +520,31 @@ class ChunkRun:
                     '(on_row_error="fail"; use "isolate" to record and continue)'
                 )
             )
+
+    def _over_budget(
+        self, row: RunRow, cells: dict[str, Any], err: BudgetReached, provenance: dict[str, Any]
+    ) -> None:
+        """A row whose next paid call the budget cannot cover (nothing was sent for it).
+
+        Waiting (the default), it stays pending and the run holds it until the budget
+        is raised; stopping, it is recorded as skipped, cell by cell: the cells it has
+        keep their values, the others say ``skipped_budget``.
+        """
+        if self.input.options.on_budget == "wait":
+            self.held.append(err)
+            return
+        for spec in self.input.columns:
+            if spec.name not in cells:
+                provenance[spec.name] = {"tool": None, "credits": 0.0, "miss": "skipped_budget"}
+            elif str(provenance.get(spec.name, {}).get("miss") or "").startswith("error:"):
+                provenance[spec.name]["miss"] = "skipped_budget"
+        self.stats.rows_skipped_budget += 1
+        self._row_metrics.row("skipped_budget")
+        self.spend.add_row(provenance)
+        message = f"skipped_budget: {err}"
+        self.done.append(
+            RowResult(row.seq, row.row_key, cells, "error", message[:1000], provenance=provenance)
+        )
 
     async def _flush_loop(self, interval_s: float) -> None:
         """Write finished rows to the sheet as they accumulate, off the heartbeat's path."""
@@ -508,6 +593,24 @@ class ChunkRun:
             raise self.fatal[0]
         if self.attempt.leases.lost is not None:
             raise self.attempt.leases.lost
+        if self.held:
+            fullest = max(self.held, key=lambda err: err.used)
+            stats.over_budget = BudgetHold(
+                budget=fullest.budget,
+                limit=fullest.limit,
+                used=fullest.used,
+                rows=len(self.held),
+                provider=fullest.provider,
+                resets_at=fullest.resets_at,
+                spent=fullest.spent,
+            )
+            activity.logger.info(
+                "chunk %s-%s: %d row(s) wait for budget (%s)",
+                input.start,
+                input.end - 1,
+                len(self.held),
+                fullest,
+            )
         if self.parked:
             latest = max(self.parked, key=lambda err: err.resume_at)
             stats.parked = ParkedRows(
@@ -524,6 +627,25 @@ class ChunkRun:
         stats.elapsed_s = time.monotonic() - started
         stats.spend = self.spend.as_dict()
         return stats_from(self.runner, stats)
+
+
+def row_worst_case(catalog: Catalog, columns: Sequence[ColumnSpec]) -> float:
+    """A row's worst case: every tool each column's resolver declares, once per column,
+    and for a catalog waterfall whose tools it declares, its verifier once per step
+    (undeclared calls reserve on their own)."""
+    worst = 0.0
+    for spec in columns:
+        declared = set(resolvers.declared_tools(spec.resolver))
+        for tool_id in declared:
+            with contextlib.suppress(PlaylineError):
+                worst += catalog.tool(tool_id).max_credits
+        for waterfall in catalog.waterfalls.values():
+            check = waterfall.validate_with
+            steps = {step.tool for step in waterfall.steps}
+            if check is not None and check.tool in declared and steps <= declared:
+                with contextlib.suppress(PlaylineError):
+                    worst += (len(steps) - 1) * catalog.tool(check.tool).max_credits
+    return worst
 
 
 def _failing_column(columns: list[ColumnSpec], cells: dict[str, Any]) -> str:

@@ -288,8 +288,9 @@ class BulkDispatcher:
             # Not recorded (taken over): the new owner records the members' credits.
             shares = outcome.member_credits if settled.credits or not outcome.credits else {}
             results: dict[str, Any] = settled.data
+            recorded = settled.recorded
             return {
-                key: Settled(result, shares.get(key, 0.0), outcome.source)
+                key: Settled(result, shares.get(key, 0.0), outcome.source, recorded=recorded)
                 for key, result in results.items()
             }
 

@@ -26,13 +26,16 @@ class Settled:
     """A settled call's answer and what this attempt paid for it.
 
     ``paid`` is False when the answer came without a request of this attempt's (a bulk
-    request another owner finished, a fixture); ``credits`` is then 0.
+    request another owner finished, a fixture); ``credits`` is then 0. ``recorded`` is
+    False when the receipt was taken over before the answer was recorded: its new owner
+    records the call and its cost.
     """
 
     data: Any
     credits: float = 0.0
     source: str = "rule"
     paid: bool = True
+    recorded: bool = True
 
 
 @dataclass(frozen=True, slots=True)

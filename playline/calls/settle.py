@@ -62,9 +62,11 @@ async def settle(
             attempt.stats.credits += credits
             if not await _record_answer(attempt, target, outcome):
                 attempt.stats.credits -= credits
-                return Settled(data, 0.0, source)
+                return Settled(data, 0.0, source, recorded=False)
             if credits:  # a fixture's answer, or a miss a provider does not bill: none
                 attempt.metrics.credits(tool.provider, tool.id, credits)
+                # One charge per recorded answer (a bulk request's is one), as billed.
+                attempt.stats.account(tool.provider).charge(credits)
             return Settled(data, credits, source)
         case Failed(error=error):
             attempt.stats.failed += target.calls

@@ -5,10 +5,12 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 
 * :mod:`~playline.cli.stack` - ``demo``, ``dev``, ``worker``;
 * :mod:`~playline.cli.run` - ``run``;
+* :mod:`~playline.cli.estimate` - ``estimate`` (what a run would cost; nothing is sent);
 * :mod:`~playline.cli.runs` - ``runs get|export|list|pause|resume|window|cancel|stop``;
 * :mod:`~playline.cli.plays` - ``plays list``;
 * :mod:`~playline.cli.setup` - ``setup`` (playline's search attributes in a namespace);
 * :mod:`~playline.cli.limits` - ``limits show|set``;
+* :mod:`~playline.cli.budgets` - ``budgets set|list|get`` (named budgets shared by runs);
 * :mod:`~playline.cli.replay` - ``replay`` (recorded histories against the current code);
 * :mod:`~playline.cli.codec_server` - ``codec-server`` (the Temporal UI's payload decoder);
 * :mod:`~playline.cli.render` - what gets printed;
@@ -37,7 +39,9 @@ Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from playline.cli.budgets import add_budgets_parser
     from playline.cli.codec_server import add_codec_server_parser
+    from playline.cli.estimate import add_estimate_parser
     from playline.cli.limits import add_limits_parser
     from playline.cli.plays import add_plays_parser
     from playline.cli.replay import add_replay_parser
@@ -70,6 +74,26 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--raw", action="store_true", help=f"with --out: {RAW_HELP}")
         p.add_argument("--provenance", action="store_true", help=f"with --out: {PROVENANCE_HELP}")
+        p.add_argument(
+            "--max-credits",
+            type=float,
+            help="spend at most N credits (each paid call's worst case is reserved first, "
+            "fleet-wide); when reached the run waits for `runs budget ID --add N`",
+        )
+        p.add_argument(
+            "--max-credits-for",
+            action="append",
+            metavar="PROVIDER=N",
+            help="a cap for one provider (repeatable)",
+        )
+        p.add_argument(
+            "--budget", metavar="NAME", help="also draw on a named budget (`playline budgets`)"
+        )
+        p.add_argument(
+            "--on-budget",
+            choices=["wait", "stop"],
+            help="when a budget is reached: wait for more (default) or skip the rows and finish",
+        )
         p.add_argument(
             "--retry-ambiguous",
             action="store_true",
@@ -135,6 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--id", help="workflow id (default PLAY-timestamp-random)")
     run.add_argument("--watch", action="store_true", help="show a progress bar")
     run.add_argument(
+        "--confirm-over",
+        type=float,
+        metavar="N",
+        help="estimate first; refuse (exit 2) when the worst case is over N credits",
+    )
+    run.add_argument(
+        "--yes", action="store_true", help="with --confirm-over: run whatever the estimate says"
+    )
+    run.add_argument(
         "--json", action="store_true", help="print the result (or failure) as one JSON document"
     )
     run.add_argument(
@@ -146,18 +179,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_runs_parser(sub, common)
+    add_estimate_parser(sub, common)
     add_plays_parser(sub, common)
     add_setup_parser(sub, common)
 
     sub.add_parser("provider-server", help="run the local provider server", add_help=False)
     add_limits_parser(sub)
+    add_budgets_parser(sub)
     add_replay_parser(sub)
     add_codec_server_parser(sub)
     return parser
 
 
 def _commands() -> dict[str, Command]:
+    from playline.cli.budgets import cmd_budgets
     from playline.cli.codec_server import cmd_codec_server
+    from playline.cli.estimate import cmd_estimate
     from playline.cli.plays import cmd_plays
     from playline.cli.replay import cmd_replay
     from playline.cli.run import cmd_run
@@ -175,6 +212,8 @@ def _commands() -> dict[str, Command]:
         "setup": cmd_setup,
         "replay": cmd_replay,
         "codec-server": cmd_codec_server,
+        "estimate": cmd_estimate,
+        "budgets": cmd_budgets,
     }
 
 

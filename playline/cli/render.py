@@ -18,7 +18,7 @@ from temporalio.service import RPCError
 from playline.config import Settings
 from playline.contract import DatasetRunState, PlayRunResult, PlayState
 from playline.errors import root_cause
-from playline.spend import spend_lines
+from playline.spend import account_lines, exact_accounts, spend_lines
 
 #: Messages and progress go to stderr; results (summaries) go to stdout.
 console = Console(stderr=True, soft_wrap=True)
@@ -74,6 +74,7 @@ async def progress(client: Client, handle: WorkflowHandle[Any, Any], play: str) 
         transient=False,
     ) as bar:
         task = bar.add_task(play, total=None)
+        said: str | None = None  # the budget wait last shown
         while True:
             try:
                 state: PlayState = await handle.query("state", result_type=PlayState)
@@ -90,6 +91,9 @@ async def progress(client: Client, handle: WorkflowHandle[Any, Any], play: str) 
                         done = before + cs.rows_done
                 description = state.phase + (" (paused)" if state.paused else "")
                 bar.update(task, completed=done, total=total or None, description=description)
+                if state.budget_wait and state.budget_wait != said:
+                    said = state.budget_wait
+                    console.print(said, markup=False, highlight=False)
                 if state.status in ("completed", "failed", "cancelled"):
                     return
             except RPCError:
@@ -121,9 +125,11 @@ def print_summary(
         f"  provider calls: {s.calls_made} {made}, {s.calls_cached} receipt hits, "
         f"{s.calls_shared} shared in-run, {s.retries} retries"
     )
-    console_out.print(f"  credits spent: {s.credits:g}")
+    credits = spend.get("credits", s.credits) if spend is not None else s.credits
+    console_out.print(f"  credits spent: {credits:g}")
     for line in spend_lines(spend if spend is not None else s.spend):
         console_out.print(f"  {line}", markup=False, highlight=False)
+    print_accounts(exact_accounts(s.accounts, spend))
     if s.calls_ambiguous:
         console_out.print(
             f"  ambiguous calls: {s.calls_ambiguous} (sent, no definitive answer: they may "
@@ -140,8 +146,27 @@ def print_summary(
             markup=False,
             highlight=False,
         )
+    if s.rows_skipped_budget:
+        console_out.print(
+            f"  budget reached: {s.rows_skipped_budget} rows skipped (the export says "
+            "skipped_budget for each); run again with a larger --max-credits to do them",
+            markup=False,
+            highlight=False,
+        )
     if s.first_error:
         console_out.print(f"  first row error: {s.first_error}")
+
+
+def print_accounts(accounts: dict[str, Any]) -> None:
+    """The run's account with each provider, as a table (the terms:
+    ``playline.calls.accounting``); nothing when no provider was involved."""
+    lines = account_lines(accounts)
+    if not lines:
+        return
+    console_out = out()
+    console_out.print("  accounts by provider:")
+    for line in lines:
+        console_out.print(f"    {line}", markup=False, highlight=False)
 
 
 def _first_keys(result: PlayRunResult) -> str:

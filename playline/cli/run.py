@@ -81,11 +81,35 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         fields["chunk_size"] = args.chunk_size
     if getattr(args, "retry_ambiguous", False):
         fields["retry_ambiguous"] = True
+    fields.update(budget_options(args))
     try:
         return RunOptions(**fields)
     except ValidationError as err:
         problems = format_validation_errors(err.errors())
         raise PlaylineError(f"invalid run options: {problems.replace('_', '-')}") from None
+
+
+def budget_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The budget flags as ``RunOptions`` fields (``--max-credits-for acme=50``)."""
+    fields: dict[str, Any] = {}
+    if getattr(args, "max_credits", None) is not None:
+        fields["max_credits"] = args.max_credits
+    caps: dict[str, float] = {}
+    for given in getattr(args, "max_credits_for", None) or []:
+        provider, sep, amount = given.partition("=")
+        try:
+            caps[provider.strip()] = float(amount)
+        except ValueError:
+            sep = ""
+        if not sep or not provider.strip():
+            raise PlaylineError(f"--max-credits-for wants PROVIDER=N, not {given!r}")
+    if caps:
+        fields["max_credits_by_provider"] = caps
+    if getattr(args, "budget", None):
+        fields["budget"] = args.budget
+    if getattr(args, "on_budget", None):
+        fields["on_budget"] = args.on_budget
+    return fields
 
 
 def play_input(args: argparse.Namespace) -> dict[str, Any]:
@@ -339,6 +363,23 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     client = await connect(settings=settings)
     if args.csv:
         input["csv_path"] = await upload_input_csv(args.csv, settings)
+    if getattr(args, "confirm_over", None) is not None and not args.yes:
+        from playline.cli.estimate import estimate, refusal, within  # it builds on this one
+
+        found = await estimate(
+            client,
+            settings,
+            play=args.play,
+            input=input,
+            options=options,
+            task_queue=args.task_queue,
+            quiet=True,
+        )
+        refused = refusal(found, args.confirm_over)
+        if refused is not None:
+            console.print(refused, markup=False, highlight=False)
+            return 2
+        console.print(within(found, args.confirm_over), markup=False, highlight=False)
     await execute(
         client,
         settings,

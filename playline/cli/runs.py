@@ -1,4 +1,4 @@
-"""``playline runs get|export|list|pause|resume|window|cancel|stop``: one run, or many.
+"""``playline runs get|export|list|pause|resume|window|budget|cancel|stop``: one run, or many.
 
 Controls are the play's Temporal updates (``pause``, ``resume``, ``set_window``): a
 request the play's validators reject (resume a play that is not paused, a window
@@ -15,6 +15,7 @@ import contextlib
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -31,6 +32,7 @@ from playline.cli.render import (
     RunDocument,
     console,
     out,
+    print_accounts,
     print_failure,
     print_json,
     print_summary,
@@ -40,8 +42,8 @@ from playline.cli.run import PROVENANCE_HELP, RAW_HELP, export_format, export_re
 from playline.cli.setup import registered_search_attributes
 from playline.cli.spend import store_spend
 from playline.config import Settings
-from playline.contract import ControlState, PlayRunResult, PlayState
-from playline.errors import PlaylineError
+from playline.contract import BudgetChange, BudgetReport, ControlState, PlayRunResult, PlayState
+from playline.errors import PlaylineError, format_validation_errors
 from playline.services import Services
 from playline.spend import spend_lines
 from playline.stores.export import export_run
@@ -74,6 +76,7 @@ def add_runs_parser(
         ("window", "change how many chunks may be in flight"),
         ("cancel", "cancel gracefully: settle the chunks in flight, end cancelled"),
         ("stop", "request cancellation without waiting (or --terminate at once)"),
+        ("budget", "raise or set the run's credit cap: held rows go on"),
     ):
         p = runs_sub.add_parser(name, help=text)
         common(p)
@@ -98,7 +101,17 @@ def add_runs_parser(
                 action="store_true",
                 help="end it at once instead of requesting cancellation",
             )
-        if name in ("get", "cancel", "pause", "resume", "window"):
+        if name == "budget":
+            change = p.add_mutually_exclusive_group(required=True)
+            change.add_argument("--add", type=float, metavar="N", help="raise the cap by N")
+            change.add_argument("--set", type=float, metavar="N", help="set the cap to N")
+            change.add_argument(
+                "--retry",
+                action="store_true",
+                help="try the held rows again (after raising a named budget)",
+            )
+            p.add_argument("--provider", help="the capped provider (--max-credits-for)")
+        if name in ("get", "cancel", "pause", "resume", "window", "budget"):
             p.add_argument("--json", action="store_true", help="print one JSON document")
     listing = runs_sub.add_parser("list", help="list plays, newest first")
     common(listing)
@@ -135,6 +148,8 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
         raise PlaylineError(f"run {args.id} is not running ({_status(desc.status)})")
     if command in CONTROLS:
         return await control(handle, args)
+    if command == "budget":
+        return await change_budget(handle, args)
     if command == "cancel":
         return await cancel(handle, desc, args, settings)
     if args.terminate:
@@ -163,6 +178,32 @@ async def control(handle: WorkflowHandle[Any, Any], args: argparse.Namespace) ->
         print_json(state)
     else:
         out().print(done.format(id=args.id, window=getattr(args, "chunks", "")))
+    return 0
+
+
+async def change_budget(handle: WorkflowHandle[Any, Any], args: argparse.Namespace) -> int:
+    """The ``budget`` update; a rejection is one line (and nothing entered history)."""
+    try:
+        change = BudgetChange(add=args.add, set=args.set, retry=args.retry, provider=args.provider)
+    except ValidationError as err:
+        problems = format_validation_errors(err.errors())
+        raise PlaylineError(f"budget refused: {problems}") from None
+    try:
+        report = await handle.execute_update("budget", change, result_type=BudgetReport)
+    except WorkflowUpdateFailedError as err:
+        reason = getattr(err.cause, "message", None) or str(err.cause)
+        raise PlaylineError(f"budget refused: {reason}") from None
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise PlaylineError(f"run {args.id} is not running any more") from None
+        raise
+    if args.json:
+        print_json(report)
+    else:
+        out().print(
+            f"{args.id}: budget {report.limit:g} credits, {report.spent:g} spent, "
+            f"{report.reserved:g} reserved; rows held for budget go on"
+        )
     return 0
 
 
@@ -244,6 +285,8 @@ async def get_run(
         print_json(document)
         return 0
     out().print(f"{args.id}: {desc.workflow_type} {_status(desc.status)}")
+    if state is not None and state.budget_wait:
+        out().print(state.budget_wait, markup=False, highlight=False)
     if state is not None:
         out().print_json(state.model_dump_json())
     if desc.status == WorkflowExecutionStatus.COMPLETED:
@@ -251,6 +294,9 @@ async def get_run(
     else:
         for line in spend_lines(spend or {}):
             out().print(f"  {line}", markup=False, highlight=False)
+        if state is not None and state.current is not None:
+            # The current dataset run's last report: the play's totals come with its result.
+            print_accounts(state.current.stats.accounts)
     if desc.status == WorkflowExecutionStatus.FAILED:
         try:
             await handle.result()

@@ -29,6 +29,7 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from playline import search_attributes as sa
     from playline.activities.datasets import DatasetActivities
+    from playline.activities.estimate import EstimateActivities
     from playline.activities.scalar import ScalarActivities
     from playline.contract import (
         ChunkStats,
@@ -37,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         DatasetResult,
         DatasetRunInput,
         DatasetRunState,
+        EstimatedCall,
         FinalizeInput,
         LoadCsvInput,
         LoadRowsInput,
@@ -60,6 +62,8 @@ with workflow.unsafe.imports_passed_through():
     from playline.workflows.status import dataset_static, play_current_details
 
 LOG_LINES_KEPT = 50
+#: An estimate's dataset runs admit rows into ``<key>~estimate``, never into ``<key>``.
+ESTIMATE_DATASET_SUFFIX = "~estimate"
 #: The memo key listing the run references of a play's dataset runs (``runs export``).
 RUN_REFS_MEMO = "playline_run_refs"
 
@@ -192,14 +196,20 @@ class PlayContext:
         self.state.phase = f"preparing {name}"
         self.publish()
         source = await self._source_of(builder)
+        dataset, admitted_by = builder.key, mode
+        if self.options.estimate:
+            # An estimate's rows go to a scratch dataset, so the real one learns no key
+            # from it (a later net_new run admits what it would have); every row counts.
+            dataset, admitted_by = f"{builder.key}{ESTIMATE_DATASET_SUFFIX}", "upsert"
+            self.log(f"estimate: {name} counted from receipts, no provider called")
         prepared = await workflow.execute_activity_method(
             DatasetActivities.prepare_run,
             PrepareRunInput(
                 run_ref=run_ref,
                 source_id=source.id,
-                dataset=builder.key,
+                dataset=dataset,
                 key_fields=key_fields,
-                mode=mode,
+                mode=admitted_by,
                 columns=columns,
                 options=self.options,
             ),
@@ -285,7 +295,10 @@ class PlayContext:
             retry_policy=SETUP_RETRY,
             summary=f"finalize {name}: counts and {self.options.preview_rows} preview rows",
         )
-        stats.rows_ok, stats.rows_failed = result.stats.rows_ok, result.stats.rows_failed
+        # The sheet's counts; rows skipped for budget are stored as errors (their
+        # export says why) but are not failures.
+        stats.rows_ok = result.stats.rows_ok
+        stats.rows_failed = max(0, result.stats.rows_failed - stats.rows_skipped_budget)
         result.stats = stats
         self.stats.add(stats)
         self.datasets.append(result)
@@ -300,6 +313,8 @@ class PlayContext:
         self._rows_finished += prepared.admitted
         self.state.phase = f"finished {name}"
         self.publish()
+        if self.options.estimate:
+            return DatasetHandle(result.ref, result, skip_writes=self.log)
         return DatasetHandle(result.ref, result)
 
     # -- scalar work --------------------------------------------------------
@@ -312,8 +327,21 @@ class PlayContext:
         force: bool = False,
         stale_after_seconds: float | None = None,
     ) -> Any:
-        """One tool call outside a dataset (through receipts and the governor)."""
+        """One tool call outside a dataset (through receipts and the governor). In an
+        estimate: the answer a fresh receipt holds, else ``{}`` (counted, not sent)."""
         await self.dispatch_allowed()
+        if self.options.estimate:
+            return await self._estimated(
+                EstimateActivities.estimate_tool,
+                ToolCallInput(
+                    tool_id=tool_id,
+                    input=input,
+                    force=force,
+                    stale_after_seconds=stale_after_seconds,
+                    options=self.options,
+                ),
+                f"estimate tool {tool_id}",
+            )
         # Runs recorded before the scalar call heartbeated (its lease renewed, F4)
         # replay without the heartbeat timeout.
         heartbeat = (
@@ -344,8 +372,16 @@ class PlayContext:
         """One of the catalog's named waterfalls, run once for the play (through
         receipts and the governor, step by step): ``{"value", "step", "credits",
         "miss", "steps"}``, each step with its outcome. Like ``tool``, its answer is
-        recorded in the play's history, so pass it no row data you would not log."""
+        recorded in the play's history, so pass it no row data you would not log.
+        In an estimate: that answer when receipts give it for sure, else no value."""
         await self.dispatch_allowed()
+        if self.options.estimate:
+            found: dict[str, Any] = await self._estimated(
+                EstimateActivities.estimate_waterfall,
+                WaterfallCallInput(name=name, input=input, options=self.options),
+                f"estimate waterfall {name}",
+            )
+            return found
         try:
             result: dict[str, Any] = await workflow.execute_activity_method(
                 ScalarActivities.call_waterfall,
@@ -360,8 +396,12 @@ class PlayContext:
         return result
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a registered function once as an activity; replays return its stored result."""
+        """Run a registered function once as an activity; replays return its stored result.
+        An estimate skips it (a step is a side effect) and gets ``None``."""
         await self.dispatch_allowed()
+        if self.options.estimate:
+            self.log(f"estimate: step {name} skipped")
+            return None
         try:
             return await workflow.execute_activity_method(
                 ScalarActivities.run_step,
@@ -381,10 +421,13 @@ class PlayContext:
         if not isinstance(name, str):
             raise ApplicationError(f"{play!r} is not a play", non_retryable=True)
         child_id = f"{workflow.info().workflow_id}/play/{self._unique('play', name)}"
+        options = options or self.options
+        if self.options.estimate:  # an estimate's child plays are estimated too
+            options = options.model_copy(update={"estimate": True})
         try:
             result: PlayRunResult = await workflow.execute_child_workflow(
                 name,
-                args=[input, options or self.options],
+                args=[input, options],
                 id=child_id,
                 result_type=PlayRunResult,
             )
@@ -392,6 +435,22 @@ class PlayContext:
             raise _failure_or_cancel(err) from err
         self.stats.add(result.stats)
         return result
+
+    async def _estimated(self, activity: Any, arg: Any, summary: str) -> Any:
+        """A scalar call estimated by ``activity``: its tally joins the play's; the
+        answer receipts give."""
+        try:
+            estimated: EstimatedCall = await workflow.execute_activity_method(
+                activity,
+                arg,
+                start_to_close_timeout=SHORT_ACTIVITY,
+                retry_policy=SETUP_RETRY,
+                summary=summary,
+            )
+        except ActivityError as err:
+            raise _failure_or_cancel(err) from err
+        self.stats.add(ChunkStats(estimate=estimated.estimate))
+        return estimated.data
 
     def log(self, message: str) -> None:
         """A line in the worker log and in the play's ``state`` query (last 50 kept)."""
@@ -413,6 +472,7 @@ class PlayContext:
         if self.state.current_child_id is None:
             return  # a late report of a run already accounted for
         self.state.current = report
+        self.state.budget_wait = report.budget_wait
         self.publish()
 
     def end(self, status: RunStatus, failure: str | None = None) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from playline.contract import MAX_WINDOW, DispatchControl
+    from playline.contract import MAX_WINDOW, BudgetChange, DispatchControl, RunOptions
     from playline.workflows.dataset_run import CONTROL_SIGNAL
 
 __all__ = ["PlayControls"]
@@ -61,6 +61,32 @@ class PlayControls:
             raise ValueError(f"the window must be a whole number of chunks, not {window!r}")
         if not 1 <= window <= MAX_WINDOW:
             raise ValueError(f"the window must be 1 to {MAX_WINDOW} chunks in flight, not {window}")
+
+    def check_budget(self, change: BudgetChange, options: RunOptions | None) -> None:
+        """Validator of ``budget``: one change, to a cap the run has."""
+        self._check_open("change the budget of")
+        given = [name for name in ("add", "set") if getattr(change, name) is not None]
+        if change.retry:
+            given.append("retry")
+        if len(given) != 1:
+            raise ValueError("give exactly one of --add N, --set N or --retry")
+        if options is None or not options.budgeted:
+            raise ValueError(
+                f"play {self.play} runs without a budget (start it with --max-credits N)"
+            )
+        if change.retry:
+            return
+        if change.provider is not None:
+            if change.provider not in options.max_credits_by_provider:
+                capped = ", ".join(sorted(options.max_credits_by_provider)) or "none"
+                raise ValueError(
+                    f"play {self.play} has no cap for provider {change.provider!r} "
+                    f"(capped: {capped})"
+                )
+        elif options.max_credits is None:
+            raise ValueError(
+                f"play {self.play} has no run-wide cap; name the capped provider (--provider)"
+            )
 
     async def apply(self, **changes: Any) -> None:
         """Change the controls and forward them to the dataset run in flight."""

@@ -30,6 +30,7 @@ stays small), and keeps its own current details in the Temporal UI after every c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
@@ -37,8 +38,11 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from playline.activities.chunk import ChunkActivities
+    from playline.activities.estimate import EstimateActivities
     from playline.activities.width import WidthActivities
     from playline.contract import (
+        MAX_CHUNK_ROWS,
+        BudgetHold,
         ChunkInput,
         ChunkStats,
         DatasetRunInput,
@@ -51,11 +55,16 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         Width,
         WidthInput,
+        merge_holds,
         merge_parked,
     )
     from playline.workflows.chunk_sizing import FIRST_CHUNK_ROWS, ChunkSizer
     from playline.workflows.failures import CHUNK_RETRY, as_failure
-    from playline.workflows.status import dataset_current_details, waits_of
+    from playline.workflows.status import (
+        budget_wait_message,
+        dataset_current_details,
+        waits_of,
+    )
 
 #: Parked rows resume this long after the provider's announced reset (clock skew).
 RESET_MARGIN = timedelta(seconds=1)
@@ -104,6 +113,7 @@ class DatasetRunWorkflow:
         self._width = Width(chunks_in_flight=1, row_concurrency=1)
         self._waits: list[ProviderWait] = []
         self._waiting = False  # on the durable timer of a parked provider
+        self._budget_wait: str | None = None  # what the run says while it waits for budget
         self._started_at: datetime | None = None
         self._reporting = False
         self._reported_at: datetime | None = None
@@ -155,7 +165,8 @@ class DatasetRunWorkflow:
             chunks_in_flight=prepared.suggested_chunks_in_flight,
             row_concurrency=prepared.suggested_row_concurrency,
         )
-        self._adaptive = workflow.patched("governor-dispatch-width")
+        # An estimate waits on no provider: its chunks are as large as chunks go.
+        self._adaptive = workflow.patched("governor-dispatch-width") and not input.options.estimate
         # Histories from before progress reports and row-range activity ids have neither.
         self._visible = workflow.patched("dataset-run-progress")
         self._reporting = self._visible and workflow.info().parent is not None
@@ -177,6 +188,16 @@ class DatasetRunWorkflow:
                 self._refreshed_at = self._launched
             self._launch(input)
             self._show()
+            if not pending and work.holding is not None and not self._cancelling:
+                # Everything in flight settled: wait, durably, for more budget.
+                try:
+                    await self._wait_for_budget(work.holding)
+                except asyncio.CancelledError as err:
+                    self._on_cancel(err)
+                    continue
+                work.redo, work.held, work.holding = [*work.redo, *work.held], [], None
+                self._resumed += 1
+                continue
             if not pending and work.parking is not None and not self._cancelling:
                 # Everything else is done: wait for the provider's reset, durably.
                 try:
@@ -223,6 +244,7 @@ class DatasetRunWorkflow:
         while (
             not self._cancelling
             and not self._control.paused
+            and work.holding is None
             and len(pending) < self._window()
             and (work.redo or (work.next_start < total and not self._handing_over()))
         ):
@@ -234,6 +256,8 @@ class DatasetRunWorkflow:
             start = work.next_start
             pinned = input.options.chunk_size
             size = self._sizer.size if self._sized_by_time else (pinned or FIRST_CHUNK_ROWS)
+            if input.options.estimate:
+                size = MAX_CHUNK_ROWS
             end = min(start + size, total)
             pending[self._start_chunk(input, start, end)] = RowRange(
                 start=start, end=end, rows=end - start
@@ -248,15 +272,24 @@ class DatasetRunWorkflow:
             span = self._pending.pop(task)
             chunk = task.result()
             held = chunk.parked
+            left = 0
             if held is not None:
                 work.parked.append(RowRange(start=span.start, end=span.end, rows=held.rows))
                 work.parking = merge_parked(work.parking, held)
                 chunk = chunk.model_copy(update={"parked": None})
+                left += held.rows
+            hold = chunk.over_budget
+            if hold is not None:
+                if held is None:  # a range parked and held runs again once, whole
+                    work.held.append(RowRange(start=span.start, end=span.end, rows=hold.rows))
+                work.holding = merge_holds(work.holding, hold)
+                chunk = chunk.model_copy(update={"over_budget": None})
+                left += hold.rows
             self._stats.add(chunk)
-            # Only the rows this range still had to do, less those parked again: a
-            # redone range never counts its finished rows twice.
-            work.rows_done += span.rows - (held.rows if held else 0)
-            if held is None:
+            # Only the rows this range still had to do, less those left pending again:
+            # a redone range never counts its finished rows twice.
+            work.rows_done += span.rows - left
+            if not left:
                 self._sizer.observe(span.end - span.start, chunk.elapsed_s)
 
     async def _end(self, input: DatasetRunInput) -> ChunkStats:
@@ -292,6 +325,33 @@ class DatasetRunWorkflow:
                 outstanding=work,
             )
         )
+
+    async def _wait_for_budget(self, hold: BudgetHold) -> None:
+        """Wait (no timer, no activity) until the play raises the budget; a named
+        budget's next period also ends the wait."""
+        epoch = self._control.budget_epoch
+        self._budget_wait = budget_wait_message(hold, self._play_id())
+        self._show()
+        self._report(force=True)
+        try:
+            raised = lambda: self._control.budget_epoch != epoch  # noqa: E731
+            if hold.resets_at is None:
+                await workflow.wait_condition(raised)
+            else:
+                delay = datetime.fromtimestamp(hold.resets_at, tz=UTC) - workflow.now()
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(
+                        raised,
+                        timeout=max(delay, timedelta(seconds=1)) + RESET_MARGIN,
+                        timeout_summary=f"{hold.budget}: next period",
+                    )
+        finally:
+            self._budget_wait = None
+        self._show()
+
+    def _play_id(self) -> str:
+        parent = workflow.info().parent
+        return parent.workflow_id if parent is not None else workflow.info().workflow_id
 
     async def _wait_for_reset(self, parking: ParkedRows) -> None:
         """Sleep on a durable timer until ``parking``'s provider admits calls again."""
@@ -340,9 +400,15 @@ class DatasetRunWorkflow:
     ) -> asyncio.Task[ChunkStats]:
         named_by_rows = self._visible
         activity_id = f"rows-{start}-{end - 1}" + (f"-resumed-{resumed}" if resumed else "")
+        # An estimate counts its rows' calls instead of making them (RunOptions.estimate).
+        chunk = (
+            EstimateActivities.estimate_chunk
+            if input.options.estimate
+            else ChunkActivities.run_chunk
+        )
         return asyncio.ensure_future(
             workflow.execute_activity_method(
-                ChunkActivities.run_chunk,
+                chunk,
                 ChunkInput(
                     run_ref=input.prepared.run_ref,
                     start=start,
@@ -366,7 +432,7 @@ class DatasetRunWorkflow:
             return self._ended
         if self._cancelling:
             return "cancelling"
-        if self._waiting:
+        if self._waiting or self._budget_wait is not None:
             return "waiting"
         if self._control.paused:
             return "paused"
@@ -414,4 +480,5 @@ class DatasetRunWorkflow:
             paces=self._width.paces,
             waits=self._waits,
             ranges=sorted((span.start, span.end) for span in self._pending.values()),
+            budget_wait=self._budget_wait,
         )

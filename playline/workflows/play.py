@@ -37,8 +37,12 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from playline.activities.budgets import BudgetActivities
     from playline.activities.visibility import VisibilityActivities
     from playline.contract import (
+        AdjustBudgetInput,
+        BudgetChange,
+        BudgetReport,
         ControlState,
         DatasetRunState,
         PlayRunResult,
@@ -87,9 +91,15 @@ class PlayWorkflow(Generic[InputT, OutputT]):
     def __init__(self) -> None:
         self._ctx: PlayContext | None = None
         self._controls = PlayControls(self.play_name)
+        self._options: RunOptions | None = None
 
     async def _execute(self, raw_input: Any, options: RunOptions | None) -> PlayRunResult:
         options = options or RunOptions()
+        if options.budgeted and options.budget_run is None:
+            # The run's caps live in the store under this run's id: every dataset run,
+            # scalar call and child play of it reserves against the same ones.
+            options = options.model_copy(update={"budget_run": workflow.info().run_id})
+        self._options = options
         # Runs recorded before the play kept itself visible (search attributes, memo)
         # replay without those commands.
         visible = workflow.patched("play-visibility")
@@ -143,6 +153,7 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             datasets=[d.model_copy(update={"rows": None}) for d in ctx.datasets],
             stats=ctx.stats,
             integration_mode=options.integration_mode,
+            budget_exhausted=ctx.stats.rows_skipped_budget > 0,
         )
 
     async def _registered_search_attributes(self) -> list[str]:
@@ -206,6 +217,38 @@ class PlayWorkflow(Generic[InputT, OutputT]):
     @set_window.validator
     def _validate_set_window(self, window: int) -> None:
         self._controls.check_window(window)
+
+    @workflow.update(name="budget")
+    async def budget(self, change: BudgetChange) -> BudgetReport:
+        """Raise or set the run's credit cap (or a provider's), or retry after a named
+        budget was raised: rows held for budget run again."""
+        options = self._options
+        assert options is not None and options.budget_run is not None  # the validator
+        cap: float | None
+        if change.provider is not None:
+            cap = options.max_credits_by_provider[change.provider]
+        else:
+            cap = None if change.retry else options.max_credits
+        report: BudgetReport = await workflow.execute_activity_method(
+            BudgetActivities.adjust_budget,
+            AdjustBudgetInput(
+                run=options.budget_run,
+                provider=change.provider,
+                named=options.budget if change.retry else None,
+                add=change.add,
+                set_to=change.set,
+                create_with=cap,
+            ),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=5),
+            summary="budget " + (change.provider or options.budget or "of the run"),
+        )
+        await self._controlled(budget_epoch=self._controls.dispatch.budget_epoch + 1)
+        return report
+
+    @budget.validator
+    def _validate_budget(self, change: BudgetChange) -> None:
+        self._controls.check_budget(change, self._options)
 
     @workflow.signal(name=PROGRESS_SIGNAL)
     def _progress(self, report: DatasetRunState) -> None:

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from playline.contract import (
+    BudgetHold,
     ChunkStats,
     ColumnSpec,
     DatasetRunState,
@@ -33,9 +34,10 @@ from playline.contract import (
     RunMode,
     RunOptions,
 )
-from playline.spend import spend_lines
+from playline.spend import account_markdown, spend_lines
 
 __all__ = [
+    "budget_wait_message",
     "dataset_current_details",
     "dataset_static",
     "play_current_details",
@@ -154,6 +156,13 @@ def _calls(stats: ChunkStats, calls_made: int | None = None) -> list[str]:
     ]
 
 
+def _accounts(stats: ChunkStats) -> list[str]:
+    """The account with each provider as a table after the list (the terms:
+    ``playline.calls.accounting``)."""
+    table = account_markdown(stats.accounts)
+    return ["", *table] if table else []
+
+
 def _providers(
     paces: Sequence[ProviderPace], waits: Sequence[ProviderWait], now: datetime
 ) -> list[str]:
@@ -207,9 +216,14 @@ def dataset_current_details(state: DatasetRunState, now: datetime) -> str:
     ]
     if state.paused and state.status not in ENDED:
         lines.append("- dispatch paused: chunks in flight finish, no new ones start (resume)")
+    if state.budget_wait:
+        lines.append(f"- {state.budget_wait}")
+    if s.rows_skipped_budget:
+        lines.append(f"- {s.rows_skipped_budget} rows skipped: budget reached")
     if s.first_error:
         lines.append(f"- first row error: {s.first_error}")
     lines.append(f"- updated {_at(now, now)}")
+    lines += _accounts(s)
     return "\n".join(lines)
 
 
@@ -239,11 +253,38 @@ def play_current_details(
     if state.status not in ENDED:
         if current is not None:
             lines += _providers(current.paces, current.waits, now)
+        if current is not None and current.budget_wait:
+            lines.append(f"- {current.budget_wait}")
         if state.paused:
             lines.append("- dispatch paused: chunks in flight finish, no new ones start (resume)")
         elif state.window is not None:
             lines.append(f"- window: at most {state.window} chunks in flight (set_window)")
+    if totals.rows_skipped_budget:
+        lines.append(f"- {totals.rows_skipped_budget} rows skipped: budget reached")
     if totals.first_error:
         lines.append(f"- first row error: {totals.first_error}")
     lines.append(f"- updated {_at(now, now)}")
+    lines += _accounts(totals)
     return "\n".join(lines)
+
+
+def budget_wait_message(hold: BudgetHold, play_id: str) -> str:
+    """What a run waiting for budget says, and the command that lets it go on."""
+    settled = hold.used if hold.spent is None else hold.spent
+    reserved = hold.used - settled
+    spent = f"{settled:g} of {hold.limit:g} credits spent"
+    if reserved > 1e-9:
+        spent += f", {reserved:g} reserved by calls and rows in flight"
+    if hold.resets_at is not None:
+        resets = datetime.fromtimestamp(hold.resets_at, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+        name = hold.budget.split(" ")[0]
+        return (
+            f"budget {hold.budget}: {spent}; {hold.rows} rows wait until {resets}, or raise it "
+            f"(`playline budgets set {name} ...`) and `playline runs budget {play_id} --retry`"
+        )
+    if hold.provider is not None:
+        return (
+            f"budget for {hold.provider}: {spent}; `playline runs budget {play_id} "
+            f"--provider {hold.provider} --add N` to go on"
+        )
+    return f"budget: {spent}; `playline runs budget {play_id} --add N` to go on"

@@ -1,0 +1,149 @@
+"""The budget wrapper's rule: reserve before sending, settle at the actual charge, release
+what cannot have been charged, keep what may have been (fakes for the store and the
+wrapped dispatcher; the stores themselves are tested in tests/integration)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from playline import demo
+from playline.calls.attempt import Attempt
+from playline.calls.budget import BudgetedDispatcher, RunBudget
+from playline.calls.catalog import Catalog
+from playline.calls.dispatch import ClaimedCall, Settled
+from playline.contract import RunOptions
+from playline.errors import (
+    BudgetReached,
+    CallAmbiguous,
+    ProviderQuotaExhausted,
+    ProviderRejected,
+    ProviderTimeout,
+)
+from playline.stores.budgets import BudgetLine, BudgetState, Refusal
+from playline.workflows.status import budget_wait_message
+
+
+class FakeBudgets:
+    def __init__(self, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def reserve(self, key: str, credits: float, lines: Sequence[BudgetLine]) -> Any:
+        self.calls.append(("reserve", key, credits, [line.budget for line in lines]))
+        if self.refuse:
+            return Refusal(BudgetState(lines[0].budget, 10.0, 9.0, 0.5), credits)
+        return None
+
+    async def settle(self, key: str, credits: float, budgets: Sequence[str]) -> None:
+        self.calls.append(("settle", key, credits, list(budgets)))
+
+    async def release(self, key: str, budgets: Sequence[str]) -> None:
+        self.calls.append(("release", key, list(budgets)))
+
+
+class FakeReceipts:
+    def __init__(self) -> None:
+        self.released: list[str] = []
+
+    async def release(self, keys: Sequence[str], **kwargs: Any) -> None:
+        self.released += list(keys)
+
+
+class Inner:
+    def __init__(self, outcome: Settled | BaseException) -> None:
+        self.outcome = outcome
+
+    def auth_scope(self, tool: Any) -> str:
+        return "scope"
+
+    async def settle(self, call: ClaimedCall) -> Settled:
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+    async def aclose(self) -> None:
+        return None
+
+    def abort(self) -> None:
+        return None
+
+
+def _wrapped(tmp_path: Any, outcome: Settled | BaseException, *, refuse: bool = False) -> Any:
+    tool = Catalog.from_toml(demo.CATALOG).tool("email_finder")  # acme, 1 credit
+    receipts = FakeReceipts()
+    attempt = Attempt(receipts=receipts, owner="t", lease_id="L", lease_ttl_s=30)  # type: ignore[arg-type]
+    store = FakeBudgets(refuse)
+    budget = RunBudget("r1", max_credits=10, by_provider={"acme": 4})
+    dispatcher = BudgetedDispatcher(Inner(outcome), attempt, store, budget)  # type: ignore[arg-type]
+    return dispatcher, store, receipts, ClaimedCall(tool, {"name": "x"}, "K", generation=2)
+
+
+async def test_a_paid_call_reserves_its_worst_case_on_every_line_then_settles_what_it_cost(
+    tmp_path,
+) -> None:
+    dispatcher, store, _, call = _wrapped(tmp_path, Settled({"email": "a@b"}, 0.0))
+    settled = await dispatcher.settle(call)
+    assert settled.credits == 0.0  # a miss the provider did not bill
+    lines = ["run:r1", "run:r1/provider:acme"]
+    assert store.calls == [("reserve", "K#2", 1.0, lines), ("settle", "K#2", 0.0, lines)]
+
+
+async def test_a_refused_reservation_sends_nothing_releases_the_receipt_and_says_why(
+    tmp_path,
+) -> None:
+    dispatcher, store, receipts, call = _wrapped(
+        tmp_path, AssertionError("must not be sent"), refuse=True
+    )
+    with pytest.raises(BudgetReached) as raised:
+        await dispatcher.settle(call)
+    assert receipts.released == ["K"]
+    assert [c[0] for c in store.calls] == ["reserve"]
+    assert raised.value.used == 9.5 and raised.value.limit == 10.0
+    assert "9.5 of 10 credits" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("error", "released"),
+    [
+        (ProviderRejected("bad input", tool_id="email_finder", status=400), True),
+        (ProviderQuotaExhausted("acme", 2e9), True),
+        (ProviderTimeout("timed out", tool_id="email_finder", may_have_charged=True), False),
+        (CallAmbiguous("find", "timed out"), False),
+    ],
+)
+async def test_what_cannot_have_been_charged_is_released_and_what_may_have_is_kept(
+    tmp_path, error, released
+) -> None:
+    dispatcher, store, _, call = _wrapped(tmp_path, error)
+    with pytest.raises(type(error)):
+        await dispatcher.settle(call)
+    kinds = [c[0] for c in store.calls]
+    assert kinds == (["reserve", "release"] if released else ["reserve"])
+
+
+async def test_an_answer_another_owner_records_leaves_the_reservation_to_it(tmp_path) -> None:
+    dispatcher, store, _, call = _wrapped(tmp_path, Settled({}, 0.0, recorded=False))
+    await dispatcher.settle(call)
+    assert [c[0] for c in store.calls] == ["reserve"]
+
+
+def test_run_options_name_the_budgets_a_call_draws_on() -> None:
+    assert RunBudget.of(RunOptions(), "r") is None
+    budget = RunBudget.of(RunOptions(max_credits=5, budget="team-a", budget_run="run-9"), "x")
+    assert budget is not None
+    assert [line.budget for line in budget.lines("acme")] == ["run:run-9", "named:team-a"]
+    assert budget.lines("acme")[0].limit == 5
+
+
+def test_the_wait_message_names_the_command_that_goes_on() -> None:
+    from playline.contract import BudgetHold
+
+    hold = BudgetHold(budget="run", limit=500, used=500, rows=12)
+    assert budget_wait_message(hold, "p-1") == (
+        "budget: 500 of 500 credits spent; `playline runs budget p-1 --add N` to go on"
+    )
+    capped = BudgetHold(budget="acme", limit=5, used=4.5, rows=1, provider="acme")
+    assert "--provider acme --add N" in budget_wait_message(capped, "p-1")
