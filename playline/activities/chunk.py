@@ -312,9 +312,6 @@ class ChunkRun:
         dispatcher = runner.dispatcher
         self._budget = dispatcher if isinstance(dispatcher, BudgetedDispatcher) else None
         self._row_worst = row_worst_case(runner.catalog, input.columns) if self._budget else 0.0
-        #: rows of this attempt started under the budget and not finished
-        self._budgeted_rows = 0
-        self._room_changed = asyncio.Condition()
         self._gate = asyncio.Semaphore(max(1, input.row_concurrency))
         self._row_metrics = RowMetrics()
         #: what the rows this attempt finished cost (credits by provider and column,
@@ -413,33 +410,14 @@ class ChunkRun:
             if self._budget is None:
                 await self._compute_row(row, payer)
                 return
-            await self._admit()
-            try:
-                await self._compute_row(row, payer)
-            finally:
-                async with self._room_changed:
-                    self._budgeted_rows -= 1
-                    self._room_changed.notify_all()
+            covered = await self._budget.open_row(payer, self._row_worst)
+            pending = await self._compute_row(row, payer)
+            if covered:
+                await self._budget.close_row(payer, pending=pending)
 
-    async def _admit(self) -> None:
-        """Start a row once the run's budget can cover it with the rows already going.
-
-        Without this every row of the window would start at once and share out the
-        budget's last credits call by call, ending with many half-paid rows instead of
-        a few whole ones. One row always may go (it may cost nothing: receipts).
-        """
-        assert self._budget is not None
-        async with self._room_changed:
-            while True:
-                room = await self._budget.room()
-                going = self._budgeted_rows
-                if room is None or not going or room >= self._row_worst * (going + 1):
-                    self._budgeted_rows += 1
-                    return
-                await self._room_changed.wait()
-
-    async def _compute_row(self, row: RunRow, payer: str) -> None:
-        """Run the row's columns and record how it ended."""
+    async def _compute_row(self, row: RunRow, payer: str) -> bool:
+        """Run the row's columns and record how it ended; whether it is left pending
+        (parked or held for budget: it runs again)."""
         data: dict[str, Any] = dict(row.data)
         cells: dict[str, Any] = {}
         provenance: dict[str, Any] = {}
@@ -457,8 +435,7 @@ class ChunkRun:
             if column and column not in provenance:
                 failed = type(err).__name__
                 provenance[column] = cell_provenance(rc.next_column(), None, failed=failed)
-            self._row_failed(row, cells, err, provenance)
-            return
+            return self._row_failed(row, cells, err, provenance)
         bad = unstorable_columns(cells)
         if bad:
             name, why = next(iter(bad.items()))
@@ -470,13 +447,14 @@ class ChunkRun:
                 UnstorableValue(f"column {name!r} returned a value the sheet cannot store: {why}"),
                 provenance,
             )
-            return
+            return False
         self.stats.rows_ok += 1
         if rc.paid_calls == 0:
             self.stats.rows_cached += 1
         self._row_metrics.row("cached" if rc.paid_calls == 0 else "ok")
         self.spend.add_row(provenance)
         self.done.append(RowResult(row.seq, row.row_key, cells, "ok", provenance=provenance))
+        return False
 
     def _row_failed(
         self,
@@ -484,19 +462,19 @@ class ChunkRun:
         cells: dict[str, Any],
         err: Exception,
         provenance: dict[str, Any] | None = None,
-    ) -> None:
-        """Record a row's error, or stop the chunk for an error about more than the row."""
+    ) -> bool:
+        """Record a row's error, or stop the chunk for an error about more than the row;
+        whether the row is left pending (it runs again)."""
         if isinstance(err, ProviderQuotaExhausted):
             # Nothing was sent and its receipt was released: the row stays pending,
             # and the run re-runs it after the provider's reset.
             self.parked.append(err)
-            return
+            return True
         if isinstance(err, BudgetReached):
-            self._over_budget(row, cells, err, provenance or {})
-            return
+            return self._over_budget(row, cells, err, provenance or {})
         if _is_chunk_fatal(err):
             self.fatal.append(err)
-            return
+            return True
         message = f"{type(err).__name__}: {err}"
         stats = self.stats
         stats.rows_failed += 1
@@ -520,10 +498,11 @@ class ChunkRun:
                     '(on_row_error="fail"; use "isolate" to record and continue)'
                 )
             )
+        return False
 
     def _over_budget(
         self, row: RunRow, cells: dict[str, Any], err: BudgetReached, provenance: dict[str, Any]
-    ) -> None:
+    ) -> bool:
         """A row whose next paid call the budget cannot cover (nothing was sent for it).
 
         Waiting (the default), it stays pending and the run holds it until the budget
@@ -532,7 +511,7 @@ class ChunkRun:
         """
         if self.input.options.on_budget == "wait":
             self.held.append(err)
-            return
+            return True
         for spec in self.input.columns:
             if spec.name not in cells:
                 provenance[spec.name] = {"tool": None, "credits": 0.0, "miss": "skipped_budget"}
@@ -545,6 +524,7 @@ class ChunkRun:
         self.done.append(
             RowResult(row.seq, row.row_key, cells, "error", message[:1000], provenance=provenance)
         )
+        return False
 
     async def _flush_loop(self, interval_s: float) -> None:
         """Write finished rows to the sheet as they accumulate, off the heartbeat's path."""

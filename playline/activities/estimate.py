@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import inspect
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -59,7 +60,28 @@ ESTIMATE_ROW_CONCURRENCY = 256
 UNPAID = "not paid for: an estimate"
 
 
-def estimating_runner(services: Services, options: RunOptions) -> EstimatingRunner:
+#: Estimates whose counted calls this worker remembers (the latest few).
+SEEN_RUNS_KEPT = 4
+_SEEN: OrderedDict[str, dict[bytes, int]] = OrderedDict()
+
+
+def seen_calls(run_ref: str) -> dict[bytes, int]:
+    """The calls this worker already counted to pay for the estimate ``run_ref``, by the
+    chunk (its first row) that counted each."""
+    seen = _SEEN.pop(run_ref, None)
+    _SEEN[run_ref] = seen if seen is not None else {}
+    while len(_SEEN) > SEEN_RUNS_KEPT:
+        _SEEN.popitem(last=False)
+    return _SEEN[run_ref]
+
+
+def estimating_runner(
+    services: Services,
+    options: RunOptions,
+    *,
+    seen: dict[bytes, int] | None = None,
+    chunk: int = 0,
+) -> EstimatingRunner:
     """A runner that counts instead of sending, keyed like the run's mode would key it
     (a fixture-mode run pays nothing, so its calls are counted at 0 credits)."""
 
@@ -67,8 +89,12 @@ def estimating_runner(services: Services, options: RunOptions) -> EstimatingRunn
         return FIXTURE_SCOPE
 
     if options.integration_mode == "fixture":  # replayed answers: counted, never charged
-        return EstimatingRunner(services.catalog, services.receipts, fixture_scope, free=True)
-    return EstimatingRunner(services.catalog, services.receipts, services.provider.auth_scope)
+        return EstimatingRunner(
+            services.catalog, services.receipts, fixture_scope, free=True, seen=seen, chunk=chunk
+        )
+    return EstimatingRunner(
+        services.catalog, services.receipts, services.provider.auth_scope, seen=seen, chunk=chunk
+    )
 
 
 class EstimateRowCall:
@@ -245,7 +271,9 @@ class EstimateActivities:
             raise InvalidPlayInput(
                 f"run {input.run_ref} has {len(rows)} rows in [{input.start}, {input.end})"
             )
-        runner = estimating_runner(services, input.options)
+        runner = estimating_runner(
+            services, input.options, seen=seen_calls(input.run_ref), chunk=input.start
+        )
         return await ChunkEstimate(input, runner).run(rows)
 
     @activity.defn(name="playline.estimate_tool")

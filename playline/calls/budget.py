@@ -13,14 +13,25 @@
    charge-on-hit tool), or releases it when nothing can have been charged (parked,
    refused by the provider, the lease lost before sending).
 
-The reservation is keyed by the receipt and its generation, so a retried attempt, a
-SIGKILLed worker's successor or a replayed chunk of the same run reserves the same
-call once: N workers, retries and crashes never take spend past the cap. What is
-left open on purpose, counting at its worst case (never under): a call that may
-have been charged without an answer (ambiguous), a bulk member another owner
-answered, a receipt taken over (its new owner settles it), and a reservation whose
-worker died between recording the answer and settling (the answer is then reused
-by the retry, which sends nothing).
+Rows: before a row starts, the chunk reserves the row's worst case (every tool its
+columns declare) against the run's budgets as one reservation (:meth:`open_row`);
+granted, the row's calls reserve against a budget of the row's own (``row:<payer>``,
+limited to that worst case) instead, and when the row ends its reservation is settled
+at what the row's budget used (:meth:`close_row`). So the run's budget admits whole
+rows, fleet-wide: a tight budget ends with rows that finished, not with every row of
+the window half paid for. A call past the row's worst case (a tool its resolver did
+not declare) reserves against the run's budgets directly; a row whose reservation is
+refused runs that way throughout (it may cost nothing: receipts).
+
+Every reservation is keyed by the call's receipt and generation (a row's by the row),
+so a retried attempt, a SIGKILLed worker's successor or a replayed chunk of the same
+run reserves the same call once: N workers, retries and crashes never take spend past
+the cap. What is left open on purpose, counting at its worst case (never under): a
+call that may have been charged without an answer (ambiguous), a bulk member another
+owner answered, a receipt taken over (its new owner settles it), a row left pending
+(it runs again under the same reservation), and a reservation whose worker died
+between recording the answer and settling (the retry reuses the answer and sends
+nothing).
 """
 
 from __future__ import annotations
@@ -43,6 +54,7 @@ from playline.stores.budgets import (
     BudgetLine,
     BudgetStore,
     Period,
+    Refusal,
     named_budget_ref,
     period_end,
     provider_budget_id,
@@ -114,26 +126,43 @@ class BudgetedDispatcher:
         self._attempt = attempt
         self._store = store
         self.budget = budget
+        #: rows whose worst case is reserved: the budget each draws on
+        self._rows: dict[str, BudgetLine] = {}
 
-    # -- rows: admitted while the budget covers their worst case -----------------
+    # -- rows: a row's worst case reserved before it starts -----------------------
 
-    async def room(self) -> float | None:
-        """What the run-wide budgets have left (spent and reserved taken off), the
-        tightest of them; None when only provider caps apply.
+    async def open_row(self, payer: str, worst: float) -> bool:
+        """Reserve a row's worst case (its columns' declared tools) before it starts.
 
-        A read, not a reservation: the chunk uses it to start no more rows than the
-        budget can finish, so a tight budget ends with whole rows rather than many
-        half-paid ones. The reservations still decide what is sent.
+        Granted, the row has a budget of its own, ``row:<payer>`` with that limit, and
+        its calls reserve against it instead of the run's: the run's budget sees the
+        row as one reservation, so however many workers start rows, each row that
+        starts can finish and a tight budget ends with whole rows, not many half-paid
+        ones. Refused, the row still runs and each of its paid calls reserves against
+        the run's budget on its own (a row answered by receipts costs nothing).
         """
-        left: float | None = None
-        for line in self.budget.lines(None):
-            state = await self._attempt.persist(self._store.state(line.budget))
-            limit = line.limit if state is None else state.limit
-            if limit is None:
-                continue
-            free = limit - (0.0 if state is None else state.used)
-            left = free if left is None else min(left, free)
-        return left
+        lines = self.budget.lines(None)
+        if worst <= 0 or not lines:
+            return False
+        key = _row_budget(payer)
+        if await self._attempt.persist(self._store.reserve(key, worst, lines)) is not None:
+            return False
+        self._rows[payer] = BudgetLine(key, worst)
+        return True
+
+    async def close_row(self, payer: str, *, pending: bool = False) -> None:
+        """Settle the row's reservation at what its calls used of its own budget (paid,
+        or reserved by a call that may have been charged without an answer); a row left
+        ``pending`` keeps it, to run again under it."""
+        row = self._rows.pop(payer, None)
+        if row is None or pending:
+            return
+        state = await self._attempt.persist(self._store.state(row.budget))
+        used = 0.0 if state is None else state.used
+        refs = self.budget.refs(None)
+        await self._attempt.durably(
+            lambda: self._store.settle(row.budget, used, refs), what=f"budget of row {payer}"
+        )
 
     def auth_scope(self, tool: ToolSpec) -> str:
         return self._inner.auth_scope(tool)
@@ -145,9 +174,20 @@ class BudgetedDispatcher:
             return await self._inner.settle(call)
         key = f"{call.key}#{call.generation}"
         lines = self.budget.lines(tool.provider)
-        refs = [line.budget for line in lines]
         attempt = self._attempt
-        refusal = await attempt.persist(self._store.reserve(key, worst, lines))
+        refusal: Refusal | None = None
+        row = self._rows.get(call.payer) if call.payer is not None else None
+        if row is not None:
+            # Against the row's own budget (and a provider's cap), not the run's; past
+            # the row's worst case (a call its resolver did not declare), the run's.
+            shared = set(self.budget.refs(None))
+            in_row = [row, *(line for line in lines if line.budget not in shared)]
+            refusal = await attempt.persist(self._store.reserve(key, worst, in_row))
+            if refusal is None:
+                lines = in_row
+        if row is None or (refusal is not None and refusal.state.budget == row.budget):
+            refusal = await attempt.persist(self._store.reserve(key, worst, lines))
+        refs = [line.budget for line in lines]
         if refusal is not None:
             await attempt.best_effort(
                 lambda: attempt.receipts.release([call.key], lease_id=attempt.lease_id),
@@ -210,3 +250,8 @@ def _period_end(budget: str) -> float | None:
     period: Period = "day" if stamp.count("-") == 2 else "month"
     start = datetime.strptime(stamp if period == "day" else f"{stamp}-01", "%Y-%m-%d")
     return period_end(period, start.replace(tzinfo=UTC).timestamp())
+
+
+def _row_budget(payer: str) -> str:
+    """A row's own budget, and the key of its reservation against the run's."""
+    return f"row:{payer}"

@@ -177,6 +177,11 @@ class EstimatingRunner:
         min_history: receipts of a tool needed for expected figures.
         free: the run would be charged nothing (fixture mode replays recorded
             answers): calls are counted, their credits are 0.
+        seen: the calls chunks of the same estimate counted to pay in this worker, by
+            the chunk (``chunk``) that counts them: the run pays for a call once and
+            its other chunks find the receipt, so they count it free (a retried
+            attempt of the counting chunk counts it again: its first tally was lost).
+        chunk: the chunk this runner counts for (its first row).
     """
 
     def __init__(
@@ -188,8 +193,12 @@ class EstimatingRunner:
         clock: Callable[[], float] = time.time,
         min_history: int = MIN_HISTORY,
         free: bool = False,
+        seen: dict[bytes, int] | None = None,
+        chunk: int = 0,
     ) -> None:
         self.catalog = catalog
+        self._seen = seen
+        self._chunk = chunk
         self.free = free
         self.tally = EstimateTally()
         self._receipts = receipts
@@ -278,6 +287,14 @@ class EstimatingRunner:
             return ToolResult(
                 tool, receipt.result, cached=True, receipt="reused", fetched_at=receipt.completed_at
             )
+        if self._seen is not None:
+            digest = bytes.fromhex(key.rpartition(":")[2])
+            owner = self._seen.setdefault(digest, self._chunk)
+            if owner != self._chunk:
+                # Another chunk of this estimate pays for it; by then its receipt answers.
+                self.tally.cached(column, tool.id, tool.provider)
+                history = await self.history(tool)
+                return UnpaidResult(tool, Unknown(1.0), cached=True, history=history)
         history = await self.history(tool)
         line = self.tally.to_pay(
             column,

@@ -43,6 +43,10 @@ class FakeBudgets:
     async def release(self, key: str, budgets: Sequence[str]) -> None:
         self.calls.append(("release", key, list(budgets)))
 
+    async def state(self, budget: str) -> BudgetState | None:
+        self.calls.append(("state", budget))
+        return BudgetState(budget, 9.0, 0.5, 1.0)  # the row's calls: 0.5 paid, 1 reserved
+
 
 class FakeReceipts:
     def __init__(self) -> None:
@@ -147,3 +151,28 @@ def test_the_wait_message_names_the_command_that_goes_on() -> None:
     )
     capped = BudgetHold(budget="acme", limit=5, used=4.5, rows=1, provider="acme")
     assert "--provider acme --add N" in budget_wait_message(capped, "p-1")
+
+
+async def test_a_row_reserves_its_worst_case_once_and_its_calls_draw_on_its_own_budget(
+    tmp_path,
+) -> None:
+    dispatcher, store, _, call = _wrapped(tmp_path, Settled({"email": "a@b"}, 1.0))
+    row = ClaimedCall(call.tool, call.payload, call.key, generation=2, payer="run#7")
+    assert await dispatcher.open_row("run#7", 9.0)
+    await dispatcher.settle(row)
+    await dispatcher.close_row("run#7")
+    assert store.calls == [
+        ("reserve", "row:run#7", 9.0, ["run:r1"]),
+        # the provider's cap still applies; the run's budget is the row's reservation
+        ("reserve", "K#2", 1.0, ["row:run#7", "run:r1/provider:acme"]),
+        ("settle", "K#2", 1.0, ["row:run#7", "run:r1/provider:acme"]),
+        ("state", "row:run#7"),
+        ("settle", "row:run#7", 1.5, ["run:r1"]),
+    ]
+
+
+async def test_a_row_left_pending_keeps_its_reservation(tmp_path) -> None:
+    dispatcher, store, _, _ = _wrapped(tmp_path, Settled({}, 0.0))
+    assert await dispatcher.open_row("run#8", 9.0)
+    await dispatcher.close_row("run#8", pending=True)
+    assert [c[0] for c in store.calls] == ["reserve"]
