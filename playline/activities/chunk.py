@@ -513,10 +513,12 @@ class ChunkRun:
             self.held.append(err)
             return True
         for spec in self.input.columns:
-            if spec.name not in cells:
+            cell = provenance.get(spec.name)
+            if cell is None:  # not reached
                 provenance[spec.name] = {"tool": None, "credits": 0.0, "miss": "skipped_budget"}
-            elif str(provenance.get(spec.name, {}).get("miss") or "").startswith("error:"):
-                provenance[spec.name]["miss"] = "skipped_budget"
+            elif str(cell.get("miss") or "").startswith("error:"):
+                # the column the budget stopped: what its calls before that cost stays
+                cell["miss"] = "skipped_budget"
         self.stats.rows_skipped_budget += 1
         self._row_metrics.row("skipped_budget")
         self.spend.add_row(provenance)

@@ -36,6 +36,9 @@ nothing).
 
 from __future__ import annotations
 
+import asyncio
+import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -51,6 +54,7 @@ from playline.errors import (
     ProviderQuotaExhausted,
 )
 from playline.stores.budgets import (
+    TOLERANCE,
     BudgetLine,
     BudgetStore,
     Period,
@@ -61,7 +65,10 @@ from playline.stores.budgets import (
     run_budget_id,
 )
 
-__all__ = ["BudgetedDispatcher", "RunBudget"]
+__all__ = ["RESERVATION_PATIENCE_S", "BudgetedDispatcher", "RunBudget"]
+
+#: How long a call waits for reservations in flight to settle when none does.
+RESERVATION_PATIENCE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -182,11 +189,11 @@ class BudgetedDispatcher:
             # the row's worst case (a call its resolver did not declare), the run's.
             shared = set(self.budget.refs(None))
             in_row = [row, *(line for line in lines if line.budget not in shared)]
-            refusal = await attempt.persist(self._store.reserve(key, worst, in_row))
+            refusal = await self._reserve(key, worst, in_row)
             if refusal is None:
                 lines = in_row
         if row is None or (refusal is not None and refusal.state.budget == row.budget):
-            refusal = await attempt.persist(self._store.reserve(key, worst, lines))
+            refusal = await self._reserve(key, worst, lines)
         refs = [line.budget for line in lines]
         if refusal is not None:
             await attempt.best_effort(
@@ -219,6 +226,33 @@ class BudgetedDispatcher:
                 lambda: self._store.settle(key, credits, refs), what=f"budget of {call.key}"
             )
         return settled
+
+    async def _reserve(self, key: str, worst: float, lines: list[BudgetLine]) -> Refusal | None:
+        """Reserve, waiting while only reservations in flight stand in the way.
+
+        A budget full of reservations (calls in flight, rows under way) is not spent:
+        most settle for less within seconds. So a call the settled spend alone leaves
+        room for waits for them, as long as they keep settling; it is refused when the
+        spend itself leaves no room, or when nothing has settled for
+        :data:`RESERVATION_PATIENCE_S` (reservations kept open: rows waiting to run
+        again, calls that may have been charged without an answer).
+        """
+        attempt = self._attempt
+        last_reserved: float | None = None
+        waited_since = time.monotonic()
+        while True:
+            refusal = await attempt.persist(self._store.reserve(key, worst, lines))
+            if refusal is None:
+                return None
+            state = refusal.state
+            if state.spent + refusal.needed > state.limit + TOLERANCE:
+                return refusal  # spent: nothing in flight can make room
+            if last_reserved is None or state.reserved < last_reserved - TOLERANCE:
+                last_reserved, waited_since = state.reserved, time.monotonic()
+            elif time.monotonic() - waited_since > RESERVATION_PATIENCE_S:
+                return refusal
+            attempt.check_before_dispatch()
+            await asyncio.sleep(0.2 + random.random() * 0.3)
 
     async def _release(self, key: str, refs: list[str]) -> None:
         await self._attempt.best_effort(

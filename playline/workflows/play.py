@@ -129,7 +129,7 @@ class PlayWorkflow(Generic[InputT, OutputT]):
         ctx.state.phase = "running"
         ctx.publish()
         try:
-            output = await type(self).play_fn(ctx, play_input)
+            output = await self._play(ctx, play_input, options)
         except (ActivityError, ChildWorkflowError) as err:
             if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
                 ctx.end("cancelled")
@@ -155,6 +155,26 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             integration_mode=options.integration_mode,
             budget_exhausted=ctx.stats.rows_skipped_budget > 0,
         )
+
+    async def _play(self, ctx: PlayContext, play_input: Any, options: RunOptions) -> Any:
+        """Run the play's own code; in an estimate, code that stumbles on what an
+        estimate does not do (a skipped step's ``None``, an answer not paid for) ends
+        the play with what was counted, instead of failing its workflow task for ever."""
+        if not options.estimate:
+            return await type(self).play_fn(ctx, play_input)
+        try:
+            return await type(self).play_fn(ctx, play_input)
+        except (
+            ActivityError,
+            ChildWorkflowError,
+            FailureError,
+            PlaylineError,
+            asyncio.CancelledError,
+        ):
+            raise
+        except Exception as err:
+            ctx.log(f"estimate: the play's code stopped ({type(err).__name__}); counted so far")
+            return None
 
     async def _registered_search_attributes(self) -> list[str]:
         """Which of playline's search attributes the namespace has (a local activity)."""

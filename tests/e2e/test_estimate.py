@@ -8,6 +8,7 @@ finds every call answered by a receipt.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -248,3 +249,17 @@ async def test_a_scalar_waterfall_is_counted_under_the_play_and_answered_by_rece
     # Every request the run sent (no faults: one per call) is now a receipt the estimate reuses.
     assert after.total.cached == received > 0
     assert ran.output["found"]["value"]
+
+
+async def test_a_play_whose_code_needs_a_skipped_step_still_ends_its_estimate(
+    client, provider, worker, task_queue
+) -> None:
+    # t_scalar builds its output from a ctx.step result, which an estimate skips (None):
+    # the output model refuses it, and the estimate ends with what it counted.
+    async with worker():
+        found = await asyncio.wait_for(
+            estimate_play(client, "t_scalar", {"domain": "acme.example"}, task_queue=task_queue),
+            60,
+        )
+    assert found.total.to_pay == 1 and found.total.worst_credits > 0
+    assert provider.ledger()["received"] == 0

@@ -27,14 +27,18 @@ from playline.workflows.status import budget_wait_message
 
 
 class FakeBudgets:
-    def __init__(self, refuse: bool = False) -> None:
+    def __init__(self, refuse: bool = False, in_flight: list[float] | None = None) -> None:
         self.refuse = refuse
+        #: reserved by others at each refusal, until the list runs out (then granted)
+        self.in_flight = list(in_flight or [])
         self.calls: list[tuple[Any, ...]] = []
 
     async def reserve(self, key: str, credits: float, lines: Sequence[BudgetLine]) -> Any:
         self.calls.append(("reserve", key, credits, [line.budget for line in lines]))
+        if self.in_flight:
+            return Refusal(BudgetState(lines[0].budget, 10.0, 5.0, self.in_flight.pop(0)), credits)
         if self.refuse:
-            return Refusal(BudgetState(lines[0].budget, 10.0, 9.0, 0.5), credits)
+            return Refusal(BudgetState(lines[0].budget, 10.0, 9.5, 0.0), credits)
         return None
 
     async def settle(self, key: str, credits: float, budgets: Sequence[str]) -> None:
@@ -176,3 +180,11 @@ async def test_a_row_left_pending_keeps_its_reservation(tmp_path) -> None:
     assert await dispatcher.open_row("run#8", 9.0)
     await dispatcher.close_row("run#8", pending=True)
     assert [c[0] for c in store.calls] == ["reserve"]
+
+
+async def test_a_call_waits_while_reservations_in_flight_settle_then_goes(tmp_path) -> None:
+    dispatcher, store, _, call = _wrapped(tmp_path, Settled({"email": "a@b"}, 1.0))
+    store.in_flight = [5.0, 4.0, 2.0]  # full of reservations, settling: not spent
+    settled = await dispatcher.settle(call)
+    assert settled.credits == 1.0
+    assert [c[0] for c in store.calls] == ["reserve"] * 4 + ["settle"]
