@@ -105,9 +105,7 @@ def account_markdown(accounts: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def exact_accounts(
-    accounts: Mapping[str, Any], spend: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def exact_accounts(accounts: Mapping[str, Any], spend: Mapping[str, Any] | None) -> dict[str, Any]:
     """The accounts with each provider's credits as the store's cells sum them.
 
     The chunks' counts lose what a SIGKILLed worker counted since its last heartbeat;
