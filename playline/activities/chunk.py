@@ -341,7 +341,10 @@ class ChunkRun:
         try:
             async with upkeep:
                 try:
-                    await asyncio.gather(*tasks, return_exceptions=True)
+                    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+                    # A row records its own errors; one that escapes is playline's own
+                    # failure: the chunk fails (its row stays pending), never drops it.
+                    self.fatal += [err for err in outcomes if isinstance(err, Exception)]
                     # Bulk requests run on tasks of their own: they finish and record here.
                     await self.runner.dispatcher.aclose()
                 finally:

@@ -145,14 +145,16 @@ class BudgetedDispatcher:
         its calls reserve against it instead of the run's: the run's budget sees the
         row as one reservation, so however many workers start rows, each row that
         starts can finish and a tight budget ends with whole rows, not many half-paid
-        ones. Refused, the row still runs and each of its paid calls reserves against
-        the run's budget on its own (a row answered by receipts costs nothing).
+        ones. While rows under way hold the room it needs, it waits for them (see
+        :meth:`_reserve`); refused, when what is spent leaves no room for a whole row,
+        the row still runs and each of its paid calls reserves against the run's budget
+        on its own (a row answered by receipts costs nothing, a cheap one may fit).
         """
         lines = self.budget.lines(None)
         if worst <= 0 or not lines:
             return False
         key = _row_budget(payer)
-        if await self._attempt.persist(self._store.reserve(key, worst, lines)) is not None:
+        if await self._reserve(key, worst, lines) is not None:
             return False
         self._rows[payer] = BudgetLine(key, worst)
         return True
