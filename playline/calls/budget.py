@@ -135,6 +135,9 @@ class BudgetedDispatcher:
         self.budget = budget
         #: rows whose worst case is reserved: the budget each draws on
         self._rows: dict[str, BudgetLine] = {}
+        #: budgets whose reservations did not settle for the whole patience, and how
+        #: much was reserved then: the next call refused by them does not wait again
+        self._stuck: dict[str, float] = {}
 
     # -- rows: a row's worst case reserved before it starts -----------------------
 
@@ -249,9 +252,13 @@ class BudgetedDispatcher:
             state = refusal.state
             if state.spent + refusal.needed > state.limit + TOLERANCE:
                 return refusal  # spent: nothing in flight can make room
+            stuck = self._stuck.get(state.budget)
+            if stuck is not None and abs(stuck - state.reserved) <= TOLERANCE:
+                return refusal  # already waited out in this attempt: nothing settles
             if last_reserved is None or state.reserved < last_reserved - TOLERANCE:
                 last_reserved, waited_since = state.reserved, time.monotonic()
             elif time.monotonic() - waited_since > RESERVATION_PATIENCE_S:
+                self._stuck[state.budget] = state.reserved
                 return refusal
             attempt.check_before_dispatch()
             await asyncio.sleep(0.2 + random.random() * 0.3)
