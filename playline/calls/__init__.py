@@ -28,6 +28,12 @@ order. A waterfall (:mod:`~playline.calls.waterfall`) is a loop of ``rc.tool`` c
 over the same path; :mod:`~playline.calls.provenance` turns a column's calls into its
 cell's provenance.
 
+A run with a budget wraps its live dispatcher in ``BudgetedDispatcher``
+(:mod:`~playline.calls.budget`): a paid call's worst case is reserved in the budget
+ledger before it is sent and settled at what it cost (a row's worst case is reserved
+as one before the row starts); :mod:`~playline.calls.accounting` counts each provider's
+requests, charges, replays and reuses.
+
 An estimate (:mod:`~playline.calls.estimate`) swaps ``ToolRunner`` for
 ``EstimatingRunner``: the same validation and receipt key, then a read-only
 ``ReceiptStore.get`` instead of a claim, and a count

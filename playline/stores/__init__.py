@@ -1,6 +1,6 @@
 """Where rows and receipts live, outside workflow history. No Temporal in here.
 
-* :mod:`~playline.stores.backends` - ``open_stores(settings, create=...)``: both
+* :mod:`~playline.stores.backends` - ``open_stores(settings, create=...)``: the
   stores from ``PLAYLINE_STORE_URL`` (SQLite files or one PostgreSQL database);
 * :mod:`~playline.stores.receipts` - the receipt store's contract (content
   addresses, leases, the claim rule); :mod:`~playline.stores.receipts_sqlite` and
@@ -8,6 +8,10 @@
 * :mod:`~playline.stores.sheet` - the sheet store's contract (sources, sheet rows,
   run manifests); :mod:`~playline.stores.sheet_sqlite` and
   :mod:`~playline.stores.sheet_postgres` its backends;
+* :mod:`~playline.stores.budgets` - the budget ledger's contract (reservations
+  against run, provider and named budgets; periods); :mod:`~playline.stores.budgets_sqlite`
+  and :mod:`~playline.stores.budgets_postgres` its backends,
+  :mod:`~playline.stores.budgets_group` the rule a PostgreSQL batch of them follows;
 * :mod:`~playline.stores.sqlite_db`, :mod:`~playline.stores.postgres_db` - the
   connection each backend's stores share (a thread per SQLite file, a pool);
   :mod:`~playline.stores.coalesce` - group commit for concurrent writes;
