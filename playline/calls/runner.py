@@ -64,6 +64,11 @@ class ToolResult:
     credits: float = 0.0
     credits_source: str | None = None
     fetched_at: float | None = None
+    #: for a reused answer: the receipt's payer and what it cost then (a row sharing
+    #: the call may be that payer, in a later attempt: it reads the answer as paid)
+    paid_by: str | None = field(default=None, repr=False)
+    paid_credits: float | None = field(default=None, repr=False)
+    paid_source: str | None = field(default=None, repr=False)
 
     def get(self, name: str, default: Any = None) -> Any:
         value = self.tool.get(self.data, name)
@@ -127,6 +132,15 @@ class ToolRunner:
                 self.stats.account(tool.provider).shared += 1
                 span.receipt("shared")
                 led = await asyncio.shield(existing)
+                if payer is not None and led.receipt == "reused" and led.paid_by == payer:
+                    # The leader found a receipt this row paid for in an earlier attempt
+                    # (a killed worker's): the cost is this row's, as if it had led.
+                    return replace(
+                        led,
+                        receipt="paid",
+                        credits=led.paid_credits or 0.0,
+                        credits_source=led.paid_source,
+                    )
                 return replace(led, cached=True, receipt="shared", credits=0.0, credits_source=None)
             future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
             self._in_flight[key] = future
@@ -220,6 +234,9 @@ class ToolRunner:
             receipt=use,
             credits_source=None,
             fetched_at=outcome.completed_at,
+            paid_by=outcome.paid_by,
+            paid_credits=outcome.credits,
+            paid_source=outcome.credits_source,
         )
 
     @staticmethod

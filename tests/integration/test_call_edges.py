@@ -446,3 +446,38 @@ async def test_a_tool_answering_429_over_and_over_parks_instead_of_failing_the_r
         await store.close()
     ledger = provider.ledger()
     assert ledger["rate_limited"] >= 2 and ledger["charged"] == 1
+
+
+async def test_a_row_that_shares_a_call_it_paid_for_in_a_killed_attempt_still_counts_its_cost(
+    provider, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Row A paid for a company lookup in an attempt that died before its row was
+    written; in the retry row B leads the same call and finds the receipt (reused, free),
+    and row A shares B's call: A's cell must still say A paid, or the run's spend would
+    fall short of the provider's bill."""
+    from tests.conftest import demo_catalog
+
+    catalog = Catalog.from_toml(demo_catalog(tmp_path))
+    tool = catalog.tool("company_lookup")
+    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    item = {"domain": "shared.example"}
+    try:
+        async with httpx.AsyncClient() as http:
+            client = provider_client(catalog, http)
+
+            def runner(lease_id: str) -> ToolRunner:
+                return live_runner(
+                    catalog, store, client, owner=lease_id, lease_id=lease_id, lease_ttl_s=30
+                )
+
+            first = await runner("killed").call(tool.id, item, payer="run#A")
+            assert first.receipt == "paid" and first.credits == 0.5
+            retry = runner("retry")
+            led, shared = await asyncio.gather(
+                retry.call(tool.id, item, payer="run#B"), retry.call(tool.id, item, payer="run#A")
+            )
+    finally:
+        await store.close()
+    assert (led.receipt, led.credits) == ("reused", 0.0)
+    assert (shared.receipt, shared.credits) == ("paid", 0.5)
+    assert provider.ledger()["charged"] == 1
