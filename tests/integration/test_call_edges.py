@@ -476,8 +476,11 @@ async def test_a_row_that_shares_a_call_it_paid_for_in_a_killed_attempt_still_co
             led, shared = await asyncio.gather(
                 retry.call(tool.id, item, payer="run#B"), retry.call(tool.id, item, payer="run#A")
             )
+            # Row A's next column asks for the same company: its cost is counted once.
+            again = await retry.call(tool.id, item, payer="run#A")
     finally:
         await store.close()
     assert (led.receipt, led.credits) == ("reused", 0.0)
     assert (shared.receipt, shared.credits) == ("paid", 0.5)
+    assert (again.receipt, again.credits) == ("shared", 0.0)
     assert provider.ledger()["charged"] == 1
