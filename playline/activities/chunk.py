@@ -54,7 +54,7 @@ from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.provenance import ColumnCalls, SpendTally, cell_provenance
 from playline.calls.runner import ToolResult, ToolRunner
 from playline.calls.upkeep import AttemptUpkeep
-from playline.calls.waterfall import Step, WaterfallResult, run_waterfall, spec_from_code
+from playline.calls.waterfall import Step, WaterfallResult, run_waterfall, waterfall_of
 from playline.calls.waterfall_spec import AcceptSpec, ValidateSpec
 from playline.contract import (
     BudgetHold,
@@ -151,21 +151,16 @@ class RowCall:
         :mod:`playline.calls.waterfall`): a catalog's named waterfall, or ``steps``
         written here with ``value`` (the getter each step's answer is read by)."""
         catalog = self._runner.catalog
-        if steps is None:
-            if name is None:
-                raise InvalidPlayInput("rc.waterfall needs a catalog waterfall's name or steps")
-            spec, code_steps = catalog.waterfall(name), None
-        else:
-            if value is None:
-                raise InvalidPlayInput("rc.waterfall(steps=...) needs value=: the getter to read")
-            spec, code_steps = spec_from_code(
-                steps,
-                value=value,
-                accept=accept,
-                validate=validate,
-                on_unavailable=on_unavailable,
-                max_credits=max_credits,
-            )
+        spec, code_steps = waterfall_of(
+            catalog,
+            name,
+            steps,
+            value=value,
+            accept=accept,
+            validate=validate,
+            on_unavailable=on_unavailable,
+            max_credits=max_credits,
+        )
         result = await run_waterfall(
             self.tool,
             catalog,

@@ -39,7 +39,7 @@ from playline.calls.estimate import EstimatingRunner, Unknown, UnpaidResult, unk
 from playline.calls.estimate_tally import PLAY_COLUMN
 from playline.calls.fixtures import FIXTURE_SCOPE
 from playline.calls.runner import ToolResult
-from playline.calls.waterfall import Step, WaterfallResult, spec_from_code
+from playline.calls.waterfall import Step, WaterfallResult, waterfall_of
 from playline.calls.waterfall_spec import AcceptSpec, ValidateSpec
 from playline.contract import (
     ChunkInput,
@@ -146,21 +146,16 @@ class EstimateRowCall:
     ) -> WaterfallResult:
         """``RowCall.waterfall``, estimated (:mod:`playline.calls.estimate_waterfall`)."""
         catalog = self._runner.catalog
-        if steps is None:
-            if name is None:
-                raise InvalidPlayInput("rc.waterfall needs a catalog waterfall's name or steps")
-            spec, code_steps = catalog.waterfall(name), None
-        else:
-            if value is None:
-                raise InvalidPlayInput("rc.waterfall(steps=...) needs value=: the getter to read")
-            spec, code_steps = spec_from_code(
-                steps,
-                value=value,
-                accept=accept,
-                validate=validate,
-                on_unavailable=on_unavailable,
-                max_credits=max_credits,
-            )
+        spec, code_steps = waterfall_of(
+            catalog,
+            name,
+            steps,
+            value=value,
+            accept=accept,
+            validate=validate,
+            on_unavailable=on_unavailable,
+            max_credits=max_credits,
+        )
         self.called.update(spec.tools())
         result = await waterfalls.estimate_waterfall(
             self._runner,

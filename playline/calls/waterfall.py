@@ -42,9 +42,15 @@ from playline.calls.waterfall_spec import (
     ValidateSpec,
     WaterfallSpec,
 )
-from playline.errors import CallAmbiguous, FixtureMissing, ProviderError, ProviderQuotaExhausted
+from playline.errors import (
+    CallAmbiguous,
+    FixtureMissing,
+    InvalidPlayInput,
+    ProviderError,
+    ProviderQuotaExhausted,
+)
 
-__all__ = ["Step", "StepResult", "WaterfallResult", "run_waterfall"]
+__all__ = ["Step", "StepResult", "WaterfallResult", "run_waterfall", "waterfall_of"]
 
 #: ``input`` of a code step: a mapping, or a function of the row and the steps so far.
 StepInput = Mapping[str, Any] | Callable[[Mapping[str, Any], list["StepResult"]], Mapping[str, Any]]
@@ -299,3 +305,32 @@ async def _validate(call: CallTool, check: ValidateSpec, value: Any) -> tuple[st
     if status in check.accept:
         return None, verdict.credits
     return f"{check.field} {status}", verdict.credits
+
+
+def waterfall_of(
+    catalog: Catalog,
+    name: str | None,
+    steps: Sequence[str | Step] | None,
+    *,
+    value: str | None,
+    accept: AcceptSpec | None = None,
+    validate: ValidateSpec | None = None,
+    on_unavailable: str = "skip",
+    max_credits: float | None = None,
+) -> tuple[WaterfallSpec, list[Step] | None]:
+    """What ``rc.waterfall`` asks for: the catalog's waterfall ``name``, or ``steps``
+    written in code reading ``value`` (with their code steps); a one-line error else."""
+    if steps is None:
+        if name is None:
+            raise InvalidPlayInput("rc.waterfall needs a catalog waterfall's name or steps")
+        return catalog.waterfall(name), None
+    if value is None:
+        raise InvalidPlayInput("rc.waterfall(steps=...) needs value=: the getter to read")
+    return spec_from_code(
+        steps,
+        value=value,
+        accept=accept,
+        validate=validate,
+        on_unavailable=on_unavailable,
+        max_credits=max_credits,
+    )
