@@ -29,6 +29,8 @@ from playline.pacing.unpaced import UnpacedGovernor
 from playline.stores.backends import Stores, open_stores
 from playline.stores.budgets import BudgetStore
 from playline.stores.budgets_sqlite import SqliteBudgetStore
+from playline.stores.jobs import JobStore
+from playline.stores.jobs_sqlite import SqliteJobStore
 from playline.stores.journal import ResultJournal
 from playline.stores.receipts import ReceiptStore
 from playline.stores.sheet import SheetStore
@@ -54,6 +56,7 @@ class Services:
         fleet: FleetPacer | None = None,
         stores: Stores | None = None,
         budgets: BudgetStore | None = None,
+        jobs: JobStore | None = None,
     ) -> None:
         self.settings = settings
         self._stores = stores
@@ -71,6 +74,16 @@ class Services:
             else stores.budgets
             if stores is not None
             else SqliteBudgetStore(settings.budgets_path)
+        )
+        #: the job ledger (asynchronous provider jobs); services assembled by hand
+        #: without one (tests) get the SQLite ledger under ``settings``, opened by its
+        #: first use
+        self.jobs: JobStore = (
+            jobs
+            if jobs is not None
+            else stores.jobs
+            if stores is not None
+            else SqliteJobStore(settings.jobs_path)
         )
         self.http = http
         #: every secret of this worker (API keys, store passwords, codec keys): error
@@ -168,6 +181,7 @@ class Services:
             await self.receipts.close()
             await self.sheet.close()
             await self.budgets.close()
+            await self.jobs.close()
 
 
 def _fixture_key(paths: list[str]) -> tuple[tuple[str, int, int], ...]:

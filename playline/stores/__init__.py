@@ -12,6 +12,9 @@
   against run, provider and named budgets; periods); :mod:`~playline.stores.budgets_sqlite`
   and :mod:`~playline.stores.budgets_postgres` its backends,
   :mod:`~playline.stores.budgets_group` the rule a PostgreSQL batch of them follows;
+* :mod:`~playline.stores.jobs` - the job ledger's contract (asynchronous provider
+  jobs, their members, waiters and webhook deliveries); :mod:`~playline.stores.jobs_sqlite`
+  and :mod:`~playline.stores.jobs_postgres` its backends;
 * :mod:`~playline.stores.sqlite_db`, :mod:`~playline.stores.postgres_db` - the
   connection each backend's stores share (a thread per SQLite file, a pool);
   :mod:`~playline.stores.coalesce` - group commit for concurrent writes;

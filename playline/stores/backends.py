@@ -4,7 +4,8 @@ and clients.
 ``Settings.store`` (``PLAYLINE_STORE_URL``) names the backend:
 
 * ``sqlite:///DIR`` (the default, ``DIR`` = ``PLAYLINE_HOME``): ``DIR/receipts.db``
-  and ``DIR/sheet.db`` (and the budget ledger ``DIR/budgets.db``), for one machine;
+  and ``DIR/sheet.db`` (and the budget and job ledgers ``DIR/budgets.db``,
+  ``DIR/jobs.db``), for one machine;
 * ``postgresql://user@host/db`` (or ``postgres://``): both stores in one database,
   shared by every worker and client of a fleet. Select a schema other than
   ``public`` with libpq's options: ``?options=-csearch_path%3Dplayline``.
@@ -14,7 +15,8 @@ client that reads or exports with ``create=False``, which creates nothing and
 raises :class:`~playline.stores.store_errors.StoreNotFound`, naming where it
 looked, when the workers' store is not there. The budget ledger is the exception:
 clients write it too (``playline budgets set``), so whoever uses it first creates it
-(see :mod:`~playline.stores.budgets_sqlite`).
+(see :mod:`~playline.stores.budgets_sqlite`), and the job ledger likewise (see
+:mod:`~playline.stores.jobs_sqlite`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from types import TracebackType
 
 from playline.config import Settings
 from playline.stores.budgets import BudgetStore
+from playline.stores.jobs import JobStore
 from playline.stores.postgres_db import redact_url
 from playline.stores.receipts import ReceiptStore
 from playline.stores.sheet import SheetStore
@@ -42,6 +45,9 @@ class Stores:
     receipts: ReceiptStore
     sheet: SheetStore
     budgets: BudgetStore
+    #: the job ledger (asynchronous provider jobs); like the budget ledger, opened
+    #: (SQLite: created) by its first use
+    jobs: JobStore
     #: where they live, without any password (for logs and messages)
     where: str
     #: what the stores share and is closed after them (PostgreSQL: the pool)
@@ -56,6 +62,7 @@ class Stores:
             await self.receipts.close()
             await self.sheet.close()
             await self.budgets.close()
+            await self.jobs.close()
         finally:
             for close in self.shared:
                 await close()
@@ -99,6 +106,7 @@ async def open_stores(
 
 async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], float]) -> Stores:
     from playline.stores.budgets_sqlite import SqliteBudgetStore
+    from playline.stores.jobs_sqlite import SqliteJobStore
     from playline.stores.receipts_sqlite import SqliteReceiptStore
     from playline.stores.sheet_sqlite import SqliteSheetStore
 
@@ -116,11 +124,13 @@ async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], 
         await receipts.close()
         raise
     budgets = SqliteBudgetStore(settings.budgets_path, clock=clock)  # opened by its first use
-    return Stores(receipts, sheet, budgets, where=str(settings.sqlite_dir))
+    jobs = SqliteJobStore(settings.jobs_path, clock=clock)  # opened by its first use
+    return Stores(receipts, sheet, budgets, jobs, where=str(settings.sqlite_dir))
 
 
 async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] | None) -> Stores:
     from playline.stores.budgets_postgres import PostgresBudgetStore
+    from playline.stores.jobs_postgres import PostgresJobStore
     from playline.stores.postgres_db import PostgresDatabase
     from playline.stores.receipts_postgres import PostgresReceiptStore
     from playline.stores.sheet_postgres import PostgresSheetStore
@@ -130,6 +140,7 @@ async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] |
         PostgresReceiptStore(database, clock=clock),
         PostgresSheetStore(database, clock=clock),
         PostgresBudgetStore(database, clock=clock),
+        PostgresJobStore(database, clock=clock),
         where=database.where,
         shared=[database.close],
     )
