@@ -19,7 +19,18 @@ the ledger), as real enrichment APIs do:
   and ``/prospeo/bulk-enrich-person`` (``X-KEY``, 1 per match unless the account
   enriched that record before: ``free_enrichment``, with ``total_cost`` in the body),
   ``/apollo/api/v1/people/match`` and ``/apollo/api/v1/people/bulk_match``
-  (``X-Api-Key``, 1 per match, ``credits_consumed`` in the bulk body).
+  (``X-Api-Key``, 1 per match, ``credits_consumed`` in the bulk body);
+* asynchronous jobs (submit, then poll or webhook; see ``jobs``):
+  ``fullenrich`` (Bearer): ``POST /fullenrich/api/v1/contact/enrich/bulk`` (free; 1 to
+  100 contacts, answers an ``enrichment_id``) and ``GET
+  /fullenrich/api/v1/contact/enrich/bulk/{enrichment_id}`` (free; the contacts
+  finished so far), each contact billed as it finishes: 1 per work email, 3 per
+  personal email, 10 per phone found; ``dropcontact`` (``X-Access-Token``): ``POST
+  /dropcontact/batch`` (free; 1 to 250 records, answers a ``request_id``) and ``GET
+  /dropcontact/batch/{request_id}`` (free; "not ready" until the job is done), 1 per
+  record with an email found, billed when the job finishes. Both can POST the
+  finished job to a webhook (FullEnrich's signed with HMAC-SHA1). Their polls are
+  rate-limited under ``"<provider>:poll"``, their submits under the provider's name.
 
 Whether an input is found is a digest of it against ``ServerConfig.hit_rates`` (see
 ``fake_data``), so tests compute every answer and its price without the server.
@@ -67,7 +78,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +98,7 @@ from playline.provider_server.config import (
     ServerConfig,
     key_digest,
 )
+from playline.provider_server.jobs import JOB_ROUTES, JobBadRequest, JobEngine, JobRoute
 from playline.provider_server.ledger import Charge, Ledger, idem_digest
 from playline.provider_server.limiters import Decision, Limiter, build_limiter
 
@@ -128,6 +140,8 @@ PROVIDER_AUTH: dict[str, AuthScheme] = {
     "findymail": AuthScheme("Authorization", "Bearer"),
     "prospeo": AuthScheme("X-KEY"),
     "apollo": AuthScheme("X-Api-Key"),
+    "fullenrich": AuthScheme("Authorization", "Bearer"),
+    "dropcontact": AuthScheme("X-Access-Token"),
 }
 
 #: The header a provider reports a call's charge in (``prospectr``'s contact enrich).
@@ -538,6 +552,8 @@ class ProviderServer:
         self.buckets: dict[str, TokenBucket] = {}
         #: (provider, key digest, record digest) of records an account was billed for
         self.enriched: set[tuple[str, str, bytes]] = set()
+        #: the asynchronous jobs (``jobs``); they read the current config on each step
+        self.jobs = JobEngine(lambda: self.config, self.ledger)
         self._reseed()
         self._rebuild_buckets()
 
@@ -556,8 +572,9 @@ class ProviderServer:
         self.key_in_flight: Counter[tuple[str, str]] = Counter()
 
     def reset(self) -> None:
-        """Clear the ledger, the idempotency store, the accounts' enriched records and the
-        rate limiters; reseed faults; restore the default ``hit_rates``.
+        """Clear the ledger, the idempotency store, the accounts' enriched records, the
+        jobs (their pending webhooks are not sent) and the rate limiters; reseed faults;
+        restore the default ``hit_rates``.
 
         The hit rates are reset with the ledger because they decide what a call
         costs: a test that changed them must not leak its prices into the next one.
@@ -565,6 +582,7 @@ class ProviderServer:
         self.ledger.reset()
         self.idempotency.clear()
         self.enriched.clear()
+        self.jobs.reset()
         self.config = self.config.merged({"hit_rates": dict(DEFAULT_HIT_RATES)})
         self._reseed()
         in_flight = self.key_in_flight
@@ -576,6 +594,7 @@ class ProviderServer:
         old = self.config
         self.config = config
         self.ledger.resize(config.max_call_records)
+        self.jobs.config_changed()
         if config.seed != old.seed:
             self._reseed()
         if (config.rate_limit_rps, config.rate_limit_burst, config.limiters) != (
@@ -602,7 +621,12 @@ class ProviderServer:
             else:
                 scope = (endpoint.provider, key_digest(key))
                 self.key_in_flight[scope] += 1
-                outcome = await self._process(request, endpoint, in_flight, scope)
+                outcome = await self._process(
+                    endpoint.provider,
+                    in_flight,
+                    scope,
+                    lambda: self._pipeline(request, endpoint, scope[1]),
+                )
             if not outcome.unanswered and await request.is_disconnected():
                 outcome.unanswered = "client_gone"
         finally:
@@ -624,16 +648,20 @@ class ProviderServer:
         return outcome.response
 
     async def _process(
-        self, request: Request, endpoint: Endpoint, in_flight: int, scope: tuple[str, str]
+        self,
+        provider: str,
+        in_flight: int,
+        scope: tuple[str, str],
+        pipeline: Callable[[], Awaitable[Outcome]],
     ) -> Outcome:
-        provider = endpoint.provider
+        """The limits of ``provider`` (a rate-limit key), then ``pipeline`` if admitted."""
         rejected = self._admit(provider, in_flight)
         if rejected is not None:
             return Outcome(rejected)
         decisions = self._admit_limiters(scope)
         if isinstance(decisions, Response):
             return Outcome(decisions)
-        outcome = await self._pipeline(request, endpoint, scope[1])
+        outcome = await pipeline()
         self._add_limit_headers(outcome.response.headers, self._describe(scope))
         return outcome
 
@@ -804,12 +832,15 @@ class ProviderServer:
 
     async def _failure(self, call: _Call) -> Response | None:
         """The response of an uncharged injected fault, or None when the call goes ahead."""
-        if call.fault == "429":
-            return self._too_many(call.endpoint.provider, 1.0, "injected")
-        if call.fault == "5xx":
+        return await self._uncharged_fault(call.fault, call.endpoint.provider)
+
+    async def _uncharged_fault(self, fault: str | None, provider: str) -> Response | None:
+        if fault == "429":
+            return self._too_many(provider, 1.0, "injected")
+        if fault == "5xx":
             self.ledger.note_fault("5xx")
             return error_response(503, "injected fault: provider unavailable, retry later")
-        if call.fault == "timeout":
+        if fault == "timeout":
             self.ledger.note_fault("timeout")
             await asyncio.sleep(self.config.timeout_sleep_s)
             return error_response(504, "injected fault: upstream timed out")
@@ -911,6 +942,94 @@ class ProviderServer:
                 self.enriched.add(key)
         return free
 
+    # -- asynchronous jobs (see ``jobs``) ----------------------------------------
+
+    async def handle_job(self, request: Request, route: JobRoute) -> Response:
+        """Serve a job submit or status poll: auth, the limits of ``route.limit_key``,
+        then the job engine; recorded in the ledger like any provider request.
+
+        A submit's job counts as charged for the faults: ``*_after_charge`` creates
+        the job, then breaks the answer (``submits_unanswered``, as for a client gone).
+        """
+        provider = route.shape.provider
+        self.ledger.enter(provider)
+        outcome = Outcome(error_response(500, "internal error"))
+        scope: tuple[str, str] | None = None
+        created = False
+        try:
+            key = self._authenticate(request, provider)
+            if isinstance(key, Response):
+                outcome = Outcome(key)
+            else:
+                scope = (route.limit_key, key_digest(key))
+                self.key_in_flight[scope] += 1
+                in_flight = sum(n for (p, _), n in self.key_in_flight.items() if p == scope[0])
+                api_key = key
+                answer: list[bool] = []
+                outcome = await self._process(
+                    route.limit_key,
+                    in_flight,
+                    scope,
+                    lambda: self._job_pipeline(request, route, api_key, answer),
+                )
+                created = bool(answer)
+            if not outcome.unanswered and await request.is_disconnected():
+                outcome.unanswered = "client_gone"
+        finally:
+            self.ledger.leave(provider)
+            if scope is not None:
+                self.key_in_flight[scope] -= 1
+            if created and outcome.unanswered:
+                self.jobs.note_unanswered(route.shape)
+            self.ledger.record(
+                provider,
+                route.path,
+                outcome.response.status_code,
+                False,
+                outcome.items,
+                False,
+                scope[1] if scope else "",
+                "",
+                outcome.unanswered,
+            )
+        return outcome.response
+
+    async def _job_pipeline(
+        self, request: Request, route: JobRoute, key: str, created: list[bool]
+    ) -> Outcome:
+        shape, account = route.shape, key_digest(key)
+        if route.kind == "status":
+            await self._sleep_latency(route.limit_key)
+            status, body = self.jobs.status(shape, account, request.path_params["job_id"])
+            return Outcome(JSONResponse(body, status_code=status))
+        try:
+            submission = shape.parse(json.loads(await request.body()))
+        except (ValueError, UnicodeDecodeError):
+            self.ledger.invalid += 1
+            return Outcome(JSONResponse(shape.error("body is not valid JSON"), status_code=422))
+        except JobBadRequest as err:
+            self.ledger.invalid += 1
+            return Outcome(JSONResponse(err.body, status_code=422))
+        fault = self._pick_fault()
+        failed = await self._uncharged_fault(fault, shape.provider)
+        if failed is not None:
+            return Outcome(failed)
+        await self._sleep_latency(shape.provider)
+        wait = self.jobs.queue_wait(shape, account)  # no await from here to create()
+        if wait is not None:
+            cap = self.config.job_queue_for(shape.provider)
+            return Outcome(self._too_many(shape.provider, wait, f"{cap} unfinished jobs"))
+        job = self.jobs.create(shape, account, key, submission)
+        created.append(True)
+        items = len(job.members)
+        body = json.dumps(self.jobs.accepted(job), separators=(",", ":")).encode()
+        if fault in CHARGED_FAULTS:
+            assert fault is not None
+            self.ledger.note_fault(fault)
+            response = await self._charged_failure(fault, body)
+            return Outcome(response, items=items, unanswered=fault)
+        return Outcome(Response(body, media_type=JSON_TYPE), items=items)
+
     # -- admin ----------------------------------------------------------------
 
     async def admin_ledger(self, request: Request) -> Response:
@@ -966,11 +1085,19 @@ def _provider_route(server: ProviderServer, endpoint: Endpoint) -> Route:
     return Route(endpoint.path, endpoint_fn, methods=[endpoint.method], name=endpoint.path)
 
 
+def _job_route(server: ProviderServer, route: JobRoute) -> Route:
+    async def endpoint_fn(request: Request) -> Response:
+        return await server.handle_job(request, route)
+
+    return Route(route.path, endpoint_fn, methods=[route.method], name=route.path)
+
+
 def create_app(config: ServerConfig | None = None) -> Starlette:
     """The ASGI app; its ``ProviderServer`` state is ``app.state.provider_server``."""
     server = ProviderServer(config)
     _install_quiet_drops()
     routes = [_provider_route(server, ep) for ep in ENDPOINTS]
+    routes += [_job_route(server, route) for route in JOB_ROUTES]
     routes += [
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/_admin/ledger", server.admin_ledger, methods=["GET"]),

@@ -23,6 +23,16 @@ Whether a lookup *finds* something is decided per input by a digest (see
 :mod:`~playline.provider_server.fake_data`) against ``hit_rates[provider]``: 0.0
 finds nothing, 1.0 everything, and the same input always gets the same answer.
 Providers that bill by outcome (per hit, refund on a miss) bill from that answer.
+
+The asynchronous job providers (``fullenrich``, ``dropcontact``; see
+:mod:`~playline.provider_server.jobs`) have their own knobs, each a mapping by
+provider: how long a contact takes (``job_latency_s``), how many unfinished jobs an
+account may have (``job_queue``), jobs that never finish (``job_stuck``, or
+``job_stuck_last_names`` for single contacts), and how the finished job's webhook is
+delivered (``webhook_secret``, ``webhook_retry_s``, ``webhook_drop``,
+``webhook_duplicates``). Their status polls are rate-limited under the key
+``"<provider>:poll"`` in ``rate_limit_rps`` / ``limiters`` / ``max_concurrency``, their
+submits under the provider's own name.
 """
 
 from __future__ import annotations
@@ -76,7 +86,17 @@ DEFAULT_HIT_RATES: dict[str, float] = {
     "findymail": 0.5,
     "prospeo": 0.7,
     "apollo": 0.65,
+    "fullenrich": 0.7,
+    "dropcontact": 0.6,
 }
+
+#: How long one contact of an asynchronous job takes (seconds), unless
+#: ``job_latency_s`` says otherwise for its provider.
+DEFAULT_JOB_LATENCY_S: tuple[float, float] = (2.0, 6.0)
+#: How many unfinished jobs one account may have per provider (``job_queue``).
+DEFAULT_JOB_QUEUE = 100
+#: The pause between two attempts of a failed webhook delivery (``webhook_retry_s``).
+DEFAULT_WEBHOOK_RETRY_S = 60.0
 
 LimiterKind = Literal["token_bucket", "gcra", "fixed_window", "sliding_log", "concurrency", "quota"]
 #: ``Retry-After`` on a 429: exact delta seconds, delta rounded up to whole
@@ -166,6 +186,29 @@ class ServerConfig(BaseModel):
     #: its ``DEFAULT_HIT_RATES`` entry. ``reset()`` restores the defaults.
     hit_rates: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_HIT_RATES))
     max_call_records: int = Field(default=100_000, ge=0)
+    # -- asynchronous jobs (``jobs``), each per provider -----------------------------
+    #: the range (seconds) one contact of a job takes, drawn per contact from a digest
+    #: of its input (``DEFAULT_JOB_LATENCY_S``); a job finishes with its last contact
+    job_latency_s: dict[str, LatencyRange] = Field(default_factory=dict)
+    #: how many unfinished jobs an account may have; one more submit is a 429
+    #: (``DEFAULT_JOB_QUEUE``)
+    job_queue: dict[str, int] = Field(default_factory=dict)
+    #: True: no contact of that provider's jobs finishes while it is set (the jobs stay
+    #: in progress; they go on once it is cleared)
+    job_stuck: dict[str, bool] = Field(default_factory=dict)
+    #: a contact with one of these last names never finishes while it is listed (so
+    #: neither does its job), whatever the provider
+    job_stuck_last_names: list[str] = Field(default_factory=list)
+    #: the HMAC-SHA1 key of signed webhooks (FullEnrich); none: the API key the job was
+    #: submitted with, as FullEnrich documents
+    webhook_secret: dict[str, str] = Field(default_factory=dict, repr=False)
+    #: seconds between two attempts of a failed delivery (``DEFAULT_WEBHOOK_RETRY_S``)
+    webhook_retry_s: dict[str, float] = Field(default_factory=dict)
+    #: how many of the next deliveries are dropped: counted as sent, never sent (the
+    #: count goes down as they are used, like ``fail_next``)
+    webhook_drop: dict[str, int] = Field(default_factory=dict)
+    #: how many times each delivery is sent (default 1)
+    webhook_duplicates: dict[str, int] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _check_values(self) -> ServerConfig:
@@ -188,7 +231,23 @@ class ServerConfig(BaseModel):
         for kind, count in self.fail_next.items():
             if count < 0:
                 raise ValueError(f"fail_next[{kind!r}] must be >= 0, got {count}")
+        self._check_job_values()
         return self
+
+    def _check_job_values(self) -> None:
+        for provider, value in self.job_latency_s.items():
+            _check_range(f"job_latency_s[{provider!r}]", value)
+        for name, mapping, least in (
+            ("job_queue", self.job_queue, 1),
+            ("webhook_duplicates", self.webhook_duplicates, 1),
+            ("webhook_drop", self.webhook_drop, 0),
+        ):
+            for provider, count in mapping.items():
+                if count < least:
+                    raise ValueError(f"{name}[{provider!r}] must be >= {least}, got {count}")
+        for provider, pause in self.webhook_retry_s.items():
+            if pause < 0:
+                raise ValueError(f"webhook_retry_s[{provider!r}] must be >= 0, got {pause}")
 
     def latency_for(self, provider: str) -> LatencyRange:
         """The latency range (milliseconds) that applies to ``provider``."""
@@ -212,6 +271,18 @@ class ServerConfig(BaseModel):
             ("drop_after_charge", self.fault_rate_drop_after_charge),
             ("timeout_after_charge", self.fault_rate_timeout_after_charge),
         )
+
+    def job_latency_for(self, provider: str) -> LatencyRange:
+        """The range (seconds) one contact of ``provider``'s jobs takes."""
+        return self.job_latency_s.get(provider, DEFAULT_JOB_LATENCY_S)
+
+    def job_queue_for(self, provider: str) -> int:
+        """How many unfinished jobs an account may have at ``provider``."""
+        return self.job_queue.get(provider, DEFAULT_JOB_QUEUE)
+
+    def webhook_retry_for(self, provider: str) -> float:
+        """Seconds between two attempts of one of ``provider``'s webhook deliveries."""
+        return self.webhook_retry_s.get(provider, DEFAULT_WEBHOOK_RETRY_S)
 
     def burst_for(self, provider: str) -> int:
         """The token-bucket capacity of ``provider`` (default 1: no bursting)."""
@@ -237,6 +308,9 @@ class ServerConfig(BaseModel):
         data["api_keys"] = {
             name: key_digest(keys) if isinstance(keys, str) else [key_digest(k) for k in keys]
             for name, keys in self.api_keys.items()
+        }
+        data["webhook_secret"] = {
+            name: key_digest(secret) for name, secret in self.webhook_secret.items()
         }
         return data
 

@@ -391,3 +391,136 @@ def apollo_bulk_response(matches: Sequence[dict[str, Any] | None]) -> dict[str, 
         "credits_consumed": found,
         "matches": list(matches),
     }
+
+
+# -- asynchronous job vendors (FullEnrich, Dropcontact; see ``jobs``) ---------------
+#
+# A job's member finds its email by the same digest rule as the other vendors, so a
+# test computes each member's answer (and its price) from what it submitted.
+
+#: What FullEnrich bills per field found, by ``enrich_fields`` entry (its docs).
+FULLENRICH_FIELD_CREDITS: dict[str, float] = {
+    "contact.emails": 1.0,
+    "contact.personal_emails": 3.0,
+    "contact.phones": 10.0,
+}
+#: Share of found FullEnrich contacts with a mobile phone / a personal email.
+FULLENRICH_PHONE_RATE = 0.4
+FULLENRICH_PERSONAL_EMAIL_RATE = 0.5
+#: The input fields that name a FullEnrich contact (``custom`` and ``enrich_fields`` are
+#: not part of who it is).
+FULLENRICH_IDENTITY = ("firstname", "lastname", "domain", "company_name", "linkedin_url")
+_FULLENRICH_EMAIL_STATUSES = ("DELIVERABLE", "DELIVERABLE", "HIGH_PROBABILITY", "CATCH_ALL")
+_DROPCONTACT_QUALIFICATIONS = ("nominative@pro", "nominative@pro", "catch_all@pro")
+_URL_PREFIX = re.compile(r"^(https?://)?(www\.)?")
+
+
+def company_host(domain: str | None, company: str | None) -> str | None:
+    """The email host of a company: its domain or website without scheme, ``www.`` or
+    path; else its name's slug at ``.com``; None without either."""
+    if domain and domain.strip():
+        host = _URL_PREFIX.sub("", domain.strip().lower()).split("/", 1)[0]
+        if host:
+            return host
+    if company and company.strip():
+        return f"{_slug(company) or 'company'}.com"
+    return None
+
+
+def fullenrich_identity(item: Mapping[str, Any]) -> dict[str, str]:
+    """Who a FullEnrich contact is: its non-empty ``FULLENRICH_IDENTITY`` fields."""
+    return {name: item[name] for name in FULLENRICH_IDENTITY if item.get(name)}
+
+
+def fullenrich_contact(item: Mapping[str, Any], hit_rate: float) -> dict[str, Any]:
+    """The ``contact`` FullEnrich answers for one submitted contact (``datas[i]``).
+
+    Only the fields asked for in ``enrich_fields`` (default ``["contact.emails"]``) are
+    looked for. A found contact has its work email when a company is known (``domain``
+    or ``company_name``; a LinkedIn URL alone finds no work email here), a mobile
+    about ``FULLENRICH_PHONE_RATE`` of the time, a personal email about
+    ``FULLENRICH_PERSONAL_EMAIL_RATE``; a contact not found has nothing.
+    """
+    person = fullenrich_identity(item)
+    fields = item.get("enrich_fields") or ["contact.emails"]
+    found = is_found("fullenrich", person, hit_rate)
+    raw = digest("fullenrich", person)
+    first, last = _local(str(item.get("firstname", "")), str(item.get("lastname", "")))
+    host = company_host(item.get("domain"), item.get("company_name"))
+    emails: list[dict[str, str]] = []
+    if found and host is not None and "contact.emails" in fields:
+        emails.append(
+            {"email": f"{first}.{last}@{host}", "status": _pick(raw, 0, _FULLENRICH_EMAIL_STATUSES)}
+        )
+    personal: list[dict[str, str]] = []
+    if (
+        found
+        and "contact.personal_emails" in fields
+        and _unit(raw, 4) < FULLENRICH_PERSONAL_EMAIL_RATE
+    ):
+        address = f"{first}{last}{raw[8] % 100}@{_pick(raw, 10, _PERSONAL_DOMAINS)}"
+        personal.append({"email": address, "status": "DELIVERABLE"})
+    phones: list[dict[str, str]] = []
+    if found and "contact.phones" in fields and _unit(raw, 12) < FULLENRICH_PHONE_RATE:
+        number = "+1" + str(2_000_000_000 + int.from_bytes(raw[16:20], "big") % 8_000_000_000)
+        phones.append({"number": number, "region": "US"})
+    return {
+        "firstname": item.get("firstname"),
+        "lastname": item.get("lastname"),
+        "domain": host,
+        "most_probable_email": emails[0]["email"] if emails else None,
+        "most_probable_email_status": emails[0]["status"] if emails else None,
+        "most_probable_personal_email": personal[0]["email"] if personal else None,
+        "most_probable_phone": phones[0]["number"] if phones else None,
+        "emails": emails,
+        "personal_emails": personal,
+        "phones": phones,
+    }
+
+
+def fullenrich_credits(contact: Mapping[str, Any]) -> float:
+    """What FullEnrich bills for one finished contact: each kind of field found, priced."""
+    found = {
+        "contact.emails": contact.get("emails"),
+        "contact.personal_emails": contact.get("personal_emails"),
+        "contact.phones": contact.get("phones"),
+    }
+    return sum(FULLENRICH_FIELD_CREDITS[name] for name, values in found.items() if values)
+
+
+def dropcontact_identity(item: Mapping[str, Any]) -> dict[str, Any]:
+    """Who a Dropcontact record is: every input field but ``custom_fields``."""
+    return {name: value for name, value in item.items() if name != "custom_fields"}
+
+
+def dropcontact_record(
+    item: Mapping[str, Any], hit_rate: float, siren: bool = False
+) -> dict[str, Any]:
+    """Dropcontact's answer for one submitted record: the input echoed, plus ``email``
+    (a list of ``{"email", "qualification"}``) when found, absent otherwise.
+
+    A record is found by the digest rule and needs a company (``website`` or
+    ``company``) for an address; ``siren`` adds a (fake) SIREN number to found records.
+    """
+    record = dict(item)
+    record.pop("email", None)  # the answer's ``email`` is always the list found
+    person = dropcontact_identity(item)
+    raw = digest("dropcontact", person)
+    names = str(item.get("full_name", "")).split()
+    first_name = item.get("first_name") or (names[0] if names else "")
+    last_name = item.get("last_name") or (names[-1] if len(names) > 1 else "")
+    host = company_host(item.get("website"), item.get("company"))
+    if host is not None and is_found("dropcontact", person, hit_rate):
+        first, last = _local(str(first_name), str(last_name))
+        qualification = _pick(raw, 0, _DROPCONTACT_QUALIFICATIONS)
+        record["email"] = [{"email": f"{first}.{last}@{host}", "qualification": qualification}]
+        if first_name and last_name:
+            record.setdefault("full_name", f"{first_name} {last_name}")
+        if siren:
+            record["siren"] = f"{int.from_bytes(raw[4:8], 'big') % 1_000_000_000:09d}"
+    return record
+
+
+def dropcontact_credits(record: Mapping[str, Any]) -> float:
+    """What Dropcontact bills for one record: 1 when an email was found."""
+    return 1.0 if record.get("email") else 0.0

@@ -34,6 +34,23 @@ bill is more than 0: a free miss is charged 0, not billed), ``replays_by_provide
 (answers replayed for a repeated ``Idempotency-Key``, counted in ``duplicates``) and
 ``credits_by_provider``.
 
+The asynchronous job providers (``fullenrich``, ``dropcontact``; see ``jobs``) are
+counted per provider in ``jobs_by_provider`` (``JOB_COUNTERS``): ``job_submits``
+(submit requests that created a job), ``jobs`` (distinct jobs by content: a batch
+submitted twice is 2 submits, 1 job), ``job_members`` (contacts submitted),
+``duplicate_submits`` (contacts whose input, by digest and without the echoed
+``custom`` fields, had been submitted before, in this job or another), ``polls``
+(status requests answered), ``jobs_finished``, ``submits_unanswered`` (a job was
+created but its submit's answer was lost: a charged fault or a client gone) and the
+webhooks: ``webhooks_sent`` (every POST attempt, retries and duplicate copies
+included, and the deliveries dropped on purpose, which the server believes it sent),
+``webhooks_delivered`` (attempts answered 2xx), ``webhooks_failed`` (attempts
+answered non-2xx or not at all), ``webhooks_dropped`` and ``webhooks_abandoned``
+(deliveries given up after the last retry). Each finished contact is charged once, as
+one charge of the submit path whose digest is the contact's input: a contact bought
+twice is ``double_charged``. Job charges carry no call record (they happen after the
+calls).
+
 The ledger lives in the server's event loop thread and is mutated without locks;
 every method is synchronous and never awaits.
 """
@@ -67,6 +84,23 @@ UNANSWERED_REASONS = (
     "drop_after_charge",
     "timeout_after_charge",
     "malformed",
+)
+
+
+#: The per-provider counters of the asynchronous job providers (``jobs_by_provider``).
+JOB_COUNTERS = (
+    "job_submits",
+    "jobs",
+    "job_members",
+    "duplicate_submits",
+    "polls",
+    "jobs_finished",
+    "submits_unanswered",
+    "webhooks_sent",
+    "webhooks_delivered",
+    "webhooks_failed",
+    "webhooks_dropped",
+    "webhooks_abandoned",
 )
 
 
@@ -144,6 +178,7 @@ class Ledger:
         self.faults_by_kind: Counter[str] = Counter()
         self.max_in_flight_by_provider: Counter[str] = Counter(+self.in_flight_by_provider)
         self.key_digests_by_provider: dict[str, set[str]] = {}
+        self.jobs_by_provider: dict[str, Counter[str]] = {}
         self._charged_inputs: set[tuple[str, bytes]] = set()
         self._charged_items: set[bytes] = set()
         self.records: deque[CallRecord] = deque(maxlen=self.max_records)
@@ -189,6 +224,12 @@ class Ledger:
         """An answer replayed for a repeated ``Idempotency-Key`` (not charged)."""
         self.duplicates += 1
         self.replays_by_provider[provider] += 1
+
+    def note_job(self, provider: str, counter: str, count: int = 1) -> None:
+        """Add ``count`` to one of ``provider``'s ``JOB_COUNTERS``."""
+        if counter not in JOB_COUNTERS:
+            raise ValueError(f"unknown job counter {counter!r}")
+        self.jobs_by_provider.setdefault(provider, Counter())[counter] += count
 
     def note_fault(self, kind: str) -> None:
         self.faults += 1
@@ -296,6 +337,10 @@ class Ledger:
             "received_by_provider": dict(self.received_by_provider),
             "key_digests_by_provider": {
                 p: sorted(d) for p, d in self.key_digests_by_provider.items()
+            },
+            "jobs_by_provider": {
+                p: {name: counts[name] for name in JOB_COUNTERS}
+                for p, counts in self.jobs_by_provider.items()
             },
             "calls_recorded": len(self.records),
             "started_at": self.started_at,
