@@ -33,6 +33,7 @@ the ``temporal`` CLI: ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_A
 | ``PLAYLINE_URL_LOADS`` | ``url_loads`` | ``off`` (``on``: public hosts) |
 | ``PLAYLINE_URL_ALLOW_HOSTS`` | ``url_allow_hosts`` | none: private addresses refused |
 | ``PLAYLINE_URL_MAX_BYTES`` | ``url_max_bytes`` | 512 MiB |
+| ``PLAYLINE_WEBHOOK_URL`` | ``webhook_url`` | unset: asynchronous jobs are polled only |
 | (catalog-named) | ``environ`` | API keys (``ACME_API_KEY``...) and ``base_url_env`` overrides |
 """
 
@@ -73,6 +74,7 @@ ENV_VARIABLES = (
     "PLAYLINE_FLEET_PREFIX",
     "PLAYLINE_PACING",
     "PLAYLINE_UI_URL",
+    "PLAYLINE_WEBHOOK_URL",
     "PLAYLINE_TASK_QUEUE",
     "PLAYLINE_METRICS_HOST",
     "PLAYLINE_METRICS_PORT",
@@ -156,6 +158,9 @@ class Settings:
     url_allow_hosts: tuple[str, ...] = ()
     #: The most bytes a CSV download may hold.
     url_max_bytes: int = DEFAULT_URL_MAX_BYTES
+    #: the public base URL of ``playline webhook``, passed to asynchronous providers
+    #: as each job's callback (unset: their jobs are polled only)
+    webhook_url: str | None = None
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False)
 
     @classmethod
@@ -196,6 +201,7 @@ class Settings:
             ),
             url_max_bytes=_positive("PLAYLINE_URL_MAX_BYTES", env.get("PLAYLINE_URL_MAX_BYTES"))
             or DEFAULT_URL_MAX_BYTES,
+            webhook_url=env.get("PLAYLINE_WEBHOOK_URL") or None,
             environ=MappingProxyType(env),
         )
         return settings.with_overrides(**overrides)
@@ -255,6 +261,12 @@ class Settings:
         """The SQLite budget ledger's file, next to the other stores (see
         :mod:`~playline.stores.budgets_sqlite`: created by its first use)."""
         return (self.sqlite_dir or self.home) / "budgets.db"
+
+    @property
+    def jobs_path(self) -> Path:
+        """The SQLite job ledger's file, next to the other stores (see
+        :mod:`~playline.stores.jobs_sqlite`: created by its first use)."""
+        return (self.sqlite_dir or self.home) / "jobs.db"
 
     @property
     def journal_dir(self) -> Path:

@@ -145,6 +145,10 @@ class Width(BaseModel):
     row_concurrency: int
     #: the pace of each provider the run calls, for the run's status (not a decision input)
     paces: list[ProviderPace] = Field(default_factory=list)
+    #: the rows the governor wants in flight across the run's chunks; the run keeps
+    #: enough chunks for them whatever their size (``None``: take ``chunks_in_flight``
+    #: as it is: the options pinned it, or a history from before this field)
+    rows_in_flight: int | None = None
 
 
 class PreparedRun(BaseModel):
@@ -182,12 +186,15 @@ class EstimatedCall(BaseModel):
 
 
 class ParkedRows(BaseModel):
-    """Rows a chunk left pending because a provider's quota is spent until ``until``."""
+    """Rows a chunk left pending because a provider's quota is spent until ``until``,
+    or (``jobs``) because their provider jobs are still running: looked at again then."""
 
     provider: str
     #: when the provider admits calls again (Unix epoch seconds, wall clock)
     until: float
     rows: int
+    #: the rows wait for asynchronous jobs, not for a quota
+    jobs: bool = False
 
 
 class BudgetHold(BaseModel):
@@ -253,6 +260,9 @@ class ChunkStats(BaseModel):
     #: calls charged, replays, receipt hits, shared, followers, credits charged and
     #: saved (the terms: ``playline.calls.accounting``)
     accounts: dict[str, Any] = Field(default_factory=dict)
+    #: asynchronous provider jobs the run waits on, ``{provider: {"pending", "finished",
+    #: "failed", "oldest_pending_at"}}``: the latest count (a snapshot, not a sum)
+    jobs: dict[str, Any] = Field(default_factory=dict)
 
     def add(self, other: ChunkStats) -> None:
         for name in type(self).model_fields:
@@ -268,6 +278,8 @@ class ChunkStats(BaseModel):
                 self.estimate = merge_spend(self.estimate, other.estimate)
             elif name == "accounts":
                 self.accounts = merge_spend(self.accounts, other.accounts)
+            elif name == "jobs":
+                self.jobs = {**self.jobs, **other.jobs}
             else:
                 setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -295,7 +307,9 @@ def merge_parked(a: ParkedRows | None, b: ParkedRows | None) -> ParkedRows | Non
     if a is None or b is None:
         return a or b
     later = a if a.until >= b.until else b
-    return ParkedRows(provider=later.provider, until=later.until, rows=a.rows + b.rows)
+    return ParkedRows(
+        provider=later.provider, until=later.until, rows=a.rows + b.rows, jobs=later.jobs
+    )
 
 
 #: The most chunks a run may be told to keep in flight (``set_window``).

@@ -173,6 +173,37 @@ class ProviderQuotaExhausted(ProviderError):
         self.resume_at = resume_at
 
 
+class JobPending(ProviderQuotaExhausted):
+    """A call's provider job is still running (or waits for room in the provider's
+    queue): the row leaves the chunk like a parked row and runs again at
+    ``resume_at``, when its job is looked at again; nothing is submitted twice.
+
+    ``submitted`` says whether the job went out (its charge comes when it finishes,
+    so a budget keeps the call's reservation) or is not sent yet (queue full).
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        resume_at: float,
+        *,
+        tool_id: str = "",
+        job_id: str | None = None,
+        submitted: bool = True,
+    ) -> None:
+        super().__init__(provider, resume_at, tool_id=tool_id)
+        when = datetime.fromtimestamp(resume_at, tz=UTC).strftime("%H:%M:%S UTC")
+        what = f"job {job_id}" if job_id else "a job (queue full)"
+        self.args = (f"{provider} {what} still running; looked at again at {when}",)
+        self.job_id = job_id
+        self.submitted = submitted
+
+
+class JobFailed(ProviderRejected):
+    """A provider job failed, or did not finish within the tool's ``max_wait_s``: its
+    calls fail with the reason (a later run submits them again)."""
+
+
 class BudgetReached(PlaylineError):
     """A paid call's worst case does not fit what is left of a budget; nothing was sent.
 
@@ -217,6 +248,11 @@ class BudgetReached(PlaylineError):
 class UnknownBudget(PlaylineError):
     """A budget was named that does not exist and could not be created (no limit given,
     or a named budget nobody defined with ``playline budgets set``)."""
+
+
+class UnknownJob(PlaylineError):
+    """A provider job was named that the job ledger does not hold (it is recorded by
+    ``JobStore.open`` before anything else is done with it: a bug, not retried)."""
 
 
 class InvalidBudget(PlaylineError, ValueError):

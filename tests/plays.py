@@ -288,6 +288,50 @@ async def t_presets(ctx: PlayContext, input: WaterfallInput) -> None:
     )
 
 
+@resolver(tools=["fullenrich_contact"])
+async def t_async_email(row: Mapping[str, Any], rc: RowContext) -> Any:
+    """FullEnrich's asynchronous bulk enrichment: a job per batch, polled or called back."""
+    contact = await rc.tool(
+        "fullenrich_contact",
+        {
+            "firstname": row["first_name"],
+            "lastname": row["last_name"],
+            "domain": row["company_domain"],
+        },
+    )
+    return contact.get("email")
+
+
+@resolver(tools=["dropcontact_contact"])
+async def t_dropcontact_email(row: Mapping[str, Any], rc: RowContext) -> Any:
+    """Dropcontact's batch: 200 "not ready" while it runs, results in submit order."""
+    record = await rc.tool(
+        "dropcontact_contact",
+        {
+            "first_name": row["first_name"],
+            "last_name": row["last_name"],
+            "website": row["company_domain"],
+        },
+    )
+    return record.get("email")
+
+
+class AsyncInput(BaseModel):
+    csv_path: str
+    dataset: str = "t_async"
+    dropcontact: bool = False
+
+
+@play(name="t_async")
+async def t_async(ctx: PlayContext, input: AsyncInput) -> None:
+    """Asynchronous provider jobs: rows leave their chunk while their job runs."""
+    source = await ctx.csv("src", input.csv_path)
+    dataset = ctx.dataset(input.dataset, source).with_column("email", t_async_email)
+    if input.dropcontact:
+        dataset = dataset.with_column("dc_email", t_dropcontact_email)
+    await dataset.run(key="lead_id")
+
+
 # -- helpers for the test modules (never called by a workflow) -------------
 
 LEAD_COLUMNS = ["lead_id", "first_name", "last_name", "company_domain"]

@@ -44,12 +44,14 @@ from typing import Any
 from temporalio import activity
 
 from playline import resolvers
+from playline.activities.width import LiveRowGate
 from playline.calls.accounting import accounts_as_dict, accounts_from
 from playline.calls.attempt import Attempt, CallStats
 from playline.calls.budget import BudgetedDispatcher, RunBudget
 from playline.calls.catalog import Catalog
 from playline.calls.dispatch import Dispatcher
 from playline.calls.fixtures import FixtureDispatcher
+from playline.calls.jobs import JobDispatcher, job_dispatcher
 from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.provenance import ColumnCalls, SpendTally, cell_provenance
 from playline.calls.runner import ToolResult, ToolRunner
@@ -69,6 +71,7 @@ from playline.errors import (
     BudgetReached,
     CallAmbiguous,
     InvalidPlayInput,
+    JobPending,
     PlaylineError,
     ProviderQuotaExhausted,
     RowFailed,
@@ -210,7 +213,14 @@ def make_runner(
         )
     else:
         sender = PacedSender(attempt, services.governor, services.provider)
-        dispatcher = LiveDispatcher(attempt, sender)
+        jobs = JobDispatcher(
+            attempt,
+            sender,
+            services.jobs,
+            waiter=info.workflow_id,
+            webhook_base=services.settings.webhook_url,
+        )
+        dispatcher = LiveDispatcher(attempt, sender, jobs)
         budget = RunBudget.of(options, info.workflow_id or info.activity_id)
         if budget is not None:
             # Paid calls reserve their worst case first (fixture answers cost nothing).
@@ -307,7 +317,8 @@ class ChunkRun:
         dispatcher = runner.dispatcher
         self._budget = dispatcher if isinstance(dispatcher, BudgetedDispatcher) else None
         self._row_worst = row_worst_case(runner.catalog, input.columns) if self._budget else 0.0
-        self._gate = asyncio.Semaphore(max(1, input.row_concurrency))
+        # Rows at once: the workflow's width, following the governor's while it runs.
+        self._gate = LiveRowGate(services.governor, runner.catalog, input)
         self._row_metrics = RowMetrics()
         #: what the rows this attempt finished cost (credits by provider and column,
         #: waterfall steps): the run's current details sum these
@@ -322,6 +333,7 @@ class ChunkRun:
         todo = await self._pending_rows()
         try:
             await self._run_rows(todo)
+            await self._count_jobs()
             return self._finish(started)
         except BaseException:
             # What this attempt paid for reaches the next one (see the module docstring).
@@ -564,6 +576,27 @@ class ChunkRun:
             async with asyncio.timeout(5):
                 await self._flush()
 
+    async def _count_jobs(self) -> None:
+        """The run's provider jobs, when this attempt called an asynchronous tool: what
+        the run's current details show (pending, oldest, finished, failed)."""
+        jobs = job_dispatcher(self.runner.dispatcher)
+        if jobs is None or not jobs.touched:
+            return
+        try:
+            counts = await self.services.jobs.counts(activity.info().workflow_id)
+        except Exception as err:  # a figure for the UI: never worth failing the chunk
+            activity.logger.info("job counts unavailable: %s", err)
+            return
+        self.stats.jobs = {
+            c.provider: {
+                "pending": c.pending,
+                "finished": c.finished,
+                "failed": c.failed,
+                "oldest_pending_at": c.oldest_pending_at,
+            }
+            for c in counts
+        }
+
     def _finish(self, started: float) -> ChunkStats:
         """The chunk's result, or the error that stopped it (all it held back counted)."""
         input, stats, latch = self.input, self.stats, self.attempt.latch
@@ -594,7 +627,10 @@ class ChunkRun:
         if self.parked:
             latest = max(self.parked, key=lambda err: err.resume_at)
             stats.parked = ParkedRows(
-                provider=latest.provider, until=latest.resume_at, rows=len(self.parked)
+                provider=latest.provider,
+                until=latest.resume_at,
+                rows=len(self.parked),
+                jobs=all(isinstance(err, JobPending) for err in self.parked),
             )
             activity.logger.info(
                 "chunk %s-%s: %d row(s) parked until %s (%s)",

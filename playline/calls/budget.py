@@ -49,6 +49,7 @@ from playline.calls.dispatch import ClaimedCall, Dispatcher, Settled
 from playline.contract import RunOptions
 from playline.errors import (
     BudgetReached,
+    JobPending,
     LeaseLost,
     ProviderError,
     ProviderQuotaExhausted,
@@ -218,6 +219,12 @@ class BudgetedDispatcher:
             )
         try:
             settled = await self._inner.settle(call)
+        except JobPending as pending:
+            # A job submitted is charged when it finishes: its reservation stays until
+            # then (reserving again under the same key draws nothing more).
+            if not pending.submitted:
+                await self._release(key, refs)
+            raise
         except (ProviderQuotaExhausted, LeaseLost):
             await self._release(key, refs)  # not sent
             raise

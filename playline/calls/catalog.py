@@ -167,6 +167,101 @@ class BatchSpec(BaseModel):
     id_field: str | None = None
 
 
+class WebhookSpec(BaseModel):
+    """How an asynchronous provider announces a finished job by calling playline back.
+
+    The submit carries a callback URL (``url_field`` in the body) of the worker's
+    ``PLAYLINE_WEBHOOK_URL`` with a per-job secret in its path
+    (``<base>/hooks/<provider>/<token>``); ``signature`` adds a check of the
+    provider's signature of the body: ``hmac-sha1`` / ``hmac-sha256`` of the raw body
+    with the secret in ``secret_env``, hex, in header ``signature_header``. Polling
+    stays the fallback: a lost delivery costs time, not rows.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: where the callback URL goes in the submit body (a dotted path)
+    url_field: str
+    signature: Literal["none", "hmac-sha1", "hmac-sha256"] = "none"
+    signature_header: str | None = None
+    #: the environment variable holding the signing secret (read by the receiver)
+    secret_env: str | None = None
+
+    @model_validator(mode="after")
+    def _check_signature(self) -> WebhookSpec:
+        if self.signature != "none" and (not self.signature_header or not self.secret_env):
+            raise ValueError(
+                f"webhook signature {self.signature!r} needs signature_header and secret_env"
+            )
+        return self
+
+
+class JobSpec(BaseModel):
+    """An asynchronous tool: the call is a job submitted, then polled (or called back).
+
+    The tool's ``method``/``path`` is the submit. Members go in ``items_field`` (up to
+    ``max_items`` per submit, ``linger_ms`` to fill one), each with its position at
+    ``id_field`` when results are matched by it (else: in submit order); without
+    ``items_field`` one call is one job and its input is the body. ``job_id`` is where
+    the submit's answer holds the job's id; ``status_path`` (``{job_id}`` in it) is
+    polled every ``poll_interval_s``. The status answer's ``state_field`` says
+    ``done`` / ``running`` (any other value, or one in ``failed``, fails the job's
+    calls with ``reason_field`` as the reason); a provider answering "not ready" with
+    a 200 is ``running`` by the same rule. The members' results are at
+    ``results_field``; with ``partial`` (and ``id_field``) members listed while the job
+    runs land at once. A job running longer than ``max_wait_s`` fails its calls.
+    ``max_jobs_in_flight`` is the provider's queue; ``poll_pacing`` paces polls on
+    their own key (``<provider>:poll``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    items_field: str | None = None
+    max_items: int = Field(default=1, ge=1, le=10000)
+    linger_ms: float = Field(default=500.0, ge=0, le=60000)
+    id_field: str | None = None
+    #: fixed fields of every submit body (e.g. a job name, options)
+    body: dict[str, Any] = Field(default_factory=dict)
+    #: fixed fields of every member item (e.g. which fields to enrich)
+    item: dict[str, Any] = Field(default_factory=dict)
+    job_id: str
+    status_method: Literal["GET", "POST"] = "GET"
+    status_path: str
+    state_field: str
+    done: tuple[Any, ...]
+    running: tuple[Any, ...]
+    failed: tuple[Any, ...] = ()
+    reason_field: str | None = None
+    results_field: str
+    partial: bool = False
+    poll_interval_s: float = Field(default=30.0, gt=0)
+    #: the first poll comes this long after the submit (default: ``poll_interval_s``)
+    first_poll_s: float | None = Field(default=None, ge=0)
+    max_wait_s: float = Field(default=3600.0, gt=0)
+    max_jobs_in_flight: int | None = Field(default=None, ge=1)
+    poll_pacing: PacingPolicy = PacingPolicy()
+    webhook: WebhookSpec | None = None
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> JobSpec:
+        if "{job_id}" not in self.status_path:
+            raise ValueError("job.status_path must contain {job_id}")
+        if self.max_items > 1 and self.items_field is None:
+            raise ValueError("job.max_items > 1 needs job.items_field (where members go)")
+        if self.partial and self.id_field is None:
+            raise ValueError("job.partial needs job.id_field (to match results as they land)")
+        return self
+
+    @property
+    def first_poll(self) -> float:
+        return self.poll_interval_s if self.first_poll_s is None else self.first_poll_s
+
+
+def poll_pacing_key(provider: str) -> str:
+    """The pacing key of an asynchronous provider's status polls."""
+    return f"{provider}:poll"
+
+
 class ToolSpec(BaseModel):
     """One tool: a provider endpoint with a typed input and named value getters."""
 
@@ -181,6 +276,8 @@ class ToolSpec(BaseModel):
     credits: float = Field(default=1.0, ge=0)
     version: str = "1"
     batch: BatchSpec | None = None
+    #: an asynchronous tool: submit, then poll / webhook (see :class:`JobSpec`)
+    job: JobSpec | None = None
     #: HTTP timeout of this tool's calls; ``None``: the provider's ``timeout_s``
     timeout_s: float | None = Field(default=None, gt=0)
     #: the idempotency contract (filled from the provider's when the tool says none)
@@ -212,6 +309,8 @@ class ToolSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_input_types(self) -> ToolSpec:
+        if self.job is not None and self.batch is not None:
+            raise ValueError(f"tool {self.id!r}: a job tool cannot also declare batch")
         for name, type_name in self.input.items():
             if type_name.rstrip("?") not in _FIELD_TYPES:
                 raise ValueError(
@@ -352,6 +451,9 @@ class Catalog(BaseModel):
             if spec.key_pacing is not None or len(envs) > 1:
                 for env in envs:
                     policies[key_pacing_key(name, env)] = spec.key_pacing or spec.pacing
+        for tool in self.tools.values():
+            if tool.job is not None:
+                policies.setdefault(poll_pacing_key(tool.provider), tool.job.poll_pacing)
         return policies
 
     def pacing_keys(self, provider: str) -> list[str]:

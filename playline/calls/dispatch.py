@@ -13,6 +13,7 @@ and :class:`~playline.calls.fixtures.FixtureDispatcher`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -76,6 +77,10 @@ class Request:
             leases must outlast the call, and they are marked sent first when the
             tool's provider does not de-duplicate.
         path: the path to call instead of the tool's (a bulk endpoint).
+        pacing_key: the governor key to pace it under instead of the tool's
+            provider (an asynchronous provider's status polls).
+        before_send: awaited right before the request goes out, instead of marking
+            ``lease_keys`` sent (a job submit marks its job ledger entry instead).
     """
 
     tool: ToolSpec
@@ -83,6 +88,8 @@ class Request:
     idempotency_key: str
     lease_keys: tuple[str, ...]
     path: str | None = None
+    pacing_key: str | None = None
+    before_send: Callable[[], Awaitable[None]] | None = None
 
 
 class Dispatcher(Protocol):

@@ -35,6 +35,7 @@ from playline.calls.bulk import BulkDispatcher
 from playline.calls.catalog import ToolSpec
 from playline.calls.dispatch import ClaimedCall, Request, Settled
 from playline.calls.http import Exchange, ProviderClient
+from playline.calls.jobs import JobDispatcher
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
 from playline.calls.settle import SingleReceipt, settle
 from playline.errors import (
@@ -43,6 +44,7 @@ from playline.errors import (
     ProviderRateLimited,
     ProviderRejected,
     ProviderTimeout,
+    UnknownTool,
 )
 from playline.pacing.pacer import KeyBlocked, Pacer
 from playline.stores.receipts import idempotency_key
@@ -122,14 +124,17 @@ class PacedSender:
             if choices and chosen is None:
                 picked = self._pacer.pick([key for key, _ in choices])
                 chosen = next(choice for choice in choices if choice[0] == picked)
-            keys = [tool.provider] if chosen is None else [tool.provider, chosen[0]]
+            paced_as = request.pacing_key or tool.provider
+            keys = [paced_as] if chosen is None else [paced_as, chosen[0]]
             started = time.monotonic()
             try:
                 permit_cm = self._pacer.permit(keys, park_after_s=attempt.park_after_s)
                 async with permit_cm as permit:
                     attempt.metrics.governor_wait(tool.provider, time.monotonic() - started)
                     attempt.check_before_dispatch(request.lease_keys, timeout_s=timeout)
-                    if not tool.resend_safe:
+                    if request.before_send is not None:
+                        await request.before_send()
+                    elif not tool.resend_safe:
                         await attempt.mark_sent(request.lease_keys)
                     started = time.monotonic()
                     try:
@@ -236,10 +241,14 @@ class LiveDispatcher:
         sender: sends single and bulk requests through the governor.
     """
 
-    def __init__(self, attempt: Attempt, sender: PacedSender) -> None:
+    def __init__(
+        self, attempt: Attempt, sender: PacedSender, jobs: JobDispatcher | None = None
+    ) -> None:
         self._attempt = attempt
         self._sender = sender
         self.bulk = BulkDispatcher(attempt, sender)
+        #: asynchronous tools' calls (``job`` in the catalog); None: none can be called
+        self.jobs = jobs
 
     def auth_scope(self, tool: ToolSpec) -> str:
         return self._sender.provider.auth_scope(tool)
@@ -250,6 +259,12 @@ class LiveDispatcher:
         tool = call.tool
         if tool.batch is not None:
             return await self.bulk.settle(call)
+        if tool.job is not None:
+            if self.jobs is None:
+                raise UnknownTool(
+                    f"tool {tool.id!r} is asynchronous; this worker has no job ledger"
+                )
+            return await self.jobs.settle(call)
         request = Request(
             tool, call.payload, idempotency_key(call.key, call.generation), (call.key,)
         )
@@ -263,7 +278,11 @@ class LiveDispatcher:
     async def aclose(self) -> None:
         """Let the bulk requests in flight finish and record (see ``BulkDispatcher``)."""
         await self.bulk.aclose()
+        if self.jobs is not None:
+            await self.jobs.aclose()
 
     def abort(self) -> None:
         """Cancel the bulk requests still queued or running (see ``BulkDispatcher``)."""
         self.bulk.abort()
+        if self.jobs is not None:
+            self.jobs.abort()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -49,6 +49,7 @@ from playline.spend import spend_lines
 from playline.stores.export import export_run
 from playline.worker import connect
 from playline.workflows.context import RUN_REFS_MEMO
+from playline.workflows.status import job_lines
 
 #: What each control command asks of the play (its update) and says when done.
 CONTROLS = {
@@ -287,6 +288,9 @@ async def get_run(
     out().print(f"{args.id}: {desc.workflow_type} {_status(desc.status)}")
     if state is not None and state.budget_wait:
         out().print(state.budget_wait, markup=False, highlight=False)
+    if state is not None and state.current is not None:
+        for line in job_lines(state.current.stats, datetime.now(UTC)):
+            out().print(line, markup=False, highlight=False)
     if state is not None:
         out().print_json(state.model_dump_json())
     if desc.status == WorkflowExecutionStatus.COMPLETED:

@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
         merge_holds,
         merge_parked,
     )
-    from playline.workflows.chunk_sizing import FIRST_CHUNK_ROWS, ChunkSizer
+    from playline.workflows.chunk_sizing import FIRST_CHUNK_ROWS, ChunkSizer, chunks_to_fill
     from playline.workflows.failures import CHUNK_RETRY, as_failure
     from playline.workflows.status import (
         budget_wait_message,
@@ -72,6 +72,11 @@ RESET_MARGIN = timedelta(seconds=1)
 WIDTH_REFRESH_CHUNKS = 8
 #: Signal names between a play and its dataset run.
 CONTROL_SIGNAL = "playline.control"
+#: A webhook delivery finished a job this run waits on (``playline webhook`` sends it).
+JOBS_READY_SIGNAL = "jobs_ready"
+#: A run that waited this many times for asynchronous jobs continues as new, so a
+#: job of hours polled every few seconds never grows one history past its limits.
+MAX_JOB_WAITS_PER_RUN = 40
 PROGRESS_SIGNAL = "playline.progress"
 #: Progress reports to the play: at most one per this interval...
 REPORT_MIN_INTERVAL = timedelta(seconds=10)
@@ -126,12 +131,18 @@ class DatasetRunWorkflow:
         self._launched = 0  # chunks of new rows started by this run (not redone ones)
         self._refreshed_at: int | None = None
         self._resumed = 0  # provider resets waited for by this run
+        self._jobs_ready = False  # a webhook said a job finished since the last wait
 
     @workflow.signal(name=CONTROL_SIGNAL)
     def control(self, control: DispatchControl) -> None:
         """Pause, resume or resize dispatch (the play's updates forward them)."""
         self._control = control
         self._woken = True
+
+    @workflow.signal(name=JOBS_READY_SIGNAL)
+    def jobs_ready(self) -> None:
+        """A job finished (a webhook delivery): rows waiting on jobs run again now."""
+        self._jobs_ready = True
 
     @workflow.run
     async def run(self, input: DatasetRunInput) -> ChunkStats:
@@ -199,6 +210,8 @@ class DatasetRunWorkflow:
                 self._resumed += 1
                 continue
             if not pending and work.parking is not None and not self._cancelling:
+                if self._job_waits_done(work.parking):
+                    return  # continue as new with the rows still waiting on jobs
                 # Everything else is done: wait for the provider's reset, durably.
                 try:
                     await self._wait_for_reset(work.parking)
@@ -353,21 +366,39 @@ class DatasetRunWorkflow:
         parent = workflow.info().parent
         return parent.workflow_id if parent is not None else workflow.info().workflow_id
 
+    def _job_waits_done(self, parking: ParkedRows) -> bool:
+        """Whether this run has waited on jobs often enough to hand over (bounded history)."""
+        return (
+            parking.jobs
+            and self._resumed >= MAX_JOB_WAITS_PER_RUN
+            and workflow.patched("async-job-waits")
+        )
+
     async def _wait_for_reset(self, parking: ParkedRows) -> None:
-        """Sleep on a durable timer until ``parking``'s provider admits calls again."""
+        """Sleep on a durable timer until ``parking``'s provider admits calls again, or
+        (rows waiting on jobs) until their next poll or a webhook says a job finished."""
         until = datetime.fromtimestamp(parking.until, tz=UTC) + RESET_MARGIN
+        what = "jobs" if parking.jobs else "quota"
         self._waits = [
-            ProviderWait(provider=parking.provider, until=until, reason=f"{parking.provider} quota")
+            ProviderWait(
+                provider=parking.provider, until=until, reason=f"{parking.provider} {what}"
+            )
         ]
         self._waiting = True
         self._show()
         self._report(force=True)
         try:
             delay = until - workflow.now()
-            if delay > timedelta(0):
-                await workflow.sleep(
-                    delay, summary=f"{parking.provider} quota: {parking.rows} rows wait"
-                )
+            summary = f"{parking.provider} {what}: {parking.rows} rows wait"
+            if parking.jobs and workflow.patched("async-job-waits"):
+                if delay > timedelta(0):
+                    with contextlib.suppress(TimeoutError):
+                        await workflow.wait_condition(
+                            lambda: self._jobs_ready, timeout=delay, timeout_summary=summary
+                        )
+                self._jobs_ready = False
+            elif delay > timedelta(0):
+                await workflow.sleep(delay, summary=summary)
         finally:
             self._waiting = False
             self._waits = []
@@ -380,7 +411,10 @@ class DatasetRunWorkflow:
         self._cancelling = True
 
     def _window(self) -> int:
-        return self._control.window or self._width.chunks_in_flight
+        # Enough chunks for the rows the governor wants in flight, however small the
+        # sizer makes them (a slow provider's are); pure on recorded data.
+        sized = self._sizer.size if self._sized_by_time else None
+        return self._control.window or chunks_to_fill(self._width, sized)
 
     def _set_width(self, width: Width) -> None:
         self._width = width

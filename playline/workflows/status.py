@@ -40,6 +40,7 @@ __all__ = [
     "budget_wait_message",
     "dataset_current_details",
     "dataset_static",
+    "job_lines",
     "play_current_details",
     "play_static",
     "waits_of",
@@ -163,6 +164,22 @@ def _accounts(stats: ChunkStats) -> list[str]:
     return ["", *table] if table else []
 
 
+def job_lines(stats: ChunkStats, now: datetime) -> list[str]:
+    """One line per asynchronous provider the run waits on: its jobs by state."""
+    lines = []
+    for provider, c in sorted(stats.jobs.items()):
+        pending = int(c.get("pending", 0))
+        oldest = c.get("oldest_pending_at")
+        age = ""
+        if pending and isinstance(oldest, int | float):
+            age = f" (oldest {max(0, int(now.timestamp() - oldest))} s)"
+        lines.append(
+            f"- {provider} jobs: {pending} pending{age}, {int(c.get('finished', 0))} "
+            f"finished, {int(c.get('failed', 0))} failed"
+        )
+    return lines
+
+
 def _providers(
     paces: Sequence[ProviderPace], waits: Sequence[ProviderWait], now: datetime
 ) -> list[str]:
@@ -213,6 +230,7 @@ def dataset_current_details(state: DatasetRunState, now: datetime) -> str:
         *_window(state),
         *_calls(s),
         *_providers(state.paces, state.waits, now),
+        *job_lines(s, now),
     ]
     if state.paused and state.status not in ENDED:
         lines.append("- dispatch paused: chunks in flight finish, no new ones start (resume)")
@@ -250,6 +268,7 @@ def play_current_details(
     if current is not None and state.status not in ENDED:
         lines += _window(current)
     lines += _calls(totals, state.calls_made)
+    lines += job_lines(totals, now)
     if state.status not in ENDED:
         if current is not None:
             lines += _providers(current.paces, current.waits, now)

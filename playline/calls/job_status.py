@@ -1,0 +1,92 @@
+"""Reading an asynchronous provider's answers: the job id, its state, its members' results.
+
+Pure functions over a tool's :class:`~playline.calls.catalog.JobSpec`, shared by the
+job dispatcher (a poll's answer) and the webhook receiver (a delivery's body), so a
+status means the same whichever way it arrived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from playline.calls.catalog import JobSpec
+
+__all__ = ["MISSING", "Reading", "dig", "job_id_of", "member_results", "put", "read_state"]
+
+#: A member whose result is not (yet) in the answer.
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
+
+Reading = Literal["done", "running", "failed"]
+
+
+def dig(value: Any, path: str) -> Any:
+    """The value at a dotted path (``a.b.0.c``), or ``None``."""
+    for part in path.split("."):
+        if isinstance(value, Mapping):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def put(target: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of ``target`` with ``value`` at the dotted ``path`` (dicts made as needed)."""
+    head, _, rest = path.partition(".")
+    out = dict(target)
+    if not rest:
+        out[head] = value
+        return out
+    inner = out.get(head)
+    out[head] = put(inner if isinstance(inner, dict) else {}, rest, value)
+    return out
+
+
+def job_id_of(spec: JobSpec, answer: Any) -> str | None:
+    """The job id in a submit's answer (a string), or ``None`` when it has none."""
+    value = dig(answer, spec.job_id)
+    if value is None or isinstance(value, bool | dict | list) or value == "":
+        return None
+    return str(value)
+
+
+def read_state(spec: JobSpec, answer: Any) -> tuple[Reading, str | None]:
+    """What a status answer says of the job, and why it failed when it did."""
+    value = dig(answer, spec.state_field)
+    if _member(value, spec.done):
+        return "done", None
+    if _member(value, spec.running):
+        return "running", None
+    reason = dig(answer, spec.reason_field) if spec.reason_field else None
+    told = f": {reason}" if isinstance(reason, str) and reason else ""
+    return "failed", f"job state {value!r}{told}"[:300]
+
+
+def member_results(spec: JobSpec, answer: Any, count: int, *, done: bool) -> list[Any]:
+    """Each member's result in a status answer, in submit order; :data:`MISSING` for a
+    member not in it. Matched by ``id_field`` when the tool sets one (a member absent
+    from a *finished* job's results is a miss: ``None``); otherwise by order, which
+    needs a finished job answering one result per member (else every member is
+    missing, and the caller fails the job as unusable)."""
+    results = dig(answer, spec.results_field)
+    if spec.items_field is None and count == 1 and not isinstance(results, list):
+        return [results if results is not None or done else MISSING]
+    if not isinstance(results, list):
+        return [MISSING] * count
+    if spec.id_field is not None:
+        by_id = {
+            str(dig(r, spec.id_field)): r
+            for r in results
+            if isinstance(r, Mapping) and dig(r, spec.id_field) is not None
+        }
+        return [by_id.get(str(at), None if done else MISSING) for at in range(count)]
+    if not done or len(results) != count:
+        return [MISSING] * count
+    return list(results)
+
+
+def _member(value: Any, choices: tuple[Any, ...]) -> bool:
+    """``value`` in ``choices``, without ``True == 1`` (a JSON true is not a 1)."""
+    return any(type(value) is type(c) and value == c for c in choices)

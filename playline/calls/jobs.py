@@ -1,0 +1,492 @@
+"""Asynchronous tools: a call is a provider *job*, submitted once, then polled or called back.
+
+A tool whose catalog entry has a ``job`` table (:class:`~playline.calls.catalog.JobSpec`)
+does not answer its calls: its provider takes them as a job, returns the job's id
+and finishes seconds to minutes later. :class:`JobDispatcher` settles such calls
+without holding a chunk's slot while the job runs:
+
+1. A claimed call whose receipt is in no live job joins a submit (up to
+   ``max_items`` members, ``linger_ms`` to fill one). Before the submit is sent the
+   job is recorded in the job ledger (:mod:`playline.stores.jobs`) with its exact
+   request and its members, and marked ``sending`` right before it goes out; the
+   provider's job id is recorded as soon as the answer arrives, before anything
+   else. A crash after that never submits again: every later attempt finds the job
+   by its member and looks at *that* job. A crash between sending and recording the
+   id re-sends the same request under the same ``Idempotency-Key`` to a provider
+   that de-duplicates; for any other the job (and its calls) become *ambiguous*
+   (never re-sent without ``retry_ambiguous``), exactly like a bulk request.
+2. The call's receipt is then released and :class:`~playline.errors.JobPending` is
+   raised: the row leaves the chunk like a parked row, and the dataset run re-runs
+   it on a durable timer (or when a webhook delivery wakes it). No slot, lease or
+   heartbeat is held while the job runs.
+3. Re-run, the call finds its job: ``done`` (polled or delivered by webhook, by
+   any worker) gives the member's result, which completes its receipt with what the
+   tool's billing rule says it cost; ``running`` is polled when a poll is due (one
+   poll per job per attempt, paced on the provider's own poll key), and a job past
+   ``max_wait_s`` fails its calls with the reason; ``failed`` fails them.
+   Members a provider reports while the job runs (``partial``) land at once.
+
+A provider's cap on jobs in flight (``max_jobs_in_flight``) is counted in the
+ledger: a call that would exceed it is not submitted and waits like a pending one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from playline.calls.attempt import Attempt
+from playline.calls.bulk import batch_idempotency_key
+from playline.calls.catalog import JobSpec, ToolSpec, poll_pacing_key
+from playline.calls.dispatch import ClaimedCall, Request, Settled
+from playline.calls.job_status import MISSING, job_id_of, member_results, put, read_state
+from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
+from playline.calls.settle import SingleReceipt, settle
+from playline.errors import JobFailed, JobPending, ProviderError
+from playline.stores.jobs import LIVE_STATES, Job, JobStore, member_ref
+
+__all__ = ["JobDispatcher", "JobSender", "hook_url", "job_dispatcher"]
+
+logger = logging.getLogger("playline.jobs")
+
+#: A pending call is looked at again no sooner than this (seconds).
+MIN_RECHECK_S = 1.0
+
+
+class JobSender:
+    """What the dispatcher needs of :class:`~playline.calls.live.PacedSender`."""
+
+    async def send(self, request: Request) -> CallOutcome:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+def job_dispatcher(dispatcher: Any) -> JobDispatcher | None:
+    """The job dispatcher inside a chunk's dispatcher (a budget may wrap it), if any."""
+    inner = getattr(dispatcher, "_inner", dispatcher)
+    jobs = getattr(inner, "jobs", None)
+    return jobs if isinstance(jobs, JobDispatcher) else None
+
+
+def hook_url(base: str, provider: str, token: str) -> str:
+    """The callback URL a job's webhook is delivered to (``playline webhook``)."""
+    return f"{base.rstrip('/')}/hooks/{quote(provider, safe='')}/{token}"
+
+
+@dataclass
+class _Queued:
+    call: ClaimedCall
+    future: asyncio.Future[Job | None] = field(repr=False)
+
+
+class JobDispatcher:
+    """Settles claimed calls of asynchronous tools; see the module docstring.
+
+    Args:
+        attempt: the chunk attempt's shared state.
+        sender: sends submits and polls through the governor (``PacedSender``).
+        jobs: the job ledger.
+        waiter: the dataset run's workflow id, remembered on each job so a webhook
+            delivery can wake it.
+        webhook_base: the public base URL of ``playline webhook`` (the worker's
+            ``PLAYLINE_WEBHOOK_URL``); unset, webhooks are not asked for.
+        clock: wall-clock seconds (the ledger's timestamps are wall clock).
+    """
+
+    def __init__(
+        self,
+        attempt: Attempt,
+        sender: Any,
+        jobs: JobStore,
+        *,
+        waiter: str | None = None,
+        webhook_base: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._attempt = attempt
+        self._sender = sender
+        self._jobs = jobs
+        self._waiter = waiter
+        self._webhook_base = webhook_base
+        self._clock = clock
+        self._queues: dict[str, list[_Queued]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._tools: dict[str, ToolSpec] = {}
+        self._looks: dict[str, asyncio.Future[Job]] = {}
+        self._waited: set[str] = set()
+        self.tasks: set[asyncio.Future[Any]] = set()
+        #: whether any call of this attempt was an asynchronous tool's
+        self.touched = False
+
+    async def settle(self, call: ClaimedCall) -> Settled:
+        """Submit the call's job, or read what its job says; see the module docstring."""
+        tool = call.tool
+        self.touched = True
+        assert tool.job is not None
+        attempt = self._attempt
+        ref = member_ref(call.key, call.generation)
+        found = await attempt.persist(self._jobs.jobs_of([ref]))
+        job = found.get(ref)
+        if job is None or self._submits_again(job):
+            # In no job, or its last one (of an earlier run) ended without an answer.
+            job = await self._enqueue(call)
+            if job is None:  # the provider's queue is full: nothing was sent
+                resume = self._clock() + tool.job.poll_interval_s
+                pending = JobPending(tool.provider, resume, tool_id=tool.id, submitted=False)
+                return await self._settle(call, Parked(pending))
+        else:
+            job = await self._look(tool, job)
+        return await self._settle(call, self._verdict(tool, job, ref))
+
+    async def aclose(self) -> None:
+        """Send what is still queued, then wait for every submit to finish and record."""
+        for tool_id in list(self._queues):
+            self._flush(self._tools[tool_id])
+        try:
+            while self.tasks:
+                await asyncio.gather(*list(self.tasks), return_exceptions=True)
+        except asyncio.CancelledError:
+            for task in self.tasks:
+                task.cancel()
+            raise
+
+    def abort(self) -> None:
+        """The attempt was cancelled: nothing queued is submitted; running work stops
+        (a submit already marked ``sending`` is resolved by the next attempt)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        for queue in self._queues.values():
+            for queued in queue:
+                queued.future.cancel()
+        self._queues.clear()
+        for task in list(self.tasks):
+            task.cancel()
+
+    def _submits_again(self, job: Job) -> bool:
+        """Whether a call whose last job ended without an answer is submitted anew:
+        only in a later run (a failed job fails every member's row of its own run), and
+        an ambiguous one only when the user asked to retry ambiguous calls."""
+        if job.state not in ("failed", "ambiguous"):
+            return False
+        if job.request.get("run") == self._attempt.force_token:
+            return False
+        return job.state == "failed" or self._attempt.retry_ambiguous
+
+    # -- the member's verdict -----------------------------------------------------
+
+    def _verdict(self, tool: ToolSpec, job: Job, ref: str) -> CallOutcome:
+        """What ``job`` says of member ``ref`` now."""
+        spec = tool.job
+        assert spec is not None
+        at = job.members.index(ref)
+        if job.state == "done":
+            result = member_results(spec, job.status, len(job.members), done=True)[at]
+            if result is MISSING:
+                return Failed(
+                    JobFailed(
+                        f"{tool.provider} job {job.job_id} finished without a result for "
+                        f"this call ({len(job.members)} submitted)",
+                        tool_id=tool.id,
+                    )
+                )
+            return self._answered(tool, result)
+        if job.state == "failed":
+            reason = job.error or "the provider reported the job failed"
+            return Failed(JobFailed(f"{tool.provider} job {job.job_id}: {reason}", tool_id=tool.id))
+        if job.state == "ambiguous":
+            err = ProviderError(
+                job.error or f"{tool.provider} job submit sent, no job id came back",
+                tool_id=tool.id,
+                may_have_charged=True,
+            )
+            return Ambiguous(err)
+        if spec.partial and job.state == "running" and job.status is not None:
+            result = member_results(spec, job.status, len(job.members), done=False)[at]
+            if result is not MISSING:
+                return self._answered(tool, result)
+        return Parked(
+            JobPending(
+                tool.provider,
+                self._due(spec, job),
+                tool_id=tool.id,
+                job_id=job.job_id,
+                submitted=job.state != "opened",
+            )
+        )
+
+    @staticmethod
+    def _answered(tool: ToolSpec, result: Any) -> Answered:
+        charge = tool.charge(result)
+        return Answered(result, charge.credits, charge.source)
+
+    def _due(self, spec: JobSpec, job: Job) -> float:
+        """When a running job is next worth a look (its next poll), never sooner than
+        :data:`MIN_RECHECK_S` from now."""
+        return max(_poll_due(spec, job), self._clock() + MIN_RECHECK_S)
+
+    async def _settle(self, call: ClaimedCall, outcome: CallOutcome) -> Settled:
+        target = SingleReceipt(self._attempt, call.key, call.payer)
+        return await settle(self._attempt, target, outcome, call.tool)
+
+    # -- looking at a job -----------------------------------------------------------
+
+    async def _look(self, tool: ToolSpec, job: Job) -> Job:
+        """The job after whatever is due now: a re-send of an unsent (or, to a provider
+        that de-duplicates, maybe sent) submit, or a poll. One per job per attempt."""
+        if job.state not in LIVE_STATES:
+            return job
+        looking = self._looks.get(job.key)
+        if looking is None or (looking.done() and not self._fresh(tool, looking)):
+            looking = asyncio.ensure_future(self._look_now(tool, job))
+            self._looks[job.key] = looking
+            self._track(looking)
+        return await asyncio.shield(looking)
+
+    def _fresh(self, tool: ToolSpec, looked: asyncio.Future[Job]) -> bool:
+        """Whether a finished look is still the news (no poll is due since)."""
+        if looked.cancelled() or looked.exception() is not None:
+            return False
+        job = looked.result()
+        assert tool.job is not None
+        return job.state not in LIVE_STATES or _poll_due(tool.job, job) > self._clock()
+
+    async def _look_now(self, tool: ToolSpec, job: Job) -> Job:
+        spec = tool.job
+        assert spec is not None
+        if job.state == "opened":
+            return await self._send_submit(tool, job, [])
+        if job.state == "sending":
+            if tool.resend_safe:
+                return await self._send_submit(tool, job, [])
+            reason = "the job's submit was sent and no job id came back (a crash or a cut)"
+            return await self._record(job, "ambiguous", job.status, reason)
+        await self._wait_on([job])
+        now = self._clock()
+        if job.submitted_at is not None and now - job.submitted_at > spec.max_wait_s:
+            return await self._expired(tool, job)
+        if _poll_due(spec, job) > now:
+            return job  # polled recently (by any worker): its answer is the news
+        return await self._poll(tool, job)
+
+    async def _expired(self, tool: ToolSpec, job: Job) -> Job:
+        assert tool.job is not None
+        state = read_state(tool.job, job.status)[0] if job.status is not None else "submitted"
+        reason = (
+            f"did not finish within max_wait_s = {tool.job.max_wait_s:g} s (last state: {state})"
+        )
+        return await self._record(job, "failed", job.status, reason)
+
+    async def _poll(self, tool: ToolSpec, job: Job) -> Job:
+        """Ask the provider for the job's status and keep the answer."""
+        spec = tool.job
+        assert spec is not None and job.job_id is not None
+        path = spec.status_path.replace("{job_id}", quote(job.job_id, safe=""))
+        status_tool = tool.model_copy(
+            update={"method": spec.status_method, "path": path, "job": None, "idempotency": "key"}
+        )
+        outcome = await self._sender.send(
+            Request(
+                status_tool,
+                {},
+                idempotency_key=batch_idempotency_key(f"{job.key}#poll"),
+                lease_keys=(),
+                pacing_key=poll_pacing_key(tool.provider),
+                before_send=_nothing,
+            )
+        )
+        if isinstance(outcome, Answered):
+            state, reason = read_state(spec, outcome.data)
+            if state == "running" and self._clock() - (job.submitted_at or 0) > spec.max_wait_s:
+                job.status = outcome.data
+                return await self._expired(tool, job)
+            return await self._record(job, state, outcome.data, reason)
+        if isinstance(outcome, Failed) and getattr(outcome.error, "status", None) in (404, 410):
+            return await self._record(
+                job, "failed", job.status, f"the provider does not know it ({outcome.error})"
+            )
+        # Not answered now (a transient failure after retries, the poll key parked): the
+        # job is the provider's still; looked at again at the next poll.
+        logger.info("poll of %s job %s: %s", tool.provider, job.job_id, _error_of(outcome))
+        job.polled_at = self._clock()
+        return job
+
+    async def _record(self, job: Job, state: Any, status: Any, reason: str | None) -> Job:
+        attempt = self._attempt
+        stored = await attempt.durably(
+            lambda: self._jobs.record_status(job.key, state=state, status=status, error=reason),
+            what=f"status of job {job.key}",
+        )
+        return stored
+
+    async def _wait_on(self, jobs: list[Job]) -> None:
+        """Remember that this dataset run waits on these jobs (a webhook wakes it)."""
+        fresh = [job.key for job in jobs if job.key not in self._waited]
+        if self._waiter is None or not fresh:
+            return
+        waiter = self._waiter
+        await self._attempt.best_effort(
+            lambda: self._jobs.add_waiter(fresh, waiter), what="job waiters"
+        )
+        self._waited.update(fresh)
+
+    # -- submitting -------------------------------------------------------------------
+
+    async def _enqueue(self, call: ClaimedCall) -> Job | None:
+        tool = call.tool
+        assert tool.job is not None
+        future: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
+        queue = self._queues.setdefault(tool.id, [])
+        self._tools[tool.id] = tool
+        queued = _Queued(call, future)
+        queue.append(queued)
+        if len(queue) >= tool.job.max_items:
+            self._flush(tool)
+        elif tool.id not in self._timers:
+            loop = asyncio.get_running_loop()
+            self._timers[tool.id] = loop.call_later(tool.job.linger_ms / 1000, self._flush, tool)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._withdraw(tool.id, queued)
+            raise
+
+    def _withdraw(self, tool_id: str, queued: _Queued) -> None:
+        queue = self._queues.get(tool_id, [])
+        if queued in queue:
+            queue.remove(queued)
+            if not queue:
+                del self._queues[tool_id]
+                timer = self._timers.pop(tool_id, None)
+                if timer is not None:
+                    timer.cancel()
+
+    def _flush(self, tool: ToolSpec) -> None:
+        timer = self._timers.pop(tool.id, None)
+        if timer is not None:
+            timer.cancel()
+        members = self._queues.pop(tool.id, [])
+        if members:
+            self._track(asyncio.ensure_future(self._submit(tool, members)))
+
+    def _track(self, task: asyncio.Future[Any]) -> None:
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def _submit(self, tool: ToolSpec, members: list[_Queued]) -> None:
+        spec = tool.job
+        assert spec is not None
+        members = [m for m in members if not m.future.done()]
+        if not members:
+            return
+        try:
+            job: Job | None = None
+            if spec.max_jobs_in_flight is None or (
+                await self._attempt.persist(self._jobs.live(tool.provider))
+                < spec.max_jobs_in_flight
+            ):
+                opened = await self._attempt.persist(self._jobs.open(self._new_job(tool, members)))
+                job = await self._send_submit(tool, opened, [m.call.key for m in members])
+        except BaseException as err:
+            for member in members:
+                if not member.future.done():
+                    member.future.set_exception(err)
+                    member.future.exception()
+            if isinstance(err, asyncio.CancelledError):
+                raise
+            return
+        for member in members:
+            if not member.future.done():
+                member.future.set_result(job)
+
+    def _new_job(self, tool: ToolSpec, members: list[_Queued]) -> Job:
+        spec = tool.job
+        assert spec is not None
+        token = secrets.token_urlsafe(24)
+        if spec.items_field is None:
+            body: dict[str, Any] = {**spec.body, **members[0].call.payload}
+        else:
+            items = [{**spec.item, **m.call.payload} for m in members]
+            if spec.id_field:
+                items = [put(item, spec.id_field, str(at)) for at, item in enumerate(items)]
+            body = put(dict(spec.body), spec.items_field, items)
+        if spec.webhook is not None and self._webhook_base:
+            body = put(
+                body, spec.webhook.url_field, hook_url(self._webhook_base, tool.provider, token)
+            )
+        return Job(
+            key=f"{tool.id}#job:{uuid.uuid4().hex}",
+            tool_id=tool.id,
+            provider=tool.provider,
+            # ``run``: the dataset run that opened it (never sent; see _submits_again)
+            request={
+                "method": tool.method,
+                "path": tool.path,
+                "body": body,
+                "run": self._attempt.force_token,
+            },
+            members=[member_ref(m.call.key, m.call.generation) for m in members],
+            token=token,
+        )
+
+    async def _send_submit(self, tool: ToolSpec, job: Job, lease_keys: list[str]) -> Job:
+        """Send the job's stored submit; record the job id (or what became of it)."""
+        attempt = self._attempt
+        spec = tool.job
+        assert spec is not None
+
+        async def mark() -> None:
+            await attempt.persist(self._jobs.mark_submitting(job.key))
+
+        submit_tool = tool.model_copy(update={"method": job.request.get("method", tool.method)})
+        outcome = await self._sender.send(
+            Request(
+                submit_tool,
+                job.request["body"],
+                idempotency_key=batch_idempotency_key(job.key),
+                lease_keys=tuple(lease_keys),
+                path=job.request.get("path"),
+                before_send=mark,
+            )
+        )
+        if isinstance(outcome, Answered):
+            job_id = job_id_of(spec, outcome.data)
+            if job_id is None:
+                state = "failed" if tool.resend_safe else "ambiguous"
+                reason = f"the submit's answer has no job id at {spec.job_id!r}"
+                return await self._record(job, state, outcome.data, reason)
+            submitted = await attempt.durably(
+                lambda: self._jobs.submitted(job.key, job_id), what=f"job id of {job.key}"
+            )
+            await self._wait_on([submitted])
+            return submitted
+        if isinstance(outcome, Parked):
+            return job  # nothing was sent: still ``opened``; the next look sends it
+        if isinstance(outcome, Ambiguous):
+            return await self._record(job, "ambiguous", None, str(outcome.error))
+        assert isinstance(outcome, Failed)
+        return await self._record(job, "failed", None, str(outcome.error))
+
+
+def _poll_due(spec: JobSpec, job: Job) -> float:
+    """When a running job's next poll is due: a poll interval after the last poll, or
+    ``first_poll`` after the submit."""
+    if job.polled_at is not None:
+        return job.polled_at + spec.poll_interval_s
+    return (job.submitted_at or job.opened_at) + spec.first_poll
+
+
+async def _nothing() -> None:
+    """A poll marks nothing before it is sent (it is free and safe to repeat)."""
+
+
+def _error_of(outcome: CallOutcome) -> str:
+    error = getattr(outcome, "error", None)
+    return str(error) if error is not None else type(outcome).__name__

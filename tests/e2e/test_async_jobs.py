@@ -1,0 +1,346 @@
+"""Asynchronous provider jobs end to end: real Temporal, the provider server's FullEnrich
+and Dropcontact shapes (submit, then poll or webhook), real SQLite stores.
+
+Each row's call is a member of a job: submitted once (the job id recorded before
+anything else), the row leaves its chunk while the job runs, the dataset run waits on
+a durable timer (or a webhook's ``jobs_ready`` signal) and re-runs only the rows whose
+jobs were pending. The provider's ledger is the judge: submits = distinct jobs, no
+contact submitted twice, credits = what playline says they cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from playline.calls.provenance import run_spend
+from playline.config import Settings
+from playline.contract import PlayRunResult, RunOptions
+from playline.services import Services
+from playline.stores.backends import open_stores
+from tests.conftest import start_worker_process
+from tests.e2e.test_crash_recovery import wait_for
+from tests.e2e.test_webhook_cli import receiver
+from tests.plays import lead, run, write_csv
+
+KEY = "test-fullenrich-key"
+ROWS = int(os.environ.get("ASYNC_ROWS", "500"))
+
+CATALOG = """
+[providers.fullenrich]
+base_url = "https://app.fullenrich.com"
+base_url_env = "FULLENRICH_BASE_URL"
+auth = {{ env = "FULLENRICH_API_KEY", header = "Authorization", scheme = "Bearer" }}
+pacing = {{ rps = 20, burst = 5, max_concurrency = 8 }}
+
+[providers.dropcontact]
+base_url = "https://api.dropcontact.io"
+base_url_env = "DROPCONTACT_BASE_URL"
+auth = {{ env = "DROPCONTACT_API_KEY", header = "X-Access-Token" }}
+pacing = {{ rps = 20, burst = 5, max_concurrency = 8 }}
+
+[tools.fullenrich_contact]
+provider = "fullenrich"
+path = "/api/v1/contact/enrich/bulk"
+input = {{ firstname = "str", lastname = "str", domain = "str?" }}
+getters = {{ email = "contact.most_probable_email" }}
+billing = {{ rule = "per_field", fields = {{ email = 1 }} }}
+
+[tools.fullenrich_contact.job]
+items_field = "datas"
+max_items = 100
+linger_ms = 200
+id_field = "custom.playline_id"
+body = {{ name = "playline-test" }}
+item = {{ enrich_fields = ["contact.emails"] }}
+job_id = "enrichment_id"
+status_path = "/api/v1/contact/enrich/bulk/{{job_id}}"
+state_field = "status"
+done = ["FINISHED"]
+running = ["CREATED", "IN_PROGRESS"]
+failed = ["CANCELED"]
+results_field = "datas"
+partial = {partial}
+poll_interval_s = {poll}
+first_poll_s = {first_poll}
+max_wait_s = {max_wait}
+max_jobs_in_flight = 50
+poll_pacing = {{ rps = 20, burst = 5 }}
+webhook = {{ url_field = "webhook_url", signature = "hmac-sha1", \
+signature_header = "X-Signature-SHA1", secret_env = "FULLENRICH_API_KEY" }}
+
+[tools.dropcontact_contact]
+provider = "dropcontact"
+path = "/batch"
+input = {{ first_name = "str", last_name = "str", website = "str?" }}
+getters = {{ email = "email.0.email" }}
+billing = {{ rule = "per_hit", hit = "email" }}
+
+[tools.dropcontact_contact.job]
+items_field = "data"
+max_items = 250
+linger_ms = 200
+job_id = "request_id"
+status_path = "/batch/{{job_id}}"
+state_field = "success"
+done = [true]
+running = [false]
+reason_field = "reason"
+results_field = "data"
+poll_interval_s = {poll}
+first_poll_s = {first_poll}
+max_wait_s = {max_wait}
+poll_pacing = {{ rps = 20, burst = 5 }}
+"""
+
+
+def catalog(
+    tmp_path: Path,
+    *,
+    poll: float = 1.0,
+    first_poll: float = 1.0,
+    max_wait: float = 300.0,
+    partial: bool = True,
+) -> Path:
+    path = tmp_path / f"async-{uuid.uuid4().hex[:6]}.toml"
+    text = CATALOG.format(
+        poll=poll, first_poll=first_poll, max_wait=max_wait, partial=str(partial).lower()
+    )
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def jobs_provider(provider, monkeypatch):  # type: ignore[no-untyped-def]
+    """The provider server's job providers, fast, pointed at by the environment."""
+    for vendor in ("fullenrich", "dropcontact"):
+        monkeypatch.setenv(f"{vendor.upper()}_BASE_URL", f"{provider.base_url}/{vendor}")
+    monkeypatch.setenv("FULLENRICH_API_KEY", KEY)
+    monkeypatch.setenv("DROPCONTACT_API_KEY", "test-dropcontact-key")
+    provider.configure(
+        job_latency_s={"fullenrich": [0.2, 1.5], "dropcontact": [0.2, 1.5]},
+        job_queue={},
+        job_stuck={},
+        job_stuck_last_names=[],
+        webhook_drop={},
+        webhook_duplicates={},
+        webhook_retry_s={"fullenrich": 0.5, "dropcontact": 0.5},
+    )
+    yield provider
+    provider.configure(job_stuck={}, webhook_drop={}, webhook_duplicates={})
+
+
+def leads(tmp_path: Path, rows: int) -> Path:
+    return write_csv(tmp_path / f"leads-{rows}.csv", [lead(n) for n in range(rows)])
+
+
+def of(ledger: dict[str, Any], name: str, vendor: str = "fullenrich") -> int:
+    """A per-provider figure of the ledger's job counters (``jobs_by_provider``)."""
+    return int(ledger.get("jobs_by_provider", {}).get(vendor, {}).get(name, 0))
+
+
+async def spend_of(home: Path, result: PlayRunResult) -> Any:
+    services = await Services.open(Settings.from_env(home=home))
+    try:
+        return await run_spend(services.sheet, result.datasets[0].run_ref)
+    finally:
+        await services.close()
+
+
+async def history_lengths(client: Client, task_queue: str) -> list[int]:
+    """The number of events of every workflow execution on the test's queue."""
+    lengths = []
+    async for execution in client.list_workflows(f"TaskQueue = '{task_queue}'"):
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        history = await handle.fetch_history()
+        lengths.append(len(history.events))
+    return lengths
+
+
+def assert_submitted_once(ledger: dict[str, Any], rows: int, vendor: str = "fullenrich") -> None:
+    assert of(ledger, "job_members", vendor) == rows, ledger
+    assert of(ledger, "job_submits", vendor) == of(ledger, "jobs", vendor), ledger
+    assert of(ledger, "duplicate_submits", vendor) == 0, ledger
+
+
+async def test_500_rows_through_async_jobs_each_submitted_once_and_billed_as_the_ledger_says(
+    client, jobs_provider, worker, task_queue, home, tmp_path
+) -> None:
+    csv_path = leads(tmp_path, ROWS)
+    async with worker(catalog_path=str(catalog(tmp_path))):
+        result = await run(
+            client, "t_async", {"csv_path": str(csv_path)}, task_queue=task_queue, timeout_s=240
+        )
+        ledger = jobs_provider.ledger()
+        again = await run(
+            client, "t_async", {"csv_path": str(csv_path)}, task_queue=task_queue, timeout_s=120
+        )
+    assert result.stats.rows_ok == 500 and result.stats.rows_failed == 0
+    assert_submitted_once(ledger, 500)
+    assert of(ledger, "jobs") < ROWS  # batched: rows in flight together share a submit
+    billed = ledger["credits_by_provider"]["fullenrich"]
+    assert billed > 0
+    spend = await spend_of(home, result)
+    assert spend.by_provider["fullenrich"] == pytest.approx(billed)
+    assert result.stats.credits == pytest.approx(billed)
+    # Rows never travel through history: every execution stays small whatever waited.
+    assert max(await history_lengths(client, task_queue)) < 5_000
+    # A rerun is answered from receipts: nothing submitted, nothing billed.
+    after = jobs_provider.ledger()
+    assert of(after, "job_submits") == of(ledger, "job_submits")
+    assert again.stats.rows_ok == 500 and again.stats.calls_made == 0
+
+
+async def test_a_batch_provider_answering_not_ready_with_a_200_is_polled_to_the_end(
+    client, jobs_provider, worker, task_queue, home, tmp_path
+) -> None:
+    csv_path = leads(tmp_path, 40)
+    async with worker(catalog_path=str(catalog(tmp_path))):
+        result = await run(
+            client,
+            "t_async",
+            {"csv_path": str(csv_path), "dropcontact": True},
+            task_queue=task_queue,
+            timeout_s=180,
+        )
+    ledger = jobs_provider.ledger()
+    assert result.stats.rows_ok == 40 and result.stats.rows_failed == 0
+    assert_submitted_once(ledger, 40, "dropcontact")
+    assert of(ledger, "polls", "dropcontact") >= 1
+    spend = await spend_of(home, result)
+    for vendor in ("fullenrich", "dropcontact"):
+        billed = ledger["credits_by_provider"].get(vendor, 0.0)
+        assert spend.by_provider.get(vendor, 0.0) == pytest.approx(billed), vendor
+
+
+async def test_a_job_that_never_finishes_fails_its_rows_with_the_reason_after_the_longest_wait(
+    client, jobs_provider, worker, task_queue, tmp_path
+) -> None:
+    jobs_provider.configure(job_stuck={"fullenrich": True})
+    csv_path = leads(tmp_path, 12)
+    async with worker(catalog_path=str(catalog(tmp_path, max_wait=4.0))):
+        result = await run(
+            client, "t_async", {"csv_path": str(csv_path)}, task_queue=task_queue, timeout_s=120
+        )
+    ledger = jobs_provider.ledger()
+    assert result.stats.rows_ok == 0 and result.stats.rows_failed == 12
+    assert result.stats.first_error is not None
+    assert "did not finish within max_wait_s = 4 s" in result.stats.first_error
+    assert_submitted_once(ledger, 12)
+    assert ledger["credits_by_provider"].get("fullenrich", 0.0) == 0
+
+
+async def create_stores(home: Path) -> None:
+    """The stores a worker would create (the receiver opens them, never creates them)."""
+    stores = await open_stores(Settings.from_env(home=home), create=True)
+    await stores.close()
+
+
+@asynccontextmanager
+async def webhook_receiver(home: Path, catalog_path: Path, address: str) -> AsyncIterator[str]:
+    """``playline webhook`` on the test's Temporal, store and catalog; its base URL."""
+    args = ("--catalog", str(catalog_path), "--address", address)
+    async with receiver(*args, home=home, FULLENRICH_API_KEY=KEY) as (base, _):
+        yield base
+
+
+async def test_webhooks_complete_jobs_and_a_duplicated_delivery_changes_nothing(
+    client, jobs_provider, worker, task_queue, home, tmp_path, temporal_address
+) -> None:
+    # Polls are a minute apart: a run that ends sooner was completed by the webhooks.
+    path = catalog(tmp_path, poll=60.0, first_poll=60.0)
+    jobs_provider.configure(webhook_duplicates={"fullenrich": 2})
+    csv_path = leads(tmp_path, 30)
+    await create_stores(home)
+    async with (
+        webhook_receiver(home, path, temporal_address) as base,
+        worker(catalog_path=str(path), webhook_url=base),
+    ):
+        result = await run(
+            client, "t_async", {"csv_path": str(csv_path)}, task_queue=task_queue, timeout_s=50
+        )
+    ledger = jobs_provider.ledger()
+    assert result.stats.rows_ok == 30 and result.stats.rows_failed == 0
+    assert_submitted_once(ledger, 30)
+    assert of(ledger, "polls") == 0
+    assert of(ledger, "webhooks_delivered") >= 2 * of(ledger, "jobs")
+    spend = await spend_of(home, result)
+    assert spend.by_provider["fullenrich"] == pytest.approx(
+        ledger["credits_by_provider"]["fullenrich"]
+    )
+
+
+async def test_a_lost_webhook_is_recovered_by_polling(
+    client, jobs_provider, worker, task_queue, home, tmp_path, temporal_address
+) -> None:
+    path = catalog(tmp_path, poll=2.0, first_poll=3.0)
+    jobs_provider.configure(webhook_drop={"fullenrich": 1000})
+    csv_path = leads(tmp_path, 20)
+    await create_stores(home)
+    async with (
+        webhook_receiver(home, path, temporal_address) as base,
+        worker(catalog_path=str(path), webhook_url=base),
+    ):
+        result = await run(
+            client, "t_async", {"csv_path": str(csv_path)}, task_queue=task_queue, timeout_s=120
+        )
+    ledger = jobs_provider.ledger()
+    assert result.stats.rows_ok == 20
+    assert of(ledger, "webhooks_delivered") == 0 and of(ledger, "polls") >= 1
+    assert_submitted_once(ledger, 20)
+
+
+async def test_a_worker_sigkilled_while_jobs_are_pending_resumes_them_without_a_second_submit(
+    client, jobs_provider, task_queue, home, tmp_path, temporal_address
+) -> None:
+    jobs_provider.configure(job_latency_s={"fullenrich": [4.0, 8.0]})
+    path = catalog(tmp_path, poll=1.0, first_poll=2.0)
+    rows = 200
+    csv_path = leads(tmp_path, rows)
+    env = {
+        "PLAYLINE_CATALOG": str(path),
+        "FULLENRICH_BASE_URL": os.environ["FULLENRICH_BASE_URL"],
+        "FULLENRICH_API_KEY": KEY,
+    }
+    log = tmp_path / "worker.log"
+    first = start_worker_process(temporal_address, task_queue, home, log, env)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        handle = await client.start_workflow(
+            "t_async",
+            args=[{"csv_path": str(csv_path)}, RunOptions()],
+            id=f"t_async-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+            result_type=PlayRunResult,
+        )
+        await wait_for(
+            lambda: of(jobs_provider.ledger(), "job_members") >= rows, 90, "every row submitted"
+        )
+        await asyncio.sleep(0.5)  # the last job ids recorded
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        assert of(jobs_provider.ledger(), "jobs_finished") < of(jobs_provider.ledger(), "jobs")
+        second = start_worker_process(temporal_address, task_queue, home, log, env)
+        result = await asyncio.wait_for(handle.result(), 180)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    ledger = jobs_provider.ledger()
+    assert result.stats.rows_ok == rows and result.stats.rows_failed == 0, log.read_text()[-3000:]
+    assert_submitted_once(ledger, rows)
+    spend = await spend_of(home, result)
+    assert spend.by_provider["fullenrich"] == pytest.approx(
+        ledger["credits_by_provider"]["fullenrich"]
+    )
