@@ -13,6 +13,7 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.budgets` - ``budgets set|list|get`` (named budgets shared by runs);
 * :mod:`~playline.cli.replay` - ``replay`` (recorded histories against the current code);
 * :mod:`~playline.cli.codec_server` - ``codec-server`` (the Temporal UI's payload decoder);
+* :mod:`~playline.cli.webhook` - ``webhook`` (asynchronous providers' job callbacks);
 * :mod:`~playline.cli.render` - what gets printed;
 * :mod:`~playline.cli.devserver` - the embedded Temporal dev server.
 """
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.run import PROVENANCE_HELP, RAW_HELP
     from playline.cli.runs import add_runs_parser
     from playline.cli.setup import add_setup_parser
+    from playline.cli.webhook import add_webhook_parser
 
     parser = argparse.ArgumentParser(
         prog="playline", description="Durable data-enrichment plays on Temporal."
@@ -188,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_budgets_parser(sub)
     add_replay_parser(sub)
     add_codec_server_parser(sub)
+    add_webhook_parser(sub)
     return parser
 
 
@@ -201,6 +204,7 @@ def _commands() -> dict[str, Command]:
     from playline.cli.runs import cmd_runs
     from playline.cli.setup import cmd_setup
     from playline.cli.stack import cmd_demo, cmd_dev, cmd_worker
+    from playline.cli.webhook import cmd_webhook
 
     return {
         "demo": cmd_demo,
@@ -214,6 +218,7 @@ def _commands() -> dict[str, Command]:
         "codec-server": cmd_codec_server,
         "estimate": cmd_estimate,
         "budgets": cmd_budgets,
+        "webhook": cmd_webhook,
     }
 
 
