@@ -105,6 +105,7 @@ def provider(provider_server: ProviderServerProcess) -> ProviderServerProcess:
         limiters={},
         rate_limit_headers="none",
         retry_after="ceil",
+        retry_after_header=True,
         api_keys={},
         echo_key_in_errors=False,
         fault_rate_5xx=0.0,
@@ -116,6 +117,13 @@ def provider(provider_server: ProviderServerProcess) -> ProviderServerProcess:
         timeout_sleep_s=30.0,
         idempotency="key",
         fail_next={},
+        job_latency_s={},
+        job_queue={},
+        job_stuck={},
+        job_stuck_last_names=[],
+        webhook_drop={},
+        webhook_duplicates={},
+        webhook_retry_s={},
     )
     return provider_server
 
