@@ -231,6 +231,9 @@ class JobSpec(BaseModel):
     done: tuple[Any, ...]
     running: tuple[Any, ...]
     failed: tuple[Any, ...] = ()
+    #: a value that, when truthy in a status answer, fails the job whatever its state
+    #: says (Dropcontact's ``error``: its failures also answer ``success: false``)
+    error_field: str | None = None
     reason_field: str | None = None
     results_field: str
     partial: bool = False

@@ -55,6 +55,10 @@ def job_id_of(spec: JobSpec, answer: Any) -> str | None:
 def read_state(spec: JobSpec, answer: Any) -> tuple[Reading, str | None]:
     """What a status answer says of the job, and why it failed when it did."""
     value = dig(answer, spec.state_field)
+    if spec.error_field is not None and dig(answer, spec.error_field):
+        reason = dig(answer, spec.reason_field) if spec.reason_field else None
+        told = f": {reason}" if isinstance(reason, str) and reason else ""
+        return "failed", f"the provider reports an error{told}"[:300]
     if _member(value, spec.done):
         return "done", None
     if _member(value, spec.running):

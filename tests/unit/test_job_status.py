@@ -29,6 +29,7 @@ DROPCONTACT = JobSpec(
     state_field="success",
     done=(True,),
     running=(False,),
+    error_field="error",
     reason_field="reason",
     results_field="data",
 )
@@ -51,7 +52,9 @@ def test_states_by_value_and_type_a_json_true_is_not_a_1() -> None:
     assert read_state(DROPCONTACT, {"success": True, "data": []}) == ("done", None)
     state, reason = read_state(DROPCONTACT, {"success": 1, "reason": "odd"})
     assert state == "failed" and reason is not None and "odd" in reason
-    assert read_state(DROPCONTACT, {"error": True})[0] == "failed"
+    # an error fails the job although its state alone would read "running"
+    state, reason = read_state(DROPCONTACT, {"success": False, "error": True, "reason": "bad"})
+    assert state == "failed" and reason is not None and "bad" in reason
 
 
 def test_members_match_by_id_as_they_land_and_a_finished_job_without_one_is_a_miss() -> None:
