@@ -90,6 +90,8 @@ class Request:
     path: str | None = None
     pacing_key: str | None = None
     before_send: Callable[[], Awaitable[None]] | None = None
+    #: a job's status poll: a request to the provider, not a call of the tool's
+    poll: bool = False
 
 
 class Dispatcher(Protocol):

@@ -5,20 +5,23 @@ does not answer its calls: its provider takes them as a job, returns the job's i
 and finishes seconds to minutes later. :class:`JobDispatcher` settles such calls
 without holding a chunk's slot while the job runs:
 
-1. A claimed call whose receipt is in no live job joins a submit (up to
-   ``max_items`` members, ``linger_ms`` to fill one). Before the submit is sent the
-   job is recorded in the job ledger (:mod:`playline.stores.jobs`) with its exact
-   request and its members, and marked ``sending`` right before it goes out; the
-   provider's job id is recorded as soon as the answer arrives, before anything
-   else. A crash after that never submits again: every later attempt finds the job
-   by its member and looks at *that* job. A crash between sending and recording the
-   id re-sends the same request under the same ``Idempotency-Key`` to a provider
-   that de-duplicates; for any other the job (and its calls) become *ambiguous*
-   (never re-sent without ``retry_ambiguous``), exactly like a bulk request.
-2. The call's receipt is then released and :class:`~playline.errors.JobPending` is
-   raised: the row leaves the chunk like a parked row, and the dataset run re-runs
-   it on a durable timer (or when a webhook delivery wakes it). No slot, lease or
-   heartbeat is held while the job runs.
+1. A claimed call whose receipt is in no live job joins its tool's next submit (up
+   to ``max_items`` members, ``linger_ms`` to fill one) and its row leaves the chunk
+   at once (:class:`~playline.errors.JobPending`, parked like a row waiting for a
+   quota), so a submit fills from every row of the chunk, not only from the rows at
+   once. The call's receipt stays leased (renewed) until the submit's outcome is
+   recorded; the chunk attempt waits for its submits before it reports.
+2. Before the submit is sent the job is recorded in the job ledger
+   (:mod:`playline.stores.jobs`) with its exact request and its members, and marked
+   ``sending`` right before it goes out; the provider's job id is recorded as soon as
+   the answer arrives, before anything else. Then the members' receipts are
+   released. A crash after that never submits again: every later attempt finds the
+   job by its member and looks at *that* job. A crash between sending and recording
+   the id re-sends the same request under the same ``Idempotency-Key`` to a
+   provider that de-duplicates; for any other the job (and its calls) become
+   *ambiguous* (never re-sent without ``retry_ambiguous``), exactly like a bulk
+   request. No slot, lease or heartbeat is held while the job runs: the dataset run
+   re-runs the rows on a durable timer (or when a webhook delivery wakes it).
 3. Re-run, the call finds its job: ``done`` (polled or delivered by webhook, by
    any worker) gives the member's result, which completes its receipt with what the
    tool's billing rule says it cost; ``running`` is polled when a poll is due (one
@@ -27,7 +30,8 @@ without holding a chunk's slot while the job runs:
    Members a provider reports while the job runs (``partial``) land at once.
 
 A provider's cap on jobs in flight (``max_jobs_in_flight``) is counted in the
-ledger: a call that would exceed it is not submitted and waits like a pending one.
+ledger: a submit that would exceed it is not sent, and its rows submit again when
+they are re-run.
 """
 
 from __future__ import annotations
@@ -82,7 +86,8 @@ def hook_url(base: str, provider: str, token: str) -> str:
 @dataclass
 class _Queued:
     call: ClaimedCall
-    future: asyncio.Future[Job | None] = field(repr=False)
+    #: the lease kept renewed until the submit's outcome is recorded
+    hold: Any = field(repr=False)
 
 
 class JobDispatcher:
@@ -134,14 +139,13 @@ class JobDispatcher:
         found = await attempt.persist(self._jobs.jobs_of([ref]))
         job = found.get(ref)
         if job is None or self._submits_again(job):
-            # In no job, or its last one (of an earlier run) ended without an answer.
-            job = await self._enqueue(call)
-            if job is None:  # the provider's queue is full: nothing was sent
-                resume = self._clock() + tool.job.poll_interval_s
-                pending = JobPending(tool.provider, resume, tool_id=tool.id, submitted=False)
-                return await self._settle(call, Parked(pending))
-        else:
-            job = await self._look(tool, job)
+            # In no job, or its last one (of an earlier run) ended without an answer:
+            # it joins a submit, and its row leaves the chunk at once, so the submit
+            # fills from every row of the chunk, not only the rows at once.
+            self._enqueue(call)
+            resume = self._clock() + tool.job.first_poll
+            raise JobPending(tool.provider, resume, tool_id=tool.id)
+        job = await self._look(tool, job)
         return await self._settle(call, self._verdict(tool, job, ref))
 
     async def aclose(self) -> None:
@@ -164,7 +168,7 @@ class JobDispatcher:
         self._timers.clear()
         for queue in self._queues.values():
             for queued in queue:
-                queued.future.cancel()
+                queued.hold.__exit__(None, None, None)
         self._queues.clear()
         for task in list(self.tasks):
             task.cancel()
@@ -299,6 +303,7 @@ class JobDispatcher:
                 lease_keys=(),
                 pacing_key=poll_pacing_key(tool.provider),
                 before_send=_nothing,
+                poll=True,
             )
         )
         if isinstance(outcome, Answered):
@@ -338,34 +343,22 @@ class JobDispatcher:
 
     # -- submitting -------------------------------------------------------------------
 
-    async def _enqueue(self, call: ClaimedCall) -> Job | None:
+    def _enqueue(self, call: ClaimedCall) -> None:
+        """Queue a claimed call for the next submit of its tool. Its receipt's lease is
+        kept renewed until the submit's outcome is recorded, then released: the row,
+        re-run, finds the call in its job (or, nothing sent, submits it again)."""
         tool = call.tool
         assert tool.job is not None
-        future: asyncio.Future[Job | None] = asyncio.get_running_loop().create_future()
         queue = self._queues.setdefault(tool.id, [])
         self._tools[tool.id] = tool
-        queued = _Queued(call, future)
-        queue.append(queued)
+        hold = self._attempt.leases.holding([call.key])
+        hold.__enter__()
+        queue.append(_Queued(call, hold))
         if len(queue) >= tool.job.max_items:
             self._flush(tool)
         elif tool.id not in self._timers:
             loop = asyncio.get_running_loop()
             self._timers[tool.id] = loop.call_later(tool.job.linger_ms / 1000, self._flush, tool)
-        try:
-            return await future
-        except asyncio.CancelledError:
-            self._withdraw(tool.id, queued)
-            raise
-
-    def _withdraw(self, tool_id: str, queued: _Queued) -> None:
-        queue = self._queues.get(tool_id, [])
-        if queued in queue:
-            queue.remove(queued)
-            if not queue:
-                del self._queues[tool_id]
-                timer = self._timers.pop(tool_id, None)
-                if timer is not None:
-                    timer.cancel()
 
     def _flush(self, tool: ToolSpec) -> None:
         timer = self._timers.pop(tool.id, None)
@@ -381,30 +374,31 @@ class JobDispatcher:
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     async def _submit(self, tool: ToolSpec, members: list[_Queued]) -> None:
+        """Open the job, send its submit, record the job id; then release the members'
+        receipts whatever became of it (their rows read the job's state when re-run)."""
         spec = tool.job
         assert spec is not None
-        members = [m for m in members if not m.future.done()]
-        if not members:
-            return
+        attempt = self._attempt
         try:
-            job: Job | None = None
-            if spec.max_jobs_in_flight is None or (
-                await self._attempt.persist(self._jobs.live(tool.provider))
-                < spec.max_jobs_in_flight
-            ):
-                opened = await self._attempt.persist(self._jobs.open(self._new_job(tool, members)))
-                job = await self._send_submit(tool, opened, [m.call.key for m in members])
-        except BaseException as err:
+            if spec.max_jobs_in_flight is not None:
+                live = await attempt.persist(self._jobs.live(tool.provider))
+                if live >= spec.max_jobs_in_flight:
+                    logger.info("%s: %d jobs in flight, the queue's cap", tool.provider, live)
+                    return  # nothing sent: the rows submit again when re-run
+            opened = await attempt.persist(self._jobs.open(self._new_job(tool, members)))
+            await self._send_submit(tool, opened, [m.call.key for m in members])
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the rows re-run: the ledger says what was sent
+            logger.warning("submit of %d %s call(s): %s", len(members), tool.id, err)
+        finally:
+            keys = [m.call.key for m in members]
             for member in members:
-                if not member.future.done():
-                    member.future.set_exception(err)
-                    member.future.exception()
-            if isinstance(err, asyncio.CancelledError):
-                raise
-            return
-        for member in members:
-            if not member.future.done():
-                member.future.set_result(job)
+                member.hold.__exit__(None, None, None)
+            await attempt.best_effort(
+                lambda: attempt.receipts.release(keys, lease_id=attempt.lease_id),
+                what=f"release of {len(keys)} {tool.id} call(s)",
+            )
 
     def _new_job(self, tool: ToolSpec, members: list[_Queued]) -> Job:
         spec = tool.job

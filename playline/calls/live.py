@@ -157,7 +157,8 @@ class PacedSender:
                     else:
                         permit.record_success(time.monotonic() - started)
                         self._observe(tool, "ok", started)
-                        stats.made += 1
+                        if not request.poll:
+                            stats.made += 1
                         # Priced by the dispatcher, which knows the answer's shape.
                         return Answered(data, reported=exchange.charged)
             except KeyBlocked as blocked:
