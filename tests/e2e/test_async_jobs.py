@@ -366,3 +366,30 @@ async def test_a_worker_sigkilled_while_jobs_are_pending_resumes_them_without_a_
     assert spend.by_provider["fullenrich"] == pytest.approx(
         ledger["credits_by_provider"]["fullenrich"]
     )
+
+
+async def test_a_budget_caps_async_jobs_and_the_spend_is_the_providers_bill(
+    client, jobs_provider, worker, task_queue, home, tmp_path
+) -> None:
+    # A submitted call keeps its reservation while its job runs (its charge comes when
+    # the job finishes), so rows past the cap are never submitted.
+    csv_path = leads(tmp_path, 60)
+    options = RunOptions(max_credits=20, on_budget="stop")
+    async with worker(catalog_path=str(catalog(tmp_path))):
+        result = await run(
+            client,
+            "t_async",
+            {"csv_path": str(csv_path)},
+            task_queue=task_queue,
+            options=options,
+            timeout_s=180,
+        )
+    ledger = jobs_provider.ledger()
+    billed = ledger["credits_by_provider"].get("fullenrich", 0.0)
+    assert 0 < billed <= 20
+    assert result.stats.rows_skipped_budget > 0
+    assert result.stats.rows_ok + result.stats.rows_skipped_budget == 60
+    assert of(ledger, "job_members") <= 20  # never more submitted than the cap covers
+    assert of(ledger, "duplicate_submits") == 0
+    spend = await spend_of(home, result)
+    assert spend.by_provider["fullenrich"] == pytest.approx(billed)

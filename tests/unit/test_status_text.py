@@ -180,3 +180,23 @@ def test_search_attribute_keys_and_their_dev_server_flags() -> None:
         "--search-attribute",
         "PlaylineStatus=Keyword",
     ]
+
+
+def test_jobs_a_run_waits_on_are_shown_per_provider_with_the_oldest_age() -> None:
+    jobs = {
+        "fullenrich": {
+            "pending": 3,
+            "finished": 10,
+            "failed": 1,
+            "oldest_pending_at": (NOW - timedelta(seconds=42)).timestamp(),
+        },
+        "dropcontact": {"pending": 0, "finished": 2, "failed": 0, "oldest_pending_at": None},
+    }
+    stats = run_state().stats.model_copy(update={"jobs": jobs})
+    text = dataset_current_details(run_state(stats=stats), NOW)
+    assert "- fullenrich jobs: 3 pending (oldest 42 s), 10 finished, 1 failed" in text
+    assert "- dropcontact jobs: 0 pending, 2 finished, 0 failed" in text
+    # A later chunk's count replaces the earlier one (a snapshot, not a sum).
+    total = ChunkStats(jobs=jobs)
+    total.add(ChunkStats(jobs={"fullenrich": {**jobs["fullenrich"], "pending": 1}}))
+    assert total.jobs["fullenrich"]["pending"] == 1 and "dropcontact" in total.jobs
