@@ -2,8 +2,10 @@
 
 Run from the repository root::
 
-    python bench/governor.py            # the full matrix, about 8 minutes here
-    python bench/governor.py --quick    # a smoke run: fewer rows per cell
+    python bench/governor.py                 # every cell (issue 8's and issue 17's)
+    python bench/governor.py --cells matrix  # issue 8's matrix, about 8 minutes here
+    python bench/governor.py --cells slow --repeats 3   # issue 17's cells only
+    python bench/governor.py --quick         # a smoke run: fewer rows per cell
 
 It starts its own Temporal dev server (the ``temporal`` binary beside this
 Python), the local provider server in a subprocess and, per cell, fresh
@@ -42,6 +44,30 @@ converge (first trailing 5 s window at >= 0.85 x the true rate) and the
 utilization after it, and the ledger's ``double_charged`` (calls charged twice).
 The table goes to stdout and, with ``--write``, into ``bench/RESULTS.md``; the
 JSON to ``bench/out/governor-<timestamp>.json``.
+
+Issue 17's cells (``--cells slow``, or a name prefix such as ``'slow-4s*'``) judge the
+governor against limits enforced by
+:class:`~playline.provider_server.strict.StrictLimits`, a layer in front of the provider
+server written apart from its limiters and from playline's pacing (a strict GCRA and a
+strict concurrency cap; no rate-limiting library is installed here beside aiolimiter,
+which the governor itself uses). The server behind it only answers, with the cell's
+latency:
+
+* ``slow-<latency>-cap<N>-{known,unknown}``: at most N calls in flight (429 past it, no
+  ``Retry-After``, no rate-limit headers), latency uniform in [0.5, 1.5] x the mean
+  (0.3 s with a cap of 4, 1.5 s with 8, 4 s with 16), 5 % of the calls answered 503
+  within half the mean latency; the catalog says the cap (known) or 3x it (unknown),
+  and 50 rps. Judged by calls in flight over time / the cap, from the layer's per-call
+  records (arrival to answer), between the first and the last arrival (the drain after
+  the last call is the run's end, not the governor's): >= 0.85, 429s <= 3 %.
+* ``strict-gcra-b{1,3}-{known,unknown}``: a GCRA of 20/s with a burst of 1 or 3, latency
+  20-80 ms, ``Retry-After`` in whole seconds, no headers; the catalog says 20/s (known)
+  or 3x (burst 1) / 2x (burst 3) that. ``strict-gcra-slow-b2-unknown``: 8/s, burst 2,
+  latency 0.75-2.25 s, catalog 2.5x. Judged by calls admitted per second / the rate,
+  first to last arrival: >= 0.95 known, >= 0.85 unknown.
+
+Rows per cell are about ``--seconds`` (default 60) of the provider's full throughput;
+``--repeats`` runs each cell again (interleaved), and the table shows medians [min-max].
 """
 
 from __future__ import annotations
@@ -77,7 +103,7 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from playline.contract import PlayRunResult, RunOptions  # noqa: E402
-from playline.provider_server.process import ProviderServerProcess  # noqa: E402
+from playline.provider_server.strict import StrictProviderServerProcess  # noqa: E402
 
 OUT = REPO / "bench" / "out"
 RESULTS = REPO / "bench" / "RESULTS.md"
@@ -214,6 +240,214 @@ def cells(rows: int) -> list[Cell]:
     out.append(Cell("faults-10%", SHAPES["gcra"], True, faults=True))
     out.append(Cell("fleet-2-workers", SHAPES["gcra"], True, workers=2, fleet=True))
     return out
+
+
+@dataclass(frozen=True)
+class StrictCell:
+    """A cell of issue 17: a provider whose limit is enforced by the strict layer.
+
+    ``rule`` is the :class:`~playline.provider_server.strict.StrictRule` in front of
+    acme; ``latency_ms`` acme's latency; ``pacing`` what the catalog says. A
+    ``concurrency`` cell is judged by calls in flight over time against ``cap``, a
+    ``gcra`` cell by calls admitted per second against ``rate``.
+    """
+
+    name: str
+    kind: str  # "concurrency" or "gcra"
+    rule: dict[str, Any]
+    latency_ms: tuple[float, float]
+    pacing: dict[str, Any]
+    known: bool
+    describe: str
+    workers: int = 1
+
+    @property
+    def cap(self) -> int:
+        return int(self.rule.get("concurrency") or 0)
+
+    @property
+    def rate(self) -> float:
+        """The most calls per second the provider admits, in the long run."""
+        if self.kind == "gcra":
+            return float(self.rule["gcra"]["rate"])
+        return self.cap / (sum(self.latency_ms) / 2000)
+
+    @property
+    def ratio(self) -> float:
+        if self.kind == "gcra":
+            return float(self.pacing["rps"]) / self.rate
+        return float(self.pacing["max_concurrency"]) / self.cap
+
+    def rows(self, seconds: float) -> int:
+        """Rows for about ``seconds`` of the provider's full throughput."""
+        return max(40, round(self.rate * seconds))
+
+
+#: Faults of the slow concurrency cells: 5 % 503s, answered within half the mean latency.
+SLOW_503 = 0.05
+
+
+def slow_cell(latency_s: float, cap: int, known: bool) -> StrictCell:
+    low, high = 500 * latency_s, 1500 * latency_s  # uniform, mean ``latency_s``
+    label = f"{latency_s:g}s-cap{cap}"
+    return StrictCell(
+        f"slow-{label}-{'known' if known else 'unknown'}",
+        "concurrency",
+        {
+            "concurrency": cap,
+            "retry_after": "none",
+            "fault_503": SLOW_503,
+            "fault_503_delay_s": (0.0, latency_s / 2),
+        },
+        (low, high),
+        {"rps": 50, "burst": 5, "max_concurrency": cap if known else 3 * cap},
+        known,
+        f"at most {cap} in flight, latency {low / 1000:g}-{high / 1000:g} s, "
+        f"{100 * SLOW_503:g} % 503s, no Retry-After, no headers",
+    )
+
+
+def strict_gcra_cell(
+    rate: float, burst: int, known: bool, ratio: float, latency_ms: tuple[float, float] = LATENCY_MS
+) -> StrictCell:
+    slow = latency_ms[0] >= 500
+    return StrictCell(
+        f"strict-gcra{'-slow' if slow else ''}-b{burst}-{'known' if known else 'unknown'}",
+        "gcra",
+        {"gcra": {"rate": rate, "burst": burst}, "retry_after": "ceil"},
+        latency_ms,
+        {"rps": rate if known else round(rate * ratio, 1), "burst": burst, "max_concurrency": 64},
+        known,
+        f"strict GCRA {rate:g}/s, burst {burst}, latency {latency_ms[0]:g}-{latency_ms[1]:g} ms, "
+        "Retry-After whole seconds, no headers",
+    )
+
+
+def strict_cells() -> list[StrictCell]:
+    """Issue 17's cells (``--cells slow``)."""
+    out = []
+    for latency_s, cap in ((0.3, 4), (1.5, 8), (4.0, 16)):
+        for known in (False, True):
+            out.append(slow_cell(latency_s, cap, known))
+    for burst, ratio in ((1, 3.0), (3, 2.0)):
+        for known in (True, False):
+            out.append(strict_gcra_cell(20.0, burst, known, ratio))
+    out.append(strict_gcra_cell(8.0, 2, False, 2.5, latency_ms=(750.0, 2250.0)))
+    return out
+
+
+@dataclass
+class StrictResult:
+    cell: str
+    kind: str
+    known: bool
+    ratio: float
+    describe: str
+    rows: int
+    rows_ok: int
+    rows_failed: int
+    wall_s: float
+    requests: int
+    admitted: int
+    rate_limited: int
+    unavailable: int
+    share_429: float
+    #: calls in flight over time / cap, between the first and the last arrival
+    in_flight_util: float | None = None
+    #: the same over the whole run (to the last answer: the drain included)
+    in_flight_util_whole: float | None = None
+    mean_in_flight: float | None = None
+    max_in_flight: int | None = None
+    mean_latency_s: float | None = None
+    #: admitted calls per second / the provider's rate (gcra), first to last arrival
+    rate_util: float | None = None
+    time_to_converge_s: float | None = None
+    util_after_convergence: float | None = None
+    charged_twice: int = 0
+    per_5s_in_flight: list[float] = field(default_factory=list)
+    per_5s_429: list[int] = field(default_factory=list)
+
+
+def in_flight_integral(calls: list[dict[str, Any]], start: float, end: float) -> float:
+    """Call-seconds in flight within ``[start, end]`` (each call from arrival to answer)."""
+    total = 0.0
+    for call in calls:
+        total += max(0.0, min(call["end"], end) - max(call["start"], start))
+    return total
+
+
+def measure_strict(
+    cell: StrictCell,
+    calls: list[dict[str, Any]],
+    ledger: dict[str, Any],
+    *,
+    rows: int,
+    rows_ok: int,
+    rows_failed: int,
+    wall_s: float,
+) -> StrictResult:
+    acme = sorted((c for c in calls if c["provider"] == "acme"), key=lambda c: c["start"])
+    admitted = [c for c in acme if c["status"] != 429]
+    limited = [c for c in acme if c["status"] == 429]
+    out = StrictResult(
+        cell=cell.name,
+        kind=cell.kind,
+        known=cell.known,
+        ratio=round(cell.ratio, 2),
+        describe=cell.describe,
+        rows=rows,
+        rows_ok=rows_ok,
+        rows_failed=rows_failed,
+        wall_s=round(wall_s, 2),
+        requests=len(acme),
+        admitted=len(admitted),
+        rate_limited=len(limited),
+        unavailable=sum(1 for c in acme if c["status"] == 503),
+        share_429=len(limited) / len(acme) if acme else 0.0,
+        charged_twice=int(ledger.get("double_charged", 0)),
+    )
+    if len(admitted) < 2:
+        return out
+    t0, t1 = admitted[0]["start"], admitted[-1]["start"]
+    last = max(c["end"] for c in admitted)
+    ok = [c for c in admitted if c["status"] == 200]
+    if ok:
+        out.mean_latency_s = round(sum(c["end"] - c["start"] for c in ok) / len(ok), 3)
+    out.max_in_flight = _max_in_flight(admitted)
+    steps = int((last - t0) // 5) + 1
+    out.per_5s_in_flight = [
+        round(in_flight_integral(admitted, t0 + 5 * i, t0 + 5 * i + 5) / 5, 2) for i in range(steps)
+    ]
+    out.per_5s_429 = [
+        sum(1 for c in limited if t0 + 5 * i <= c["start"] < t0 + 5 * i + 5) for i in range(steps)
+    ]
+    if cell.kind == "concurrency":
+        mean = in_flight_integral(admitted, t0, t1) / max(t1 - t0, 1e-9)
+        out.mean_in_flight = round(mean, 2)
+        out.in_flight_util = round(mean / cell.cap, 3)
+        whole = in_flight_integral(admitted, t0, last) / max(last - t0, 1e-9)
+        out.in_flight_util_whole = round(whole / cell.cap, 3)
+    else:
+        span = max(t1 - t0, 1e-9)
+        out.rate_util = round((len(admitted) - 1) / span / cell.rate, 3)
+        if not cell.known:
+            starts = [c["start"] for c in admitted]
+            conv = convergence(starts, t0, cell.rate)
+            out.time_to_converge_s = None if conv is None else round(conv, 2)
+            if conv is not None and t1 > t0 + conv:
+                since = t0 + conv
+                after = sum(1 for t in starts if t >= since)
+                out.util_after_convergence = round(after / (t1 - since) / cell.rate, 3)
+    return out
+
+
+def _max_in_flight(calls: list[dict[str, Any]]) -> int:
+    events = sorted([(c["start"], 1) for c in calls] + [(c["end"], -1) for c in calls])
+    best = now = 0
+    for _, step in events:
+        now += step
+        best = max(best, now)
+    return best
 
 
 @dataclass
@@ -415,10 +649,25 @@ async def drop_fleet_tables(dsn: str, prefix: str) -> None:
             )
 
 
-def configure_provider(provider: ProviderServerProcess, cell: Cell) -> None:
+def configure_provider(provider: StrictProviderServerProcess, cell: Cell | StrictCell) -> None:
+    if isinstance(cell, StrictCell):
+        # The strict layer enforces the limit; the server behind it only answers.
+        provider.configure(
+            limiters={},
+            provider_latency_ms={"acme": list(cell.latency_ms)},
+            retry_after="ceil",
+            rate_limit_headers="none",
+            **dict.fromkeys(FAULTS, 0.0),
+        )
+        provider.strict_configure({"acme": cell.rule})
+        provider.strict_reset()
+        provider.reset()
+        return
     shape = cell.shape
+    provider.strict_configure({})
     provider.configure(
         limiters={"acme": shape.limiters},
+        provider_latency_ms={},
         retry_after=shape.retry_after,
         rate_limit_headers=shape.headers,
         **(FAULTS if cell.faults else dict.fromkeys(FAULTS, 0.0)),
@@ -427,23 +676,26 @@ def configure_provider(provider: ProviderServerProcess, cell: Cell) -> None:
 
 
 async def run_play_cell(
-    cell: Cell,
+    cell: Cell | StrictCell,
     *,
     client: Client,
     address: str,
-    provider: ProviderServerProcess,
+    provider: StrictProviderServerProcess,
     rows: int,
     work: Path,
     dsn: str,
     timeout_s: float,
-) -> Result:
+) -> Result | StrictResult:
     tag = f"{cell.name[:3]}{uuid.uuid4().hex[:6]}"
     cell_dir = work / cell.name
     cell_dir.mkdir(parents=True)
     csv_path = write_leads(cell_dir / "leads.csv", rows, tag)
-    catalog = write_catalog(
-        cell_dir / "catalog.toml", cell.pacing, timeout_s=1.0 if cell.faults else None
-    )
+    strict = isinstance(cell, StrictCell)
+    faults = isinstance(cell, Cell) and cell.faults
+    tool_timeout: float | None = 1.0 if faults else None
+    if isinstance(cell, StrictCell):
+        tool_timeout = max(15.0, 3 * cell.latency_ms[1] / 1000)
+    catalog = write_catalog(cell_dir / "catalog.toml", cell.pacing, timeout_s=tool_timeout)
     env = {
         **KEYS,
         "PLAYLINE_PROVIDER_URL": provider.base_url,
@@ -453,7 +705,8 @@ async def run_play_cell(
         "PLAYLINE_PG_DSN": "",
     }
     prefix = f"bench{uuid.uuid4().hex[:8]}_"
-    if cell.fleet:
+    fleet = isinstance(cell, Cell) and cell.fleet
+    if fleet:
         env["PLAYLINE_PG_DSN"] = dsn
         env["PLAYLINE_FLEET_PREFIX"] = prefix
     task_queue = f"bench-{tag}"
@@ -466,7 +719,7 @@ async def run_play_cell(
     try:
         await wait_for_pollers(client, task_queue, cell.workers, timeout_s=60)
         await asyncio.to_thread(configure_provider, provider, cell)
-        if cell.cpu_load:
+        if isinstance(cell, Cell) and cell.cpu_load:
             burners = [burn_cpu(timeout_s) for _ in range(os.cpu_count() or 2)]
         started = time.monotonic()
         result = await asyncio.wait_for(
@@ -492,7 +745,7 @@ async def run_play_cell(
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        if cell.fleet:
+        if fleet:
             try:
                 await drop_fleet_tables(dsn, prefix)
             except Exception as err:  # report, do not hide the cell's own error
@@ -502,6 +755,21 @@ async def run_play_cell(
     if os.environ.get("BENCH_DUMP_CALLS"):
         (cell_dir / "calls.json").write_text(json.dumps(calls))
     stats = result.stats
+    if strict:
+        assert isinstance(cell, StrictCell)
+        strict_calls = await asyncio.to_thread(provider.strict_calls, 0.0)
+        if os.environ.get("BENCH_DUMP_CALLS"):
+            (cell_dir / "strict_calls.json").write_text(json.dumps(strict_calls))
+        return measure_strict(
+            cell,
+            strict_calls,
+            ledger,
+            rows=rows,
+            rows_ok=stats.rows_ok,
+            rows_failed=stats.rows_failed,
+            wall_s=wall,
+        )
+    assert isinstance(cell, Cell)
     return measure(
         cell,
         calls,
@@ -515,7 +783,7 @@ async def run_play_cell(
 
 
 async def run_quota_cell(
-    cell: Cell, *, provider: ProviderServerProcess, rows: int, work: Path
+    cell: Cell, *, provider: StrictProviderServerProcess, rows: int, work: Path
 ) -> Result:
     """The quota shape, driven through ``PacedSender`` here: its last calls must park."""
     from playline.calls.attempt import Attempt
@@ -694,11 +962,153 @@ def write_results(command: str, stamp: str, results: list[Result], rows: int) ->
     RESULTS.write_text(text)
 
 
+def strict_table(runs: list[list[StrictResult]]) -> list[str]:
+    """One line per strict cell: medians [min-max] over its repeats."""
+    header = (
+        "cell", "catalog / true", "rows ok / failed", "requests", "429 share", "503s",
+        "in-flight util. (first-last arrival)", "in-flight util. (whole run)",
+        "mean / max in flight", "rate util.", "converge s", "util. after conv.",
+        "charged twice",
+    )  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for reps in runs:
+        r = reps[0]
+        cells = (
+            r.cell,
+            f"{r.ratio:g}x",
+            " , ".join(f"{x.rows_ok} / {x.rows_failed}" for x in reps),
+            _spread([x.requests for x in reps], "{:.0f}"),
+            _spread([100 * x.share_429 for x in reps], "{:.2f} %"),
+            _spread([x.unavailable for x in reps], "{:.0f}"),
+            _spread([x.in_flight_util for x in reps], "{:.3f}"),
+            _spread([x.in_flight_util_whole for x in reps], "{:.3f}"),
+            _spread([x.mean_in_flight for x in reps], "{:.2f}")
+            + (f" / {max(x.max_in_flight or 0 for x in reps)}" if r.kind == "concurrency" else ""),
+            _spread([x.rate_util for x in reps], "{:.3f}"),
+            _spread([x.time_to_converge_s for x in reps], "{:.1f}"),
+            _spread([x.util_after_convergence for x in reps], "{:.3f}"),
+            str(sum(x.charged_twice for x in reps)),
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _spread(values: list[Any], fmt: str) -> str:
+    """``median [min-max]`` of the values that are not ``None`` (``-`` if none)."""
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return "-"
+    mid = (
+        known[len(known) // 2]
+        if len(known) % 2
+        else (known[len(known) // 2 - 1] + known[len(known) // 2]) / 2
+    )
+    if len(known) == 1:
+        return fmt.format(mid)
+    return f"{fmt.format(mid)} [{fmt.format(known[0])}-{fmt.format(known[-1])}]"
+
+
+def strict_verdicts(runs: list[list[StrictResult]]) -> list[str]:
+    """Issue 17's targets, per cell, on the median of its repeats."""
+    out = []
+    for reps in runs:
+        r = reps[0]
+        misses = []
+
+        def median(values: list[Any]) -> float | None:
+            known = sorted(v for v in values if v is not None)
+            return None if not known else known[(len(known) - 1) // 2]
+
+        share = median([x.share_429 for x in reps]) or 0.0
+        if any(x.charged_twice for x in reps):
+            misses.append("calls charged twice")
+        if any(x.rows_ok + x.rows_failed != x.rows for x in reps):
+            misses.append("rows did not all settle")
+        if r.kind == "concurrency":
+            util = median([x.in_flight_util for x in reps])
+            if util is None or util < 0.85:
+                misses.append(f"in-flight utilization {util} < 0.85")
+            if share > 0.03:
+                misses.append(f"429 share {100 * share:.2f} % > 3 %")
+        else:
+            util = median([x.rate_util for x in reps])
+            target = 0.95 if r.known else 0.85
+            if util is None or util < target:
+                misses.append(f"rate utilization {util} < {target}")
+            if share > (0.005 if r.known else 0.03):
+                misses.append(f"429 share {100 * share:.2f} %")
+        verdict = "meets the targets" if not misses else "MISSES: " + "; ".join(misses)
+        out.append(f"* `{r.cell}` ({r.describe}): {verdict}")
+    return out
+
+
+def write_strict_results(
+    command: str,
+    stamp: str,
+    runs: list[list[StrictResult]],
+    seconds: float,
+    others: list[Result],
+    rows: int,
+) -> None:
+    """Replace the text between the issue-17 markers of RESULTS.md with this run
+    (with the issue-8 cells that ran beside it, when they were not the whole matrix)."""
+    begin, end = "<!-- issue17-matrix:begin -->", "<!-- issue17-matrix:end -->"
+    beside = []
+    if others:
+        beside = [
+            "",
+            f"Issue 8's cells in the same run ({rows} rows each, one run each):",
+            "",
+            *table(others),
+            "",
+            *verdicts(others),
+        ]
+    body = "\n".join(
+        [
+            begin,
+            f"Command: `{command}` ({stamp}; rows per cell: about {seconds:g} s of the "
+            f"provider's full throughput; machine: {os.cpu_count()} cores, "
+            f"{platform.platform()}). Figures: median [min-max] over the repeats.",
+            "",
+            *strict_table(runs),
+            "",
+            *strict_verdicts(runs),
+            *beside,
+            end,
+        ]
+    )
+    text = RESULTS.read_text()
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + body + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + body + "\n"
+    RESULTS.write_text(text)
+
+
+def choose(args: argparse.Namespace, rows: int) -> tuple[list[Cell], list[StrictCell]]:
+    """The cells ``--cells`` names: cell names, ``matrix`` (issue 8's), ``slow`` (issue 17's)."""
+    matrix, strict = cells(rows), strict_cells()
+    if not args.cells:
+        return matrix, strict
+    wanted = set(args.cells.split(","))
+    chosen = [c for c in matrix if "matrix" in wanted or c.name in wanted]
+    chosen_strict = [
+        c
+        for c in strict
+        if "slow" in wanted
+        or c.name in wanted
+        or any(w.endswith("*") and c.name.startswith(w[:-1]) for w in wanted)
+    ]
+    if not chosen and not chosen_strict:
+        names = [c.name for c in matrix] + [c.name for c in strict]
+        raise SystemExit(f"no such cell; choose from matrix, slow, {names}")
+    return chosen, chosen_strict
+
+
 async def main_async(args: argparse.Namespace) -> int:
     rows = args.rows or (400 if args.quick else 1500)
-    chosen = [c for c in cells(rows) if not args.cells or c.name in args.cells.split(",")]
-    if not chosen:
-        raise SystemExit(f"no such cell; choose from {[c.name for c in cells(rows)]}")
+    seconds = args.seconds or (20.0 if args.quick else 60.0)
+    chosen, chosen_strict = choose(args, rows)
     server_config = {
         "latency_ms": list(LATENCY_MS),
         "api_keys": {"acme": KEYS["ACME_API_KEY"]},
@@ -707,6 +1117,7 @@ async def main_async(args: argparse.Namespace) -> int:
     }
     work = Path(tempfile.mkdtemp(prefix="playline-bench-"))
     results: list[Result] = []
+    strict_runs: list[list[StrictResult]] = [[] for _ in chosen_strict]
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), dev_server_log_level="error"
     )
@@ -715,13 +1126,13 @@ async def main_async(args: argparse.Namespace) -> int:
         from playline.worker import connect
 
         client = await connect(address)
-        async with ProviderServerProcess(server_config) as provider:
+        async with StrictProviderServerProcess(server_config) as provider:
             for cell in chosen:
                 print(f"== {cell.name}: {rows} rows ...", flush=True)
                 if cell.shape.name == "quota":
                     result = await run_quota_cell(cell, provider=provider, rows=rows, work=work)
                 else:
-                    result = await run_play_cell(
+                    played = await run_play_cell(
                         cell,
                         client=client,
                         address=address,
@@ -731,9 +1142,29 @@ async def main_async(args: argparse.Namespace) -> int:
                         dsn=args.dsn,
                         timeout_s=args.timeout,
                     )
+                    assert isinstance(played, Result)
+                    result = played
                 results.append(result)
                 summary = {k: v for k, v in asdict(result).items() if k != "per_second_ok"}
                 print(json.dumps(summary), flush=True)
+            # Repeats interleave the cells: a noisy minute spreads over all of them.
+            for repeat in range(args.repeats if chosen_strict else 0):
+                for index, scell in enumerate(chosen_strict):
+                    n = scell.rows(seconds)
+                    print(f"== {scell.name} (repeat {repeat + 1}): {n} rows ...", flush=True)
+                    strict_result = await run_play_cell(
+                        scell,
+                        client=client,
+                        address=address,
+                        provider=provider,
+                        rows=n,
+                        work=work / f"r{repeat}",
+                        dsn=args.dsn,
+                        timeout_s=args.timeout,
+                    )
+                    assert isinstance(strict_result, StrictResult)
+                    strict_runs[index].append(strict_result)
+                    print(json.dumps(asdict(strict_result)), flush=True)
     finally:
         await env.shutdown()
         if not args.keep:
@@ -741,8 +1172,13 @@ async def main_async(args: argparse.Namespace) -> int:
         else:
             print(f"work directory kept: {work}")
     print()
-    for line in [*table(results), "", *verdicts(results)]:
-        print(line)
+    if results:
+        for line in [*table(results), "", *verdicts(results)]:
+            print(line)
+    if chosen_strict:
+        print()
+        for line in [*strict_table(strict_runs), "", *strict_verdicts(strict_runs)]:
+            print(line)
     OUT.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     command = " ".join(["python", "bench/governor.py", *sys.argv[1:]])
@@ -755,22 +1191,37 @@ async def main_async(args: argparse.Namespace) -> int:
                 "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
                 "rows": rows,
                 "results": [asdict(r) for r in results],
+                "strict_results": [[asdict(r) for r in reps] for reps in strict_runs],
             },
             indent=2,
         )
     )
     print(f"\nJSON: {path.relative_to(REPO)}")
     if args.write:
-        write_results(command, stamp, results, rows)
+        whole_matrix = len(results) == len(cells(rows))
+        if whole_matrix:
+            write_results(command, stamp, results, rows)
+        if chosen_strict:
+            others = [] if whole_matrix else results
+            write_strict_results(command, stamp, strict_runs, seconds, others, rows)
         print(f"table written to {RESULTS.relative_to(REPO)}")
     return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 400 rows per cell")
+    parser.add_argument("--quick", action="store_true", help="smoke run: fewer rows per cell")
     parser.add_argument("--rows", type=int, default=0, help="rows (= calls) per cell")
-    parser.add_argument("--cells", default="", help="comma-separated cell names (default: all)")
+    parser.add_argument(
+        "--cells",
+        default="",
+        help="comma-separated cell names, 'matrix' (issue 8's cells), 'slow' (issue 17's), "
+        "or a name prefix ending in '*' (default: all)",
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=0, help="issue 17 cells: rows for about this many s"
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="issue 17 cells: runs of each")
     parser.add_argument("--dsn", default=os.environ.get("PLAYLINE_PG_DSN", DEFAULT_DSN))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per cell")
     parser.add_argument("--keep", action="store_true", help="keep the temp work directory")

@@ -44,6 +44,7 @@ from typing import Any
 from temporalio import activity
 
 from playline import resolvers
+from playline.activities.width import LiveRowGate
 from playline.calls.accounting import accounts_as_dict, accounts_from
 from playline.calls.attempt import Attempt, CallStats
 from playline.calls.budget import BudgetedDispatcher, RunBudget
@@ -316,7 +317,8 @@ class ChunkRun:
         dispatcher = runner.dispatcher
         self._budget = dispatcher if isinstance(dispatcher, BudgetedDispatcher) else None
         self._row_worst = row_worst_case(runner.catalog, input.columns) if self._budget else 0.0
-        self._gate = asyncio.Semaphore(max(1, input.row_concurrency))
+        # Rows at once: the workflow's width, following the governor's while it runs.
+        self._gate = LiveRowGate(services.governor, runner.catalog, input)
         self._row_metrics = RowMetrics()
         #: what the rows this attempt finished cost (credits by provider and column,
         #: waterfall steps): the run's current details sum these

@@ -6,11 +6,27 @@ and a replay sees the same width.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Sequence
+from types import TracebackType
 
 from temporalio import activity
 
-from playline.contract import MAX_CHUNK_ROWS, ProviderPace, RunOptions, Width, WidthInput
+from playline import resolvers
+from playline.calls.catalog import Catalog
+from playline.contract import (
+    MAX_CHUNK_ROWS,
+    ChunkInput,
+    ColumnSpec,
+    ProviderPace,
+    RunOptions,
+    Width,
+    WidthInput,
+)
+from playline.errors import PlaylineError
+from playline.pacing.gate import WORK_STARTED, ResizableGate
 from playline.pacing.pacer import Pacer
 from playline.services import ServicesHolder
 
@@ -44,13 +60,86 @@ def dispatch_width(pacer: Pacer, providers: list[str], options: RunOptions) -> W
     flight keeps every provider busy without queueing a burst at the governor.
     Two extra chunks overlap the next chunks' start with the tails of chunks
     held open by a straggler (a row waiting out a timeout or a retry).
+
+    ``rows_in_flight`` carries that sum: chunks sized by time can be smaller than
+    ``row_concurrency`` (a slow provider's are), and the dataset run then keeps more
+    of them in flight (:func:`~playline.workflows.chunk_sizing.chunks_to_fill`) so
+    the rows in flight are never fewer than the providers can take.
     """
     if options.integration_mode == "fixture" and not options.enforce_fixture_pacing:
         return fixture_width(options)
     rows = sum(pacer.suggested_parallelism(p) for p in providers) or DEFAULT_ROW_WIDTH
     per_chunk = max(1, min(options.row_concurrency or rows, options.chunk_size or MAX_CHUNK_ROWS))
     chunks = options.max_chunks_in_flight or min(MAX_CHUNKS_IN_FLIGHT, -(-rows // per_chunk) + 2)
-    return Width(chunks_in_flight=max(1, chunks), row_concurrency=per_chunk)
+    return Width(
+        chunks_in_flight=max(1, chunks),
+        row_concurrency=per_chunk,
+        rows_in_flight=None if options.max_chunks_in_flight else rows,
+    )
+
+
+def column_providers(catalog: Catalog, columns: Sequence[ColumnSpec]) -> list[str]:
+    """The providers the columns' resolvers declare tools of (as ``prepare_run`` finds them)."""
+    found: set[str] = set()
+    for column in columns:
+        with contextlib.suppress(PlaylineError, KeyError):
+            for tool_id in resolvers.declared_tools(column.resolver):
+                found.add(catalog.tool(tool_id).provider)
+    return sorted(found)
+
+
+class LiveRowGate:
+    """How many of a chunk's rows run at once: ``async with gate:`` around each row.
+
+    ``ChunkInput.row_concurrency`` is the governor's width when the workflow last asked
+    (a local activity, every few chunks), and a run's first width is from a guess of
+    the providers' latency. A chunk of a slow provider outlives both: while it runs,
+    the gate follows the governor's current width, never below what the workflow said,
+    so a provider answering in seconds gets the rows it can take from its first chunk
+    on (rows waiting at the governor hold only a lease). Options that pin the width
+    (``row_concurrency``), fixture mode and estimates keep the workflow's number.
+    """
+
+    def __init__(self, pacer: Pacer, catalog: Catalog, input: ChunkInput) -> None:
+        options = input.options
+        self._started = time.monotonic()
+        self._given = max(1, input.row_concurrency)
+        self._gate = ResizableGate(self._given)
+        self._options = options
+        follows = options.row_concurrency == 0 and not options.estimate
+        if options.integration_mode == "fixture" and not options.enforce_fixture_pacing:
+            follows = False
+        self._pacer = pacer if follows else None
+        self._providers = column_providers(catalog, input.columns) if follows else []
+
+    @property
+    def limit(self) -> int:
+        return self._gate.limit
+
+    async def __aenter__(self) -> None:
+        # The row's calls belong to this chunk: at a provider's full gate the rows of
+        # older chunks go first, so chunks finish in turn (see WORK_STARTED).
+        WORK_STARTED.set(self._started)
+        self.follow()
+        await self._gate.acquire()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._gate.release()
+        self.follow()
+
+    def follow(self) -> None:
+        """Resize to the governor's width now (never below the workflow's)."""
+        if self._pacer is None or not self._providers:
+            return
+        live = dispatch_width(self._pacer, self._providers, self._options).row_concurrency
+        wanted = max(self._given, live)
+        if wanted != self._gate.limit:
+            self._gate.resize(wanted)
 
 
 class WidthActivities:

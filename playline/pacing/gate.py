@@ -1,21 +1,36 @@
-"""``ResizableGate``: a FIFO counting gate whose limit can change while callers wait."""
+"""``ResizableGate``: a counting gate whose limit can change while callers wait.
+
+Waiters are admitted oldest work first: a caller may say when the work it belongs to
+started (``acquire(priority=...)``, or :data:`WORK_STARTED` for everything a task
+does); callers that do not are ordered by when they asked. Ties go first come first
+served.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+import heapq
+import itertools
+from contextvars import ContextVar
 
-__all__ = ["ResizableGate"]
+__all__ = ["WORK_STARTED", "ResizableGate"]
+
+#: When the work a task's calls belong to started (monotonic seconds; ``None``: not
+#: said). A chunk sets it for each of its rows, so that at a full gate the rows of the
+#: oldest chunk go first: chunks then finish one after another and the dataset run
+#: starts the next ones while the others still have rows to send, instead of every
+#: chunk draining at once and the provider waiting for the next chunks to start.
+WORK_STARTED: ContextVar[float | None] = ContextVar("playline_work_started", default=None)
 
 
 class ResizableGate:
-    """A FIFO counting gate whose limit can change while callers wait.
+    """A counting gate whose limit can change while callers wait.
 
     :class:`asyncio.Semaphore` cannot be resized; this can. Contract:
 
-    * :meth:`acquire` returns once fewer than ``limit`` slots are held,
-      first come first served.
+    * :meth:`acquire` returns once fewer than ``limit`` slots are held, the waiter
+      with the lowest ``priority`` first (first come first served among equals);
     * :meth:`resize` takes effect immediately: a larger limit admits waiters
       at once; a smaller one admits nobody until enough holders released.
       Holders are never revoked.
@@ -28,7 +43,8 @@ class ResizableGate:
         self._check(limit)
         self._limit = limit
         self._held = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
 
     @property
     def limit(self) -> int:
@@ -44,14 +60,15 @@ class ResizableGate:
         """Callers blocked in :meth:`acquire`."""
         return len(self._waiters)
 
-    async def acquire(self) -> None:
+    async def acquire(self, priority: float = 0.0) -> None:
         # Only undecided futures are queued: _wake pops the admitted ones and a
         # cancelled waiter removes its own, so an empty queue means nobody is ahead.
         if self._held < self._limit and not self._waiters:
             self._held += 1
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        entry = (priority, next(self._order), fut)
+        heapq.heappush(self._waiters, entry)
         try:
             await fut
         except asyncio.CancelledError:
@@ -59,7 +76,8 @@ class ResizableGate:
                 self.release()  # admitted and cancelled in the same instant
             else:
                 with contextlib.suppress(ValueError):
-                    self._waiters.remove(fut)
+                    self._waiters.remove(entry)
+                    heapq.heapify(self._waiters)
                 self._wake()
             raise
 
@@ -76,7 +94,7 @@ class ResizableGate:
 
     def _wake(self) -> None:
         while self._waiters and self._held < self._limit:
-            fut = self._waiters.popleft()
+            _, _, fut = heapq.heappop(self._waiters)
             if not fut.done():
                 self._held += 1
                 fut.set_result(None)

@@ -16,10 +16,16 @@ of a provider), every limit that applies, all enforced together:
   blocked once gone, so no 429 is needed to learn the limit;
 * **pauses** for ``Retry-After``, whatever its length (a daily quota answers
   429 for hours: the key is blocked until then, see :meth:`Governor.blocked_until`);
-* a **concurrency gate** (``max_concurrency``), narrowed when a 429 came at a
-  concurrency never seen to succeed (a concurrency-capped provider);
-* a **time-in-flight average** over every outcome (timeouts included), from which
-  it suggests how many calls to keep in flight;
+* a **concurrency gate** (``max_concurrency``), searched by a
+  :class:`~playline.pacing.concurrency.ConcurrencySearch`: a 429 at a width never
+  proven to succeed is a concurrency cap, not a rate (the gate narrows to just under
+  it and the rate stands); the cap is probed one wider after a clean period, so a cap
+  learnt during a bad minute is not kept for ever. Quick failures (a 503) change
+  neither the gate nor the suggested width;
+* a **time-in-flight average** over the outcomes (slow failures such as timeouts
+  included, quick ones not), from which it suggests how many calls to keep in
+  flight: Little's law, so a provider answering in 4 s is kept as full as one
+  answering in 200 ms;
 * a **first answer**: a key's first call goes alone (for up to a second), because
   what the provider answers (its rate-limit headers, or a 429) is worth a round trip
   before a burst.
@@ -61,10 +67,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from playline.pacing.budget import HeaderBudget, WindowCap
-from playline.pacing.gate import ResizableGate
+from playline.pacing.concurrency import ConcurrencySearch, Refusal
+from playline.pacing.gate import WORK_STARTED, ResizableGate
 from playline.pacing.headers import RateLimitReport
 from playline.pacing.limiter import AdjustableLimiter
-from playline.pacing.measure import Ewma, little_width
+from playline.pacing.measure import EPSILON_S, Ewma, little_width
 from playline.pacing.pacer import KeyBlocked
 from playline.pacing.policy import PacingPolicy
 from playline.pacing.search import RateLimitOutcome, RateSearch, SearchConfig
@@ -84,6 +91,16 @@ LATENCY_PRIOR_S = 0.25
 #: refills a little faster than it is spent, and absorbs the clumps a busy event
 #: loop and the network make of evenly spaced calls.
 PACING_MARGIN = 0.98
+#: A provider with no burst at all (``burst = 1``: a strict GCRA refuses any call
+#: sooner than ``1 / rate`` after the last) has no bucket to absorb those clumps: the
+#: spacing itself must, so such a key starts further below its rate.
+NO_BURST_MARGIN = 0.96
+#: A 429 at a rate proven clean (the search's "noise": calls that left evenly spaced
+#: arrived bunched) takes this much more margin, down to ``MIN_MARGIN``...
+MARGIN_STEP = 0.01
+MIN_MARGIN = 0.90
+#: ...and every this many seconds without a 429 gives a step of it back.
+MARGIN_RELAX_S = 60.0
 #: How long a key's other calls wait for its first call's answer at most.
 FIRST_ANSWER_WAIT_S = 1.0
 #: How soon a key blocked by a reported quota looks again while answers are due.
@@ -91,6 +108,10 @@ REPORT_RECHECK_S = 0.05
 #: Rows kept in flight beyond Little's law: a row also spends time on receipts
 #: and chunk turnover, and a row waiting at the governor costs only a lease.
 WIDTH_HEADROOM = 2.0
+#: The least time in flight Little's law counts per call: a row spends about this
+#: much on its receipt, its settlement and its chunk whatever the provider's latency,
+#: so a provider answering in 20 ms still gets enough rows to use its rate.
+MIN_TIME_IN_FLIGHT_S = 0.1
 
 
 @dataclass(eq=False)
@@ -102,6 +123,7 @@ class _KeyState:
     search: RateSearch
     limiter: AdjustableLimiter
     gate: ResizableGate
+    concurrency: ConcurrencySearch
     windows: list[WindowCap]
     budget: HeaderBudget = field(default_factory=HeaderBudget)
     latency: Ewma = field(default_factory=lambda: Ewma(prior=LATENCY_PRIOR_S))
@@ -114,12 +136,12 @@ class _KeyState:
     first_answer_due: float | None = None
     successes: int = 0
     failures: int = 0
-    #: the concurrency a 429 came at, never seen to succeed (``None``: no such 429)
-    concurrency_bound: int | None = None
-    concurrency_bound_at: float = 0.0
-    #: the highest concurrency a success was dispatched at, recently
-    succeeded_at: int = 0
-    gate_credit: int = 0
+    #: how far below the rate in force the limiter runs (see ``PACING_MARGIN``)
+    margin: float = PACING_MARGIN
+    margin_at: float = 0.0
+    #: when its last call left (the event loop's clock): a key without a local burst
+    #: spaces the next from then, not from its token (see ``Governor._wait_spacing``)
+    sent_at: float = -math.inf
 
     def rate_in_force(self, now: float) -> float:
         rates = [self.search.rate]
@@ -131,7 +153,7 @@ class _KeyState:
 
     def pace_rate(self, now: float) -> float:
         """The limiter's rate: the searched rate with the margin, the providers' as said."""
-        rates = [self.search.rate * PACING_MARGIN]
+        rates = [self.search.rate * self.margin]
         rates.extend(w.even_rps for w in self.windows if w.even_rps is not None)
         reported = self.budget.rate(now)
         if reported is not None:
@@ -300,13 +322,16 @@ class Governor:
         self._check_park(states, park_after_s)
         gates: list[ResizableGate] = []
         tokens = False
+        # At a full gate the oldest work goes first (a chunk's rows: see WORK_STARTED).
+        started = WORK_STARTED.get()
+        priority = self._clock() if started is None else started
         for state in states:
             state.waiting += 1
         try:
             for state in states:
-                await state.gate.acquire()
+                await state.gate.acquire(priority)
                 gates.append(state.gate)
-            await self._global_gate.acquire()
+            await self._global_gate.acquire(priority)
             gates.append(self._global_gate)
             ticketed = self._fleet is None
             rate_wait = 0.0
@@ -315,6 +340,7 @@ class Governor:
                 asked = self._clock()
                 await self._take_tokens(states)
                 tokens = True
+                await self._wait_spacing(states)
                 if not ticketed and not self._blocked(states):
                     assert self._fleet is not None
                     await self._fleet.wait_for_tickets(keys)
@@ -323,6 +349,21 @@ class Governor:
                 if self._blocked(states):  # a cut or a report landed while we waited
                     self._refund_tokens(states)
                     tokens = False
+                    continue
+                if any(state.in_flight >= state.gate.limit for state in states):
+                    # A gate narrowed while this call waited for its tokens (a provider's
+                    # concurrency cap was learnt): its slot is gone, so it gives the tokens
+                    # back and queues for a slot again rather than be refused.
+                    self._refund_tokens(states)
+                    tokens = False
+                    for gate in reversed(gates):
+                        gate.release()
+                    gates.clear()
+                    for state in states:
+                        await state.gate.acquire(priority)
+                        gates.append(state.gate)
+                    await self._global_gate.acquire(priority)
+                    gates.append(self._global_gate)
                     continue
                 break
         except BaseException:
@@ -343,11 +384,14 @@ class Governor:
             state.in_flight += 1
             for window in state.windows:
                 window.take(now)
-            # Held back by the rate (a token, a fleet ticket) or queued behind others:
-            # the rate, not the dispatch, limited this call.
+            # Held back by the rate (a token, a fleet ticket) or queued behind others for
+            # it: the rate, not the dispatch, limited this call. Calls queued at the
+            # concurrency gate do not count: a narrow gate says nothing about the rate.
             held = rate_wait > 0.5 / state.pace_rate(now)
-            state.search.on_dispatch(now, backlogged=held or state.waiting > 0)
+            queued = state.waiting > state.gate.waiting
+            state.search.on_dispatch(now, backlogged=held or queued)
             state.budget.on_dispatch(now)
+            state.sent_at = asyncio.get_running_loop().time()
             tickets.append(_Ticket(state.search.epoch, state.in_flight))
         try:
             yield Permit(self, keys, tuple(tickets), now)
@@ -384,6 +428,28 @@ class Governor:
             # soon when calls are in flight, whose answers bring fresh reports.
             busy = any(state.in_flight for state in states)
             await asyncio.sleep(min(until - now, REPORT_RECHECK_S if busy else 60.0))
+
+    async def _wait_spacing(self, states: Sequence[_KeyState]) -> None:
+        """Keep a key without burst one interval from its last call as really sent.
+
+        Its rate token paces the calls as they are admitted, but a call can leave
+        later than its token (the event loop was busy, a fleet ticket was slow) and
+        the next one on time: they arrive together, and a provider that allows no
+        burst (a strict GCRA) refuses the second. So such a key also waits, after its
+        token, until an interval has passed since the last call left.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            now = self._clock()
+            due = [
+                state.sent_at + 1 / state.pace_rate(now)
+                for state in states
+                if state.limiter.max_rate <= 1  # no local burst: spaced one by one
+            ]
+            wait = max(due, default=-math.inf) - loop.time()
+            if wait <= EPSILON_S:
+                return
+            await asyncio.sleep(wait)
 
     @staticmethod
     async def _take_tokens(states: Sequence[_KeyState]) -> None:
@@ -438,7 +504,7 @@ class Governor:
         now = self._clock()
         for key in keys:
             state = self._state(key)
-            state.first_answer_due = None
+            self._answered(state, now)
             # Calls sent within half the quickest round trip may not have reached
             # the provider when it wrote this report: count them as spent. The call
             # this report answers was counted by it, however quick its round trip.
@@ -457,13 +523,16 @@ class Governor:
         now = self._clock()
         for key, ticket in zip(keys, tickets, strict=True):
             state = self._state(key)
-            state.first_answer_due = None
+            self._answered(state, now)
             state.successes += 1
             state.latency.observe(latency_s)
             state.fastest = min(state.fastest, latency_s)
-            state.succeeded_at = max(state.succeeded_at, ticket.concurrency)
+            if state.concurrency.on_success(now, ticket.concurrency):
+                log.debug("pacing key %s: %d in flight is fine", key, ticket.concurrency)
+            self._probe_gate(state, now)
             grew = state.search.on_accepted(now, dispatched_at, ticket.epoch)
-            self._widen_gate(state, now)
+            if self._relax_margin(state, now) and not grew:
+                self._sync_limiter(state)
             if grew:
                 self._sync_limiter(state)
                 log.debug("pacing key %s raised to %g rps", key, state.search.rate)
@@ -480,22 +549,41 @@ class Governor:
         now = self._clock()
         for key, ticket in zip(keys, tickets, strict=True):
             state = self._state(key)
-            state.first_answer_due = None
+            self._answered(state, now)
             search = state.search
             before = search.rate
             for window in state.windows:  # refused: the provider did not count it
                 window.refund(dispatched_at)
+            width = ticket.concurrency
+            refusal = Refusal.RATE  # sent before the last cut: the search absorbs it
+            if ticket.epoch == search.epoch:
+                refusal = state.concurrency.classify(width, retry_after=retry_after_s is not None)
+            if refusal is Refusal.EITHER:
+                # A first refusal at an unproven width that names a time to come back:
+                # most likely a rate; remembered, so that a cap is known by a second.
+                state.concurrency.remember(now, width)
+            elif refusal is Refusal.CONCURRENCY:
+                # Refused wider than any width proven to work: a concurrency cap.
+                if state.concurrency.on_refused(now, width):
+                    log.info(
+                        "pacing key %s refused at %d in flight: keeping %d in flight",
+                        key,
+                        width,
+                        state.concurrency.limit,
+                    )
+                state.gate.resize(state.concurrency.limit)
+            if refusal is Refusal.CONCURRENCY:
+                search.note_refused(now, dispatched_at, retry_after_s)
+                self._sync_limiter(state)
+                continue
             outcome = search.on_rate_limited(now, dispatched_at, ticket.epoch, retry_after_s)
             if outcome is RateLimitOutcome.ABSORBED:
                 log.debug("pacing key %s: 429 from a call sent before the last cut", key)
                 continue
-            if ticket.concurrency > max(1, state.succeeded_at):
-                # Never seen to succeed this wide: a concurrency cap, not (only) a rate.
-                state.concurrency_bound = ticket.concurrency
-                state.concurrency_bound_at = now
-                state.gate.resize(max(1, min(state.policy.max_concurrency, ticket.concurrency - 1)))
-            # Successes at the failing width or wider are no longer evidence.
-            state.succeeded_at = min(state.succeeded_at, ticket.concurrency - 1)
+            if outcome is RateLimitOutcome.NOISE:
+                # Evenly spaced calls arrived bunched: space them further apart.
+                state.margin = max(MIN_MARGIN, state.margin - MARGIN_STEP)
+            state.margin_at = now
             self._sync_limiter(state)
             pause_s = search.pause_remaining(now)
             log.warning(
@@ -521,38 +609,53 @@ class Governor:
         now = self._clock()
         for key, ticket in zip(keys, tickets, strict=True):
             state = self._state(key)
-            state.first_answer_due = None
+            self._answered(state, now)
             state.failures += 1
-            if latency_s is not None:
+            if latency_s is not None and latency_s >= state.latency.value:
+                # A slow failure (a timeout) held its slot that long: it widens the
+                # suggested width. A quick one (a 503) held it for nothing and is retried
+                # after a backoff: it must not narrow it.
                 state.latency.observe(latency_s)
             # The provider took the request (it spent its budget): evidence for the search.
             state.search.on_accepted(now, dispatched_at, ticket.epoch)
+            self._probe_gate(state, now)
 
-    def _widen_gate(self, state: _KeyState, now: float) -> None:
-        """Give a narrowed gate one more slot per ``limit`` successes while it binds.
+    @staticmethod
+    def _answered(state: _KeyState, now: float) -> None:
+        """An answer came: a key waiting for its first one stops waiting."""
+        if state.first_answer_due is not None:
+            state.first_answer_due = None
+            # The other calls were held for it: that wait is no measure of the rate.
+            state.search.measure_from(now)
+            # It may have arrived late (it opened the connection): a key without burst
+            # spaces the next call from its answer, not from when it left.
+            with contextlib.suppress(RuntimeError):  # no running loop: nothing to space
+                state.sent_at = asyncio.get_running_loop().time()
 
-        Not past a concurrency a 429 came at until ``hold_s`` later (then it
-        is probed again, as the rate is).
-        """
-        limit, cap = state.gate.limit, state.policy.max_concurrency
-        if limit >= cap or state.in_flight < limit:
-            return
-        bound = state.concurrency_bound
-        if bound is not None and limit + 1 >= bound:
-            if now - state.concurrency_bound_at < self._search_config.hold_s:
-                return
-            state.concurrency_bound = None
-        state.gate_credit += 1
-        if state.gate_credit >= limit:
-            state.gate_credit = 0
-            state.gate.resize(limit + 1)
+    @staticmethod
+    def _relax_margin(state: _KeyState, now: float) -> bool:
+        """Give back a step of margin after a long clean period; whether it changed."""
+        base = _base_margin(state.policy)
+        if state.margin >= base or now - state.margin_at < MARGIN_RELAX_S:
+            return False
+        state.margin = min(base, state.margin + MARGIN_STEP)
+        state.margin_at = now
+        return True
+
+    def _probe_gate(self, state: _KeyState, now: float) -> None:
+        """Probe a learnt concurrency cap one wider once it has been clean long enough."""
+        if state.concurrency.tick(now, state.latency.value):
+            log.debug("pacing key %s: probing %d in flight", state.key, state.concurrency.limit)
+        if state.gate.limit != state.concurrency.limit:
+            state.gate.resize(state.concurrency.limit)
 
     # ------------------------------------------------------------------ limits
 
     def suggested_parallelism(self, key: str) -> int:
         """How many calls to keep in flight for ``key`` (Little's law, with headroom).
 
-        ``ceil(rate in force x time in flight x WIDTH_HEADROOM)``, floored at 1,
+        ``ceil(rate in force x time in flight x WIDTH_HEADROOM)``, floored at 1 (the
+        time in flight at least ``MIN_TIME_IN_FLIGHT_S``),
         capped by ``WIDTH_HEADROOM`` x the key's concurrency gate (calls queued at
         the gate with their receipts claimed refill it the moment a slot frees)
         and the global ceiling. The time in flight averages every outcome, so
@@ -561,7 +664,8 @@ class Governor:
         state = self._state(key)
         cap = min(math.ceil(state.gate.limit * WIDTH_HEADROOM), self._global_ceiling)
         rate = state.rate_in_force(self._clock())
-        return little_width(rate * WIDTH_HEADROOM, state.latency.value, cap=cap)
+        latency = max(state.latency.value, MIN_TIME_IN_FLIGHT_S)
+        return little_width(rate * WIDTH_HEADROOM, latency, cap=cap)
 
     def blocked_until(self, key: str) -> float | None:
         """When ``key`` can admit again (Unix epoch seconds), or ``None`` if it can now.
@@ -630,9 +734,12 @@ class Governor:
                 window = kept.get(seconds) or WindowCap(limit, seconds)
                 window.resize(limit)
                 state.windows.append(window)
+        if policy.max_concurrency != old.max_concurrency:
+            state.concurrency.reset(policy.max_concurrency)  # forget the learnt cap
+        state.gate.resize(state.concurrency.limit)
+        if policy.burst != old.burst:
+            state.margin = _base_margin(policy)
         self._sync_limiter(state)
-        state.gate.resize(policy.max_concurrency)
-        state.concurrency_bound = None
         log.info(
             "pacing key %s limits set: %g rps, burst %d, windows %s, max concurrency %d",
             state.key,
@@ -649,7 +756,8 @@ class Governor:
         every limit together), ``search_rps`` (the search's own rate),
         ``upper_rps`` / ``lower_rps`` (its bounds), ``min_rps``, ``burst``,
         ``windows`` (seconds -> limit), ``max_concurrency``, ``concurrency``
-        (the gate now), ``in_flight``, ``waiting``, ``rate_limited`` (429s
+        (the gate now), ``concurrency_cap`` (the cap learnt from 429s, or ``None``),
+        ``concurrency_probing``, ``in_flight``, ``waiting``, ``rate_limited`` (429s
         recorded), ``cuts``, ``pauses``, ``noise``, ``increases``,
         ``paused_until`` / ``blocked_for_s`` (seconds from now, or ``None``),
         ``reported`` (the provider's header windows), ``latency_ewma_s``
@@ -674,6 +782,8 @@ class Governor:
                 "windows": state.policy.windows(),
                 "max_concurrency": state.policy.max_concurrency,
                 "concurrency": state.gate.limit,
+                "concurrency_cap": state.concurrency.cap,
+                "concurrency_probing": state.concurrency.probing,
                 "in_flight": state.in_flight,
                 "waiting": state.waiting,
                 "rate_limited": search.rate_limited,
@@ -685,6 +795,7 @@ class Governor:
                 "blocked_for_s": blocked if blocked > 0 else None,
                 "reported": state.budget.snapshot(now),
                 "latency_ewma_s": state.latency.observed,
+                "pacing_margin": state.margin,
                 "successes": state.successes,
                 "failures": state.failures,
                 "suggested_parallelism": self.suggested_parallelism(key),
@@ -739,9 +850,11 @@ class Governor:
             state = _KeyState(
                 key=key,
                 policy=policy,
+                margin=_base_margin(policy),
                 search=RateSearch(policy.rps, policy.min_rps, self._search_config),
                 limiter=AdjustableLimiter(policy.rps, _local_burst(policy.burst)),
                 gate=ResizableGate(policy.max_concurrency),
+                concurrency=ConcurrencySearch(policy.max_concurrency),
                 windows=[WindowCap(limit, seconds) for seconds, limit in policy.windows().items()],
             )
             self._states[key] = state
@@ -758,6 +871,11 @@ class Governor:
             math.isclose(limiter._rate_per_sec, rate, rel_tol=1e-3) and limiter.max_rate == burst
         ):
             limiter.reconfigure(rate, burst)
+
+
+def _base_margin(policy: PacingPolicy) -> float:
+    """The margin a key starts with: more for a provider that allows no burst."""
+    return NO_BURST_MARGIN if policy.burst <= 1 else PACING_MARGIN
 
 
 def _local_burst(burst: int) -> int:

@@ -82,6 +82,7 @@ class DispatchLog:
     keep_s: float = 10.0
     _sent: deque[float] = field(default_factory=deque, init=False)
     _accepted: deque[float] = field(default_factory=deque, init=False)
+    _refused: deque[float] = field(default_factory=deque, init=False)
     _backlogged: deque[float] = field(default_factory=deque, init=False)
 
     def sent(self, dispatched_at: float, *, backlogged: bool = False) -> None:
@@ -109,11 +110,28 @@ class DispatchLog:
         self._accepted.append(dispatched_at)
         self._trim(self._accepted, now)
 
+    def refused(self, dispatched_at: float, now: float) -> None:
+        """The provider refused (429) a call dispatched at ``dispatched_at``."""
+        self._refused.append(dispatched_at)
+        self._trim(self._refused, now)
+
     def count(self, start: float, end: float) -> tuple[int, int]:
         """``(sent, accepted)`` among calls dispatched in ``[start, end]``."""
         sent = sum(1 for t in self._sent if start <= t <= end)
         accepted = sum(1 for t in self._accepted if start <= t <= end)
         return sent, accepted
+
+    def admitted(self, start: float, end: float) -> int:
+        """Calls dispatched in ``[start, end]`` and not refused (so far).
+
+        A refusal comes back at once while an answer takes the provider's latency, so
+        a call still in flight was, almost surely, let through: counting only the
+        answered calls would measure a provider slower than its window as admitting
+        nothing (and cut its rate to the floor).
+        """
+        sent = sum(1 for t in self._sent if start <= t <= end)
+        refused = sum(1 for t in self._refused if start <= t <= end)
+        return max(0, sent - refused)
 
     def _trim(self, log: deque[float], now: float) -> None:
         while log and log[0] < now - self.keep_s:

@@ -19,7 +19,15 @@ is learnt from evidence:
   (multiplicative growth while no upper bound is known), and once the bounds
   are within ``settle_fraction`` it **holds** at the lower one. After
   ``hold_s`` clean at the hold the upper bound is raised by ``reprobe_factor``,
-  so a limit that went up is found again, at the price of one 429.
+  so a limit that went up is found again, at the price of one 429. A re-probe
+  that finds the limit where it was doubles the hold before the next (up to
+  ``max_hold_s``: a provider that answers each 429 with a whole second of
+  ``Retry-After`` costs a second per probe); one that finds it higher resets it.
+* once a proof has been wrong (a 429 at a rate proven clean), a rate within
+  ``confirm_fraction`` of the upper bound is proven only by ``confirm_window_s``
+  clean: a provider's burst lets a rate a little above its limit run clean for a
+  second or two (a GCRA with a burst of 3 absorbs two extra calls), and the search
+  must not settle there.
 * a 429 at a rate already proven clean is first taken as **noise** (a busy
   event loop sends a clump; loopback jitter): the key pauses as the provider
   asks but the rate stands. A second one within ``noise_window_s`` means the
@@ -61,7 +69,10 @@ class SearchConfig:
     busy_fraction: float = 0.8
     settle_fraction: float = 0.03
     hold_s: float = 10.0
+    max_hold_s: float = 160.0
     reprobe_factor: float = 1.05
+    confirm_window_s: float = 5.0
+    confirm_fraction: float = 0.05
     growth_factor: float = 1.5
     measure_s: float = 2.0
     min_measure_s: float = 0.5
@@ -79,6 +90,8 @@ class SearchConfig:
             raise ValueError("cut_fraction must be in (0, 1] and blind_cut_factor in (0, 1)")
         if self.window_s <= 0 or self.measure_s <= 0 or self.hold_s < 0:
             raise ValueError("window_s and measure_s must be > 0, hold_s >= 0")
+        if self.max_hold_s < self.hold_s or self.confirm_window_s < self.window_s:
+            raise ValueError("max_hold_s must be >= hold_s, confirm_window_s >= window_s")
         if self.growth_factor <= 1 or self.reprobe_factor <= 1:
             raise ValueError("growth_factor and reprobe_factor must be > 1")
         if self.default_pause_s < 0 or self.max_pause_s < 0 or self.jitter_fraction < 0:
@@ -128,6 +141,14 @@ class RateSearch:
     _window_start: float | None = field(default=None, init=False)
     _window_calls: int = field(default=0, init=False)
     _hold_started: float | None = field(default=None, init=False)
+    #: the hold in force (doubles after each re-probe that found the same limit)
+    _hold_s: float = field(default=0.0, init=False)
+    #: the upper bound a re-probe started from, until it is settled either way
+    _reprobed_from: float | None = field(default=None, init=False)
+    #: a rate proven clean drew a 429: near the upper bound, proofs take longer
+    _proofs_lied: bool = field(default=False, init=False)
+    #: when the search last raised the rate (what was attempted since is the new rate)
+    _raised_at: float = field(default=-math.inf, init=False)
     _noise_at: float = field(default=-math.inf, init=False)
     _quota_mark: float | None = field(default=None, init=False)
     _quota_accepted: int = field(default=0, init=False)
@@ -136,6 +157,7 @@ class RateSearch:
         check_rate(self.ceiling_rps, "ceiling_rps")
         check_rate(self.min_rps, "min_rps")
         self.rate = self.ceiling_rps
+        self._hold_s = self.config.hold_s
 
     @property
     def floor_rps(self) -> float:
@@ -145,6 +167,11 @@ class RateSearch:
     def pause_remaining(self, now: float) -> float:
         """Seconds until the key may dispatch again; ``0.0`` when it is not paused."""
         return max(0.0, self.paused_until - now)
+
+    @property
+    def hold_in_force_s(self) -> float:
+        """How long the search holds a settled rate before it re-probes the bound."""
+        return self._hold_s
 
     # ------------------------------------------------------------------ evidence
 
@@ -166,7 +193,15 @@ class RateSearch:
             self._window_start = dispatched_at
         self._window_calls += 1
         cfg = self.config
-        if now - self._window_start < cfg.window_s or self._window_calls < cfg.min_window_calls:
+        window_s = cfg.window_s
+        upper = self.upper
+        if (
+            self._proofs_lied
+            and upper is not None
+            and self.rate >= (1 - cfg.confirm_fraction) * upper
+        ):
+            window_s = cfg.confirm_window_s  # close to a known 429: prove it for longer
+        if now - self._window_start < window_s or self._window_calls < cfg.min_window_calls:
             return False
         start, self._window_start, self._window_calls = self._window_start, now, 0
         sent, _ = self.log.count(start, now)
@@ -176,6 +211,9 @@ class RateSearch:
         if sent < cfg.busy_fraction * self.rate * (now - start) and backlogged < sent / 2:
             return False  # the rate was not used: no evidence about the limit
         self.lower = self.rate if self.lower is None else max(self.lower, self.rate)
+        if self._reprobed_from is not None and self.lower > self._reprobed_from:
+            # The re-probe ran clean past the old bound: the limit went up.
+            self._hold_s, self._reprobed_from = cfg.hold_s, None
         return self._step_up(now)
 
     def _step_up(self, now: float) -> bool:
@@ -191,7 +229,8 @@ class RateSearch:
         else:
             if self._hold_started is None:
                 self._hold_started = now
-            elif now - self._hold_started >= cfg.hold_s:
+            elif now - self._hold_started >= self._hold_s:
+                self._reprobed_from = upper
                 self.upper = upper * cfg.reprobe_factor
                 self._hold_started = None
             return False
@@ -200,6 +239,7 @@ class RateSearch:
             return False
         self.rate = new
         self.increases += 1
+        self._raised_at = now
         return True
 
     def on_rate_limited(
@@ -211,6 +251,7 @@ class RateSearch:
     ) -> RateLimitOutcome:
         """Account for one 429 of a call dispatched at ``dispatched_at`` in ``dispatch_epoch``."""
         self.rate_limited += 1
+        self.log.refused(dispatched_at, now)
         pause_s = self._pause_for(retry_after_s)
         if dispatch_epoch != self.epoch:
             if self.paused_until > now:
@@ -229,6 +270,23 @@ class RateSearch:
         self._window_start, self._window_calls = None, 0
         return outcome
 
+    def note_refused(self, now: float, dispatched_at: float, retry_after_s: float | None) -> None:
+        """A 429 that was about something else than the rate (a concurrency cap).
+
+        Counted, and the refused call is no longer counted as admitted; the rate and
+        its bounds stand. A ``Retry-After`` is honoured all the same (the provider
+        asked); without one the key is not paused.
+        """
+        self.rate_limited += 1
+        self.log.refused(dispatched_at, now)
+        if retry_after_s is not None:
+            if self.paused_until <= now:
+                self.pauses += 1
+            self.paused_until = max(self.paused_until, now + self._pause_for(retry_after_s))
+            # The pause is no measure of what the provider admits: measure after it.
+            self._epoch_started = max(self._epoch_started, self.paused_until)
+            self._window_start, self._window_calls = None, 0
+
     def _cut(self, now: float, dispatched_at: float) -> RateLimitOutcome:
         cfg = self.config
         start = max(self._epoch_started, dispatched_at - cfg.measure_s)
@@ -236,12 +294,30 @@ class RateSearch:
         measured = span >= cfg.min_measure_s
         admitted: float | None = None
         attempted = self.rate
+        busy = False
         if measured:
-            sent, accepted = self.log.count(start, dispatched_at)
+            sent, _ = self.log.count(start, dispatched_at)
             attempted = min(self.rate, sent / span)
-            admitted = accepted / span
+            lower = self.lower
+            if self._raised_at > start and lower is not None:
+                # The rate went up within the span and the 429 answers the raise: the
+                # average over the span (mostly the old, proven rate) could pass it for
+                # noise at a proven rate. The bound is at least half way up to the new
+                # rate (the search between the bounds halves them, a 429 at a time).
+                attempted = max(attempted, (lower + self.rate) / 2)
+            admitted = self.log.admitted(start, dispatched_at) / span
+            # Sent at the rate, or queued for it: what got through is what the provider
+            # takes. Otherwise it is only a floor (the calls came slower than allowed).
+            busy = sent >= cfg.busy_fraction * self.rate * span or (
+                2 * self.log.backlogged(start, dispatched_at) >= sent
+            )
         lower = self.lower
+        if self._reprobed_from is not None:
+            # A re-probe drew its 429: the limit is where it was; probe half as often.
+            self._hold_s = min(cfg.max_hold_s, 2 * self._hold_s)
+            self._reprobed_from = None
         if lower is not None and attempted <= lower * 1.001:
+            self._proofs_lied = True
             if now - self._noise_at > cfg.noise_window_s:
                 self._noise_at = now
                 self.noise += 1
@@ -258,12 +334,26 @@ class RateSearch:
             target = lower  # back to the proven rate; the search goes on between the bounds
         elif admitted is not None:
             target = cfg.cut_fraction * admitted
+            if not busy:
+                target = max(target, cfg.blind_cut_factor * self.rate)
         else:
             target = cfg.blind_cut_factor * self.rate
         self.rate = max(self.floor_rps, min(self.rate, target))
         self.cuts += 1
         self._hold_started = None
         return RateLimitOutcome.CUT
+
+    def measure_from(self, now: float) -> None:
+        """Calls dispatched before ``now`` were held back by the caller, not the rate.
+
+        The governor sends a key's first call alone and holds the others until its
+        answer (up to a second): that second is no measure of what the provider
+        admits, and a 429 just after it must not be read as "it took one call in a
+        second". Only before the first cut.
+        """
+        if self.cuts == 0 and self._epoch_started < now:
+            self._epoch_started = now
+            self._window_start, self._window_calls = None, 0
 
     def _learn_quota(self, now: float, pause_s: float) -> None:
         """A window quota ran out: pace at what it admitted per window from now on."""
@@ -290,6 +380,7 @@ class RateSearch:
         self.ceiling_rps = ceiling_rps
         self.rate = ceiling_rps
         self.upper = self.lower = None
+        self._hold_s, self._reprobed_from, self._proofs_lied = self.config.hold_s, None, False
         self._new_epoch(now)
 
     def set_min_rps(self, min_rps: float) -> None:

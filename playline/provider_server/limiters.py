@@ -275,3 +275,62 @@ def build_limiter(spec: LimiterSpec) -> Limiter:
         "concurrency": Concurrency,
     }
     return kinds[spec.kind](spec)  # type: ignore[call-arg]
+
+
+# ---------------------------------------------------------------- strict limits
+#
+# The strict limits below are written apart from the shapes above, from the
+# algorithms' definitions, for the enforcing layer in front of the server
+# (:mod:`playline.provider_server.strict`): they share no code or tuning with the
+# server's limiters or with playline's own pacing, so a benchmark enforced by them
+# judges the governor against an implementation it was not tuned to.
+
+
+@dataclass
+class StrictGcra:
+    """GCRA as the virtual-scheduling meter of ITU-T I.371, with no slack at all.
+
+    ``rate`` per second, ``burst`` requests back to back at most (a delay variation
+    tolerance of ``(burst - 1) / rate``). A request earlier than the theoretical
+    arrival time less the tolerance is refused and changes nothing; ``burst=1``
+    refuses any request sooner than ``1 / rate`` after the previous one's slot.
+    """
+
+    rate: float
+    burst: int = 1
+    tat: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if not (self.rate > 0 and math.isfinite(self.rate)) or self.burst < 1:
+            raise ValueError("a strict GCRA needs rate > 0 and burst >= 1")
+
+    def try_admit(self, now: float) -> float | None:
+        """``None`` if the request is admitted (and counted), else seconds until it could be."""
+        interval = 1.0 / self.rate
+        tat = now if self.tat is None else self.tat
+        earliest = tat - (self.burst - 1) * interval
+        if now < earliest:
+            return earliest - now
+        self.tat = max(now, tat) + interval
+        return None
+
+
+@dataclass
+class StrictConcurrency:
+    """At most ``limit`` requests in flight, counted from admission to the last byte sent."""
+
+    limit: int
+    in_flight: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise ValueError("a strict concurrency cap needs limit >= 1")
+
+    def try_acquire(self) -> bool:
+        if self.in_flight >= self.limit:
+            return False
+        self.in_flight += 1
+        return True
+
+    def release(self) -> None:
+        self.in_flight = max(0, self.in_flight - 1)

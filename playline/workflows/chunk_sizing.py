@@ -13,9 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from playline.contract import MAX_CHUNK_ROWS
+from playline.contract import MAX_CHUNK_ROWS, Width
 
-__all__ = ["FIRST_CHUNK_ROWS", "MAX_CHUNK_ROWS", "MIN_CHUNK_ROWS", "ChunkSizer"]
+__all__ = [
+    "FIRST_CHUNK_ROWS",
+    "MAX_CHUNK_ROWS",
+    "MAX_FILL_CHUNKS",
+    "MIN_CHUNK_ROWS",
+    "ChunkSizer",
+    "chunks_to_fill",
+]
 
 #: The first chunks' size, before any rate is known (the old constant).
 FIRST_CHUNK_ROWS = 25
@@ -25,6 +32,30 @@ MIN_CHUNK_ROWS = 5
 MAX_GROWTH = 4.0
 #: Weight of a faster observation in the rows-per-second average (slower ones count fully).
 ALPHA = 0.5
+#: The most chunks :func:`chunks_to_fill` keeps in flight (a worker runs 64 activities).
+MAX_FILL_CHUNKS = 32
+#: Chunks beyond those that hold the rows: the next chunks start while stragglers finish.
+SPARE_CHUNKS = 2
+
+
+def chunks_to_fill(width: Width, chunk_rows: int | None) -> int:
+    """Chunks to keep in flight so that ``width.rows_in_flight`` rows can be in flight.
+
+    A chunk holds at most ``min(row_concurrency, its rows)`` rows in flight, and chunks
+    sized by time are small when rows are slow: three chunks of five rows would starve
+    a provider that takes sixteen calls at a time for seconds each. So the window is
+    ``ceil(rows_in_flight / rows per chunk)`` plus the spare chunks, never less than the
+    width's own ``chunks_in_flight`` and at most ``MAX_FILL_CHUNKS``. Pure arithmetic on
+    the recorded width and the sizer, so a replay computes the same window; a width
+    without ``rows_in_flight`` (pinned by the options, or from an older history) is
+    taken as it is.
+    """
+    rows = width.rows_in_flight
+    if rows is None or chunk_rows is None:
+        return width.chunks_in_flight
+    per_chunk = max(1, min(width.row_concurrency, chunk_rows))
+    needed = -(-rows // per_chunk) + SPARE_CHUNKS
+    return max(width.chunks_in_flight, min(MAX_FILL_CHUNKS, needed))
 
 
 @dataclass

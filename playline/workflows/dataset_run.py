@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
         merge_holds,
         merge_parked,
     )
-    from playline.workflows.chunk_sizing import FIRST_CHUNK_ROWS, ChunkSizer
+    from playline.workflows.chunk_sizing import FIRST_CHUNK_ROWS, ChunkSizer, chunks_to_fill
     from playline.workflows.failures import CHUNK_RETRY, as_failure
     from playline.workflows.status import (
         budget_wait_message,
@@ -411,7 +411,10 @@ class DatasetRunWorkflow:
         self._cancelling = True
 
     def _window(self) -> int:
-        return self._control.window or self._width.chunks_in_flight
+        # Enough chunks for the rows the governor wants in flight, however small the
+        # sizer makes them (a slow provider's are); pure on recorded data.
+        sized = self._sizer.size if self._sized_by_time else None
+        return self._control.window or chunks_to_fill(self._width, sized)
 
     def _set_width(self, width: Width) -> None:
         self._width = width
