@@ -18,6 +18,10 @@ from typing import Any, Generic, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypeVar
 
+from playline.freshness import Freshness
+
+#: An estimate's dataset runs admit rows into ``<key>~estimate``, never into ``<key>``.
+ESTIMATE_DATASET_SUFFIX = "~estimate"
 #: The most rows one chunk activity may hold (pinned or sized by time).
 MAX_CHUNK_ROWS = 5000
 
@@ -80,6 +84,11 @@ class RunOptions(BaseModel):
     #: Estimate instead of run: every call is counted from receipts and priced, none is
     #: sent, nothing is written but the run's manifest (``playline estimate``).
     estimate: bool = False
+    #: Estimate first, then run: the play records how many cells are due and their worst
+    #: case (a child estimate) before it pays for any (scheduled firings set this).
+    estimate_first: bool = False
+    #: The schedule that started this run (``playline schedule``), for its summary.
+    schedule: str | None = None
 
     @property
     def budgeted(self) -> bool:
@@ -99,6 +108,10 @@ class ColumnSpec(BaseModel):
     name: str
     resolver: str
     run_if: str | None = None
+    #: how long a computed cell stays fresh (``with_column(..., fresh_for=...)``): a fresh
+    #: cell is kept without running the resolver; ``None``: the cell is recomputed by
+    #: every run (its tool calls still answered by fresh receipts)
+    fresh_for: Freshness | None = None
 
 
 class LoadCsvInput(BaseModel):
@@ -263,6 +276,13 @@ class ChunkStats(BaseModel):
     #: asynchronous provider jobs the run waits on, ``{provider: {"pending", "finished",
     #: "failed", "oldest_pending_at"}}``: the latest count (a snapshot, not a sum)
     jobs: dict[str, Any] = Field(default_factory=dict)
+    #: cells the run computed (new, or past their freshness) and cells it kept because
+    #: they were fresh (no resolver run, no call); an estimate counts them the same way
+    cells_due: int = 0
+    cells_fresh: int = 0
+    #: what the run changed in a dataset enriched before, ``{column: {"changed",
+    #: "appeared", "disappeared"}}`` (counts of cells against their previous values)
+    changes: dict[str, Any] = Field(default_factory=dict)
 
     def add(self, other: ChunkStats) -> None:
         for name in type(self).model_fields:
@@ -276,8 +296,8 @@ class ChunkStats(BaseModel):
                 self.spend = merge_spend(self.spend, other.spend)
             elif name == "estimate":
                 self.estimate = merge_spend(self.estimate, other.estimate)
-            elif name == "accounts":
-                self.accounts = merge_spend(self.accounts, other.accounts)
+            elif name in ("accounts", "changes"):
+                setattr(self, name, merge_spend(getattr(self, name), getattr(other, name)))
             elif name == "jobs":
                 self.jobs = {**self.jobs, **other.jobs}
             else:
@@ -548,6 +568,9 @@ class PlayState(BaseModel):
     run_refs: list[str] = Field(default_factory=list)
     #: playline's search attributes this namespace has registered (the play upserts these)
     search_attributes: list[str] = Field(default_factory=list)
+    #: ``estimate_first`` (a scheduled firing): what was due before it paid for anything,
+    #: ``{"cells_due", "cells_fresh", "calls", "worst_case", "estimate_id"}``
+    due: dict[str, Any] | None = None
     log: list[str] = Field(default_factory=list)
 
 

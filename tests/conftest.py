@@ -124,6 +124,8 @@ def provider(provider_server: ProviderServerProcess) -> ProviderServerProcess:
         webhook_drop={},
         webhook_duplicates={},
         webhook_retry_s={},
+        answer_epoch=0,
+        changed_fraction=0.0,
     )
     return provider_server
 

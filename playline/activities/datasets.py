@@ -22,6 +22,7 @@ from temporalio import activity
 from playline import resolvers
 from playline.activities.width import dispatch_width
 from playline.contract import (
+    ESTIMATE_DATASET_SUFFIX,
     ChunkStats,
     DatasetRef,
     DatasetResult,
@@ -142,20 +143,30 @@ class DatasetActivities:
 
     @activity.defn(name="playline.finalize_run")
     async def finalize_run(self, input: FinalizeInput) -> DatasetResult:
-        """Counts, ``preview_rows`` preview rows, (all-or-nothing) the inline rows and,
-        when rows may be shown, the first repeated row keys."""
+        """Counts, ``preview_rows`` preview rows, (all-or-nothing) the inline rows,
+        when rows may be shown, the first repeated row keys, and what the run changed
+        in cells the dataset had before (``stats.changes``: counted in the store, and
+        carried by this result rather than a new activity, so recorded histories
+        replay)."""
         sheet = self._holder.services.sheet
         summary = await summarize_run(
             sheet, input.run_ref, input.inline_rows_budget_bytes, input.preview_rows
         )
         info = summary.info
+        # An estimate's scratch dataset changes nothing anyone syncs.
+        estimated = info.dataset.endswith(ESTIMATE_DATASET_SUFFIX)
+        changes = {} if estimated else await sheet.run_changes(input.run_ref)
         repeated: list[str] = []
         if info.duplicates and input.preview_rows > 0:
             repeated = await sheet.duplicate_keys(input.run_ref)
         return DatasetResult(
             ref=DatasetRef(id=info.dataset, count=info.admitted, columns=info.columns),
             run_ref=info.run_ref,
-            stats=ChunkStats(rows_ok=summary.rows_ok, rows_failed=summary.rows_failed),
+            stats=ChunkStats(
+                rows_ok=summary.rows_ok,
+                rows_failed=summary.rows_failed,
+                changes=changes,
+            ),
             total=info.total,
             admitted=info.admitted,
             duplicates=info.duplicates,

@@ -35,7 +35,9 @@ the ledger), as real enrichment APIs do:
 Whether an input is found is a digest of it against ``ServerConfig.hit_rates`` (see
 ``fake_data``), so tests compute every answer and its price without the server.
 ``X-Credits-Charged`` on a replayed answer repeats the original charge (the replay
-itself costs nothing; the ledger says so).
+itself costs nothing; the ledger says so). With ``answer_epoch`` above 0 a share
+(``changed_fraction``) of the inputs get another answer than at epoch 0 (see
+``epochs``), and ``GET /_admin/changed`` lists them per endpoint, old and new.
 
 A provider request goes through, in order: authentication (401), the
 rate limit and concurrency cap decided on arrival (429 + ``Retry-After``), body
@@ -90,7 +92,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from playline.provider_server import fake_data
+from playline.provider_server import epochs, fake_data
 from playline.provider_server.config import (
     CHARGED_FAULTS,
     DEFAULT_HIT_RATES,
@@ -552,6 +554,9 @@ class ProviderServer:
         self.buckets: dict[str, TokenBucket] = {}
         #: (provider, key digest, record digest) of records an account was billed for
         self.enriched: set[tuple[str, str, bytes]] = set()
+        #: per endpoint path, the inputs whose latest answer differed from epoch 0's
+        #: (``epochs``): ``{path: {input key: {"input", "old", "new"}}}``
+        self.drifted: dict[str, dict[str, dict[str, Any]]] = {}
         #: the asynchronous jobs (``jobs``); they read the current config on each step
         self.jobs = JobEngine(lambda: self.config, self.ledger)
         self._reseed()
@@ -582,6 +587,7 @@ class ProviderServer:
         self.ledger.reset()
         self.idempotency.clear()
         self.enriched.clear()
+        self.drifted.clear()
         self.jobs.reset()
         self.config = self.config.merged({"hit_rates": dict(DEFAULT_HIT_RATES)})
         self._reseed()
@@ -901,7 +907,7 @@ class ProviderServer:
         """Compute the answer, bill it in the ledger and store it for replays."""
         endpoint = call.endpoint
         rate = self.config.hit_rate_for(endpoint.provider)
-        results = [endpoint.compute(item, rate) for item in call.inputs]
+        results = [self._answer(endpoint, item, rate) for item in call.inputs]
         free = self._already_enriched(call, results)
         bill = endpoint.bill(call.inputs, results, free)
         body = json.dumps(endpoint.body(call.inputs, results, free), separators=(",", ":"))
@@ -927,6 +933,20 @@ class ProviderServer:
                 call.request_digest, 200, encoded, headers
             )
         return _Answer(encoded, headers, bill.net)
+
+    def _answer(self, endpoint: Endpoint, item: Mapping[str, str], rate: float) -> Any:
+        """One input's answer at the configured epoch (``epochs``), noting whether it
+        differs from epoch 0's."""
+        base = endpoint.compute(item, rate)
+        epoch, fraction = self.config.answer_epoch, self.config.changed_fraction
+        key = epochs.input_key(item)
+        if not epochs.drifts(endpoint.path, item, epoch, fraction):
+            self.drifted.get(endpoint.path, {}).pop(key, None)
+            return base
+        answer = epochs.drifted_answer(endpoint.path, item, base, epoch)
+        seen = self.drifted.setdefault(endpoint.path, {})
+        seen[key] = {"input": dict(item), "old": base, "new": answer, "epoch": epoch}
+        return answer
 
     def _already_enriched(self, call: _Call, results: Sequence[Any]) -> list[bool]:
         """Per input, whether this account was billed for the matched record before
@@ -1045,6 +1065,16 @@ class ProviderServer:
         calls = self.ledger.calls_since(since, limit)
         return JSONResponse({"now": time.monotonic(), "calls": calls})
 
+    async def admin_changed(self, request: Request) -> Response:
+        """The inputs whose latest answer differed from epoch 0's, per endpoint path,
+        each ``{"input", "old", "new", "epoch"}``, in input order."""
+        changed = {
+            path: [found[key] for key in sorted(found)]
+            for path, found in sorted(self.drifted.items())
+            if found
+        }
+        return JSONResponse({"epoch": self.config.answer_epoch, "changed": changed})
+
     async def admin_reset(self, request: Request) -> Response:
         self.reset()
         return JSONResponse({"reset": True})
@@ -1102,6 +1132,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/_admin/ledger", server.admin_ledger, methods=["GET"]),
         Route("/_admin/calls", server.admin_calls, methods=["GET"]),
+        Route("/_admin/changed", server.admin_changed, methods=["GET"]),
         Route("/_admin/reset", server.admin_reset, methods=["POST"]),
         Route("/_admin/config", server.admin_get_config, methods=["GET"]),
         Route("/_admin/config", server.admin_post_config, methods=["POST"]),

@@ -23,6 +23,8 @@ Whether a lookup *finds* something is decided per input by a digest (see
 :mod:`~playline.provider_server.fake_data`) against ``hit_rates[provider]``: 0.0
 finds nothing, 1.0 everything, and the same input always gets the same answer.
 Providers that bill by outcome (per hit, refund on a miss) bill from that answer.
+``answer_epoch`` and ``changed_fraction`` make a share of the answers change between
+runs, deterministically (:mod:`~playline.provider_server.epochs`).
 
 The asynchronous job providers (``fullenrich``, ``dropcontact``; see
 :mod:`~playline.provider_server.jobs`) have their own knobs, each a mapping by
@@ -186,6 +188,11 @@ class ServerConfig(BaseModel):
     #: its ``DEFAULT_HIT_RATES`` entry. ``reset()`` restores the defaults.
     hit_rates: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_HIT_RATES))
     max_call_records: int = Field(default=100_000, ge=0)
+    #: answers drift between runs (see :mod:`~playline.provider_server.epochs`): at an
+    #: epoch above 0, the inputs whose digest (with the epoch) falls under
+    #: ``changed_fraction`` get another answer than at epoch 0, the same one every time
+    answer_epoch: int = Field(default=0, ge=0)
+    changed_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
     # -- asynchronous jobs (``jobs``), each per provider -----------------------------
     #: the range (seconds) one contact of a job takes, drawn per contact from a digest
     #: of its input (``DEFAULT_JOB_LATENCY_S``); a job finishes with its last contact

@@ -116,6 +116,12 @@ class AdminClient:
         result: dict[str, Any] = self._admin("GET", "/_admin/ledger")
         return result
 
+    def changed_answers(self) -> dict[str, list[dict[str, Any]]]:
+        """Per endpoint path, the inputs whose latest answer differed from epoch 0's
+        (``GET /_admin/changed``; see :mod:`~playline.provider_server.epochs`)."""
+        result: dict[str, list[dict[str, Any]]] = self._admin("GET", "/_admin/changed")["changed"]
+        return result
+
     def calls(self, since: float = 0.0, limit: int | None = None) -> list[dict[str, Any]]:
         """Per-call records with a server monotonic time after ``since`` (the newest ``limit``)."""
         query = f"since={since}" + (f"&limit={limit}" if limit is not None else "")

@@ -12,6 +12,11 @@ workers' store (``open_stores(settings, create=False)``). The inline result is
 all-or-nothing within a byte budget, projected from the rows seen so far, so a
 prefix is never returned and never held.
 
+A *change export* (:func:`export_changes`, ``runs export --changes``) writes only the
+rows a re-run changed, for a CRM sync: the row key, then ``C__old`` and ``C__new`` for
+each column that changed in some row (see :mod:`~playline.stores.sheet_changes`),
+paged from the manifest like any export.
+
 An export may carry each computed cell's *provenance* (``provenance=True``): in CSV
 four columns after each computed column (:mod:`~playline.stores.provenance_cells`),
 in JSONL a ``_provenance`` object per row. The preview and the inline result never
@@ -33,7 +38,17 @@ from playline.stores.csv_io import RowFile
 from playline.stores.provenance_cells import csv_columns, with_provenance_cells
 from playline.stores.sheet import RunInfo, RunRow, SheetStore
 
-__all__ = ["RunSummary", "export_run", "row_out", "summarize_run"]
+__all__ = [
+    "CHANGE_KEY_COLUMN",
+    "RunSummary",
+    "export_changes",
+    "export_run",
+    "row_out",
+    "summarize_run",
+]
+
+#: The column of a change export naming the row (a compound key's parts joined by ``/``).
+CHANGE_KEY_COLUMN = "row_key"
 
 EXPORT_PAGE_ROWS = 1000
 #: Preview rows when the caller does not say (``RunOptions.preview_rows``'s default).
@@ -132,6 +147,50 @@ async def _computed_columns(sheet: SheetStore, info: RunInfo) -> list[str]:
         ):
             found.update(cells)
     return [c for c in info.columns if c in found]
+
+
+async def export_changes(
+    sheet: SheetStore, run_ref: str, path: str, fmt: str = "csv", *, raw: bool = False
+) -> int:
+    """Stream the rows the run changed, in manifest order, to a CSV or JSONL file: the
+    row key, then ``C__old`` and ``C__new`` per changed column; the row count.
+
+    A CSV's header is written first, so the run's changes are read through once for
+    their column names (only the names are kept); formulas are made inert unless
+    ``raw``, as in :func:`export_run`. A JSONL line holds the row's own columns only.
+    """
+    info = await _info(sheet, run_ref)
+    fmt_name: Literal["csv", "jsonl"] = "jsonl" if fmt == "jsonl" else "csv"
+    columns = [CHANGE_KEY_COLUMN]
+    if fmt_name == "csv":
+        changed = await _changed_columns(sheet, info)
+        columns += [f"{c}__{side}" for c in changed for side in ("old", "new")]
+    out = await asyncio.to_thread(partial(RowFile, path, fmt_name, columns, raw=raw))
+    with out:
+        for start in range(0, info.admitted, EXPORT_PAGE_ROWS):
+            page = await sheet.read_changes(run_ref, start, start + EXPORT_PAGE_ROWS)
+            rows = [_changed_row(key, changes) for _, key, changes in page]
+            await asyncio.to_thread(out.write_rows, rows)
+        return await asyncio.to_thread(out.commit)
+
+
+def _changed_row(row_key: str, changes: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {CHANGE_KEY_COLUMN: row_key.replace("\x1f", "/")}
+    for column, change in changes.items():
+        row[f"{column}__old"] = change.get("old")
+        row[f"{column}__new"] = change.get("new")
+    return row
+
+
+async def _changed_columns(sheet: SheetStore, info: RunInfo) -> list[str]:
+    """The columns that changed in some row of the run, in the run's column order."""
+    found: set[str] = set()
+    for start in range(0, info.admitted, EXPORT_PAGE_ROWS):
+        for _, _, changes in await sheet.read_changes(
+            info.run_ref, start, start + EXPORT_PAGE_ROWS
+        ):
+            found.update(changes)
+    return [c for c in info.columns if c in found] + sorted(found - set(info.columns))
 
 
 @dataclass(frozen=True)

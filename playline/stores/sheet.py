@@ -29,7 +29,7 @@ memory never grows with a dataset's size.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from playline.contract import RunMode
@@ -67,6 +67,9 @@ class RunRow:
     error: str | None
     #: ``{column: provenance}`` of the cells this run computed, if it recorded any
     provenance: dict[str, Any] | None = None
+    #: ``{column: {"at": epoch seconds, "in": digest}}``: when each computed cell of the
+    #: sheet row was fetched and a digest of what its resolver read (freshness rules)
+    cell_meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,9 @@ class RowResult:
     #: ``{column: provenance}`` for the row's computed cells (JSON-able), kept with
     #: this run's manifest row
     provenance: dict[str, Any] | None = None
+    #: ``{column: {"at", "in"}}`` of the cells computed now, merged into the sheet row's
+    #: (a cell kept because it was fresh is not in ``cells`` and keeps its entry)
+    cell_meta: dict[str, Any] | None = None
 
 
 class SheetStore(Protocol):
@@ -136,7 +142,10 @@ class SheetStore(Protocol):
     async def write_results(self, run_ref: str, results: Sequence[RowResult]) -> None:
         """Merge computed cells into their sheet rows and set the rows' statuses (and
         provenance, on the run's manifest rows: a result without any leaves the
-        row's as it was)."""
+        row's as it was). Each result's ``cell_meta`` merges into its sheet row's column
+        by column, and what the cells changed is recorded on the manifest row
+        (:func:`~playline.stores.sheet_changes.merge_changes`: writing a row twice
+        records what the first write saw)."""
         ...
 
     async def read_provenance(
@@ -146,8 +155,31 @@ class SheetStore(Protocol):
         provenance, in ``seq`` order (one page: callers page through a run)."""
         ...
 
+    async def read_cells(
+        self, dataset: str, row_keys: Sequence[str]
+    ) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+        """``{row_key: (data, cell_meta)}`` of the dataset's sheet rows among
+        ``row_keys`` (one page: an estimate reads the real rows behind its scratch ones);
+        a key the dataset does not have is left out."""
+        ...
+
     async def run_counts(self, run_ref: str) -> dict[str, int]:
         """Rows of the run by status: ``pending``, ``ok``, ``error``."""
+        ...
+
+    async def run_changes(self, run_ref: str) -> dict[str, dict[str, int]]:
+        """What the run changed in cells the dataset had before (see
+        :mod:`~playline.stores.sheet_changes`): ``{column: {"changed", "appeared",
+        "disappeared"}}`` counted in the store (memory does not grow with the run); a
+        column the rows had before but the run did not change counts zeros, a column
+        new to every row is left out (``{}``: nothing was enriched before)."""
+        ...
+
+    async def read_changes(
+        self, run_ref: str, start: int, end: int
+    ) -> list[tuple[int, str, dict[str, Any]]]:
+        """``(seq, row_key, {column: {"old", "new"}})`` of the run's rows with ``start <=
+        seq < end`` that changed, in ``seq`` order (one page: an export pages through)."""
         ...
 
     async def read_source_rows(
@@ -177,11 +209,11 @@ def row_key_of(
     if not key_fields:
         return f"#{position}" if source_id is None else positional_key(source_id, position)
     parts = []
-    for field in key_fields:
-        value = row.get(field)
+    for key_field in key_fields:
+        value = row.get(key_field)
         if value is None or str(value).strip() == "":
             raise InvalidPlayInput(
-                f"row {position + 1} has an empty key field {field!r}; every row needs a "
+                f"row {position + 1} has an empty key field {key_field!r}; every row needs a "
                 f"value in {list(key_fields)} (or run without a key)"
             )
         parts.append(str(value).strip())

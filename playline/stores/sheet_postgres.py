@@ -43,6 +43,7 @@ from playline.stores.sheet import (
     row_key_of,
     run_columns,
 )
+from playline.stores.sheet_changes import changes_report, merge_changes
 
 __all__ = ["SHEET_MIGRATIONS", "PostgresSheetStore"]
 
@@ -58,26 +59,53 @@ SHEET_MIGRATIONS = (
         "run rows keep their cells' provenance (JSON text, per run)",
         ("ALTER TABLE playline_run_rows ADD COLUMN IF NOT EXISTS provenance text",),
     ),
+    Migration(
+        3,
+        "sheet rows keep per-cell metadata; run rows keep what each run changed",
+        (
+            "ALTER TABLE playline_sheet_rows ADD COLUMN IF NOT EXISTS cell_meta jsonb",
+            "ALTER TABLE playline_run_rows ADD COLUMN IF NOT EXISTS changes jsonb",
+            "ALTER TABLE playline_run_rows ADD COLUMN IF NOT EXISTS compared jsonb",
+        ),
+    ),
 )
-#: The sheet component's version from which run rows have ``provenance``.
+#: The sheet component's version from which run rows have ``provenance``...
 _PROVENANCE_VERSION = 2
+#: ... and sheet rows ``cell_meta``, run rows ``changes`` and ``compared``.
+_CHANGES_VERSION = 3
 
 _NOW = "COALESCE(%(now)s::float8, extract(epoch FROM statement_timestamp()))"
 
 _WRITE_RESULTS = (
     "WITH u AS (SELECT dataset FROM playline_runs WHERE run_ref = %(run)s),"
     " v AS (SELECT * FROM unnest(%(seqs)s::int[], %(keys)s::text[], %(cells)s::jsonb[],"
-    " %(statuses)s::text[], %(errors)s::text[], %(provenance)s::text[])"
-    " AS v(seq, row_key, cells, status, error, provenance)),"
+    " %(metas)s::jsonb[], %(statuses)s::text[], %(errors)s::text[], %(provenance)s::text[],"
+    " %(touched)s::bool[], %(changes)s::jsonb[], %(compared)s::jsonb[])"
+    " AS v(seq, row_key, cells, meta, status, error, provenance, touched, changes, compared)),"
     " merged AS (UPDATE playline_sheet_rows AS s SET data = s.data || v.cells,"
+    " cell_meta = CASE WHEN v.meta IS NULL THEN s.cell_meta"
+    " ELSE COALESCE(s.cell_meta, '{}'::jsonb) || v.meta END,"
     " updated_at = " + _NOW + " FROM v, u"
-    " WHERE s.dataset = u.dataset AND s.row_key = v.row_key AND v.cells <> '{}'::jsonb"
-    " RETURNING 1),"
+    " WHERE s.dataset = u.dataset AND s.row_key = v.row_key"
+    " AND (v.cells <> '{}'::jsonb OR v.meta IS NOT NULL) RETURNING 1),"
     " marked AS (UPDATE playline_run_rows AS r SET status = v.status, error = v.error,"
-    " provenance = COALESCE(v.provenance, r.provenance)"
+    " provenance = COALESCE(v.provenance, r.provenance),"
+    " changes = CASE WHEN v.touched THEN v.changes ELSE r.changes END,"
+    " compared = CASE WHEN v.touched THEN v.compared ELSE r.compared END"
     " FROM v, u WHERE r.run_ref = %(run)s AND r.seq = v.seq RETURNING 1)"
     " SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM merged),"
     " (SELECT count(*) FROM marked)"
+)
+#: The written columns the rows had before (locked: the write compares against them).
+_STORED_CELLS = (
+    "SELECT s.row_key, COALESCE((SELECT jsonb_object_agg(e.key, e.value)"
+    " FROM jsonb_each(s.data) AS e WHERE e.key = ANY(%(columns)s)), '{}'::jsonb)"
+    " FROM playline_sheet_rows s WHERE s.dataset = %(dataset)s AND s.row_key = ANY(%(keys)s)"
+    " ORDER BY s.row_key FOR UPDATE OF s"
+)
+_MANIFEST_CHANGES = (
+    "SELECT seq, changes, compared FROM playline_run_rows WHERE run_ref = %s"
+    " AND seq = ANY(%s) ORDER BY seq FOR UPDATE"
 )
 
 
@@ -88,11 +116,16 @@ _READ_RUN_ROWS_FROM = (
     " WHERE r.run_ref = %s AND r.seq >= %s AND r.seq < %s ORDER BY r.seq"
 )
 _READ_RUN_ROWS = (
-    "SELECT r.seq, r.row_key, s.data, r.status, r.error, r.provenance" + _READ_RUN_ROWS_FROM
+    "SELECT r.seq, r.row_key, s.data, r.status, r.error, r.provenance, s.cell_meta"
+    + _READ_RUN_ROWS_FROM
 )
-#: A schema from before provenance (a client reading what older workers wrote).
+#: Schemas from before cell metadata, or provenance (a client reading what older
+#: workers wrote).
+_READ_RUN_ROWS_NO_META = (
+    "SELECT r.seq, r.row_key, s.data, r.status, r.error, r.provenance, NULL" + _READ_RUN_ROWS_FROM
+)
 _READ_RUN_ROWS_OLD = (
-    "SELECT r.seq, r.row_key, s.data, r.status, r.error, NULL" + _READ_RUN_ROWS_FROM
+    "SELECT r.seq, r.row_key, s.data, r.status, r.error, NULL, NULL" + _READ_RUN_ROWS_FROM
 )
 
 
@@ -109,16 +142,19 @@ class PostgresSheetStore:
         self._clock = clock
         self._migrated = False
         self._migrating = asyncio.Lock()
-        #: whether run rows have ``provenance`` (a client may read a schema older
-        #: workers migrated, and never migrates it); known once it was seen
-        self._has_provenance = False
+        #: the sheet component's schema version (a client may read a schema older
+        #: workers migrated, and never migrates it); read again until the latest
+        self._version = 0
+
+    async def _has(self, conn: psycopg.AsyncConnection[Any], version: int) -> bool:
+        """Whether this schema's sheet component has reached ``version``."""
+        if self._version < len(SHEET_MIGRATIONS):
+            self._version = await postgres_version(conn, "sheet")
+        return self._version >= version
 
     async def _provenance_column(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Whether ``playline_run_rows.provenance`` exists in this schema."""
-        if not self._has_provenance:
-            version = await postgres_version(conn, "sheet")
-            self._has_provenance = version >= _PROVENANCE_VERSION
-        return self._has_provenance
+        return await self._has(conn, _PROVENANCE_VERSION)
 
     async def _migrate(self) -> None:
         """Apply :data:`SHEET_MIGRATIONS` once per store (a worker's, about to prepare a
@@ -279,12 +315,17 @@ class PostgresSheetStore:
 
     async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]:
         async with self._db.connection() as conn:
-            query = _READ_RUN_ROWS if await self._provenance_column(conn) else _READ_RUN_ROWS_OLD
+            if await self._has(conn, _CHANGES_VERSION):
+                query = _READ_RUN_ROWS
+            elif await self._provenance_column(conn):
+                query = _READ_RUN_ROWS_NO_META
+            else:
+                query = _READ_RUN_ROWS_OLD
             cur = await conn.execute(query, [run_ref, start, end])
             rows = await cur.fetchall()
         return [
-            RunRow(seq, key, data, status, err, _loaded(prov))
-            for seq, key, data, status, err, prov in rows
+            RunRow(seq, key, data, status, err, _loaded(prov), dict(meta or {}))
+            for seq, key, data, status, err, prov, meta in rows
         ]
 
     async def read_provenance(
@@ -307,23 +348,71 @@ class PostgresSheetStore:
         # The run may have been prepared by a worker of an older playline: this one
         # brings the sheet's schema up to date before it writes provenance.
         await self._migrate()
-        async with self._db.connection() as conn:
-            cur = await conn.execute(
+
+        async def tx(conn: psycopg.AsyncConnection[Any]) -> None:
+            found = await _run_changes_of(conn, run_ref, results)
+            if found is None:
+                raise InvalidPlayInput(f"run {run_ref!r} has no manifest")
+            changes = [found.get(r.seq) for r in results]
+            await conn.execute(
                 _WRITE_RESULTS,
                 {
                     "run": run_ref,
                     "seqs": [r.seq for r in results],
                     "keys": [r.row_key for r in results],
                     "cells": [json.dumps(r.cells) for r in results],
+                    "metas": [json.dumps(r.cell_meta) if r.cell_meta else None for r in results],
                     "statuses": [r.status for r in results],
                     "errors": [r.error for r in results],
                     "provenance": [_dumped(r.provenance) for r in results],
+                    "touched": [c is not None for c in changes],
+                    "changes": [_dumped(c[0] or None) if c else None for c in changes],
+                    "compared": [_dumped(c[1] or None) if c else None for c in changes],
                     "now": self._now(),
                 },
             )
-            found = await cur.fetchone()
-        if found is None or not found[0]:
-            raise InvalidPlayInput(f"run {run_ref!r} has no manifest")
+
+        await self._db.transaction(tx)
+
+    async def run_changes(self, run_ref: str) -> dict[str, dict[str, int]]:
+        async with self._db.connection() as conn:
+            if not await self._has(conn, _CHANGES_VERSION):
+                return {}
+            cur = await conn.execute(
+                "SELECT c.key, c.value, count(*) FROM playline_run_rows r,"
+                " jsonb_each_text(r.compared) AS c WHERE r.run_ref = %s"
+                " AND r.compared IS NOT NULL GROUP BY c.key, c.value",
+                [run_ref],
+            )
+            counts = await cur.fetchall()
+        return changes_report([(str(k), str(v), int(n)) for k, v, n in counts])
+
+    async def read_changes(
+        self, run_ref: str, start: int, end: int
+    ) -> list[tuple[int, str, dict[str, Any]]]:
+        async with self._db.connection() as conn:
+            if not await self._has(conn, _CHANGES_VERSION):
+                return []
+            cur = await conn.execute(
+                "SELECT seq, row_key, changes FROM playline_run_rows WHERE run_ref = %s"
+                " AND seq >= %s AND seq < %s AND changes IS NOT NULL ORDER BY seq",
+                [run_ref, start, end],
+            )
+            rows = await cur.fetchall()
+        return [(int(seq), str(key), dict(found)) for seq, key, found in rows]
+
+    async def read_cells(
+        self, dataset: str, row_keys: Sequence[str]
+    ) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+        async with self._db.connection() as conn:
+            meta = "cell_meta" if await self._has(conn, _CHANGES_VERSION) else "NULL"
+            cur = await conn.execute(
+                f"SELECT row_key, data, {meta} FROM playline_sheet_rows"
+                " WHERE dataset = %s AND row_key = ANY(%s)",
+                [dataset, list(row_keys)],
+            )
+            rows = await cur.fetchall()
+        return {str(key): (dict(data), dict(cells or {})) for key, data, cells in rows}
 
     async def run_counts(self, run_ref: str) -> dict[str, int]:
         counts = {"pending": 0, "ok": 0, "error": 0}
@@ -354,6 +443,37 @@ class PostgresSheetStore:
 def _dumped(provenance: dict[str, Any] | None) -> str | None:
     """A row's provenance as stored (JSON text, as SQLite stores it), or ``None``."""
     return None if provenance is None else json.dumps(provenance, separators=(",", ":"))
+
+
+async def _run_changes_of(
+    conn: psycopg.AsyncConnection[Any], run_ref: str, results: Sequence[RowResult]
+) -> dict[int, tuple[dict[str, Any], dict[str, Any]]] | None:
+    """Per written result's ``seq``, its manifest row's ``changes`` and ``compared``
+    after this write (:func:`~playline.stores.sheet_changes.merge_changes`), read
+    under row locks; ``None`` when the run has no manifest."""
+    cur = await conn.execute("SELECT dataset FROM playline_runs WHERE run_ref = %s", [run_ref])
+    run = await cur.fetchone()
+    if run is None:
+        return None
+    written = [r for r in results if r.cells]
+    if not written:
+        return {}
+    cur = await conn.execute(
+        _STORED_CELLS,
+        {
+            "columns": sorted({c for r in written for c in r.cells}),
+            "dataset": run[0],
+            "keys": [r.row_key for r in written],
+        },
+    )
+    stored: dict[str, dict[str, Any]] = {k: dict(d) for k, d in await cur.fetchall()}
+    cur = await conn.execute(_MANIFEST_CHANGES, [run_ref, [r.seq for r in written]])
+    manifest = {int(seq): (ch, cmp) for seq, ch, cmp in await cur.fetchall()}
+    return {
+        r.seq: merge_changes(stored[r.row_key], r.cells, *manifest[r.seq])
+        for r in written
+        if r.row_key in stored and r.seq in manifest
+    }
 
 
 def _loaded(stored: str | None) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from playline.stores.sheet import (
     row_key_of,
     run_columns,
 )
+from playline.stores.sheet_changes import changes_report, merge_changes
 from playline.stores.sqlite_db import SqliteDatabase
 
 __all__ = ["MIGRATIONS", "SqliteSheetStore"]
@@ -65,7 +66,23 @@ MIGRATIONS = (
         "run rows keep their cells' provenance (JSON, per run)",
         ("ALTER TABLE run_rows ADD COLUMN provenance TEXT",),
     ),
+    Migration(
+        4,
+        "sheet rows keep per-cell metadata; run rows keep what each run changed (JSON)",
+        (
+            "ALTER TABLE sheet_rows ADD COLUMN cell_meta TEXT",
+            "ALTER TABLE run_rows ADD COLUMN changes TEXT",
+            "ALTER TABLE run_rows ADD COLUMN compared TEXT",
+        ),
+    ),
 )
+#: The schema version from which run rows have ``provenance``.
+_PROVENANCE_VERSION = 3
+#: ... and sheet rows ``cell_meta``, run rows ``changes`` and ``compared``.
+_CHANGES_VERSION = 4
+
+#: Row keys per ``IN (...)`` query (SQLite caps a statement's parameters).
+_KEYS_PER_QUERY = 500
 
 _INSERT_SOURCE_ROW = "INSERT INTO source_rows (dataset_id, pos, data) VALUES (?, ?, ?)"
 
@@ -90,17 +107,20 @@ class SqliteSheetStore:
         self._db = SqliteDatabase(path, MIGRATIONS, create=create)
         self.path = self._db.path
         self._clock = clock
-        #: whether ``run_rows.provenance`` exists (a client may read a file an older
-        #: worker wrote, which it never migrates); known once it was seen
-        self._has_provenance = False
+        #: the file's schema version (a client may read a file an older worker wrote,
+        #: which it never migrates); read again until it is the latest
+        self._version = 0
+
+    def _has(self, conn: sqlite3.Connection, version: int) -> bool:
+        """Whether the file's schema has reached ``version``."""
+        if self._version < len(MIGRATIONS):
+            self._version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        return self._version >= version
 
     def _provenance_column(self, conn: sqlite3.Connection) -> str:
         """What to select for a row's provenance: the column, or NULL in a file of a
         schema from before it (read by a client, which does not migrate)."""
-        if not self._has_provenance:
-            names = {row[1] for row in conn.execute("PRAGMA table_info(run_rows)")}
-            self._has_provenance = "provenance" in names
-        return "r.provenance" if self._has_provenance else "NULL"
+        return "r.provenance" if self._has(conn, _PROVENANCE_VERSION) else "NULL"
 
     async def put_source(
         self, dataset_id: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
@@ -236,15 +256,17 @@ class SqliteSheetStore:
         def read(conn: sqlite3.Connection) -> list[RunRow]:
             rows = conn.execute(
                 "SELECT r.seq, r.row_key, s.data, r.status, r.error, "
-                f"{self._provenance_column(conn)} FROM run_rows r "
+                f"{self._provenance_column(conn)}, "
+                f"{'s.cell_meta' if self._has(conn, _CHANGES_VERSION) else 'NULL'} "
+                "FROM run_rows r "
                 "JOIN runs u ON u.run_ref = r.run_ref "
                 "JOIN sheet_rows s ON s.dataset = u.dataset AND s.row_key = r.row_key "
                 "WHERE r.run_ref = ? AND r.seq >= ? AND r.seq < ? ORDER BY r.seq",
                 (run_ref, start, end),
             ).fetchall()
             return [
-                RunRow(seq, key, json.loads(data), status, err, _loaded(prov))
-                for seq, key, data, status, err, prov in rows
+                RunRow(seq, key, json.loads(data), status, err, _loaded(prov), _loaded(meta) or {})
+                for seq, key, data, status, err, prov, meta in rows
             ]
 
         return await self._db.read(read)
@@ -276,17 +298,8 @@ class SqliteSheetStore:
                 raise InvalidPlayInput(f"run {run_ref!r} has no manifest")
             dataset = run[0]
             for res in results:
-                if res.cells:
-                    current = conn.execute(
-                        "SELECT data FROM sheet_rows WHERE dataset = ? AND row_key = ?",
-                        (dataset, res.row_key),
-                    ).fetchone()
-                    merged = {**(json.loads(current[0]) if current else {}), **res.cells}
-                    conn.execute(
-                        "UPDATE sheet_rows SET data = ?, updated_at = ? "
-                        "WHERE dataset = ? AND row_key = ?",
-                        (json.dumps(merged), now, dataset, res.row_key),
-                    )
+                if res.cells or res.cell_meta:
+                    _write_cells(conn, run_ref, dataset, res, now)
             conn.executemany(
                 "UPDATE run_rows SET status = ?, error = ?, "
                 "provenance = COALESCE(?, provenance) WHERE run_ref = ? AND seq = ?",
@@ -297,6 +310,55 @@ class SqliteSheetStore:
             )
 
         await self._db.write(tx)
+
+    async def run_changes(self, run_ref: str) -> dict[str, dict[str, int]]:
+        def read(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+            if not self._has(conn, _CHANGES_VERSION):
+                return {}
+            counts = conn.execute(
+                "SELECT c.key, c.value, count(*) FROM run_rows r, json_each(r.compared) c "
+                "WHERE r.run_ref = ? AND r.compared IS NOT NULL GROUP BY c.key, c.value",
+                (run_ref,),
+            ).fetchall()
+            return changes_report([(str(k), str(v), int(n)) for k, v, n in counts])
+
+        return await self._db.read(read)
+
+    async def read_changes(
+        self, run_ref: str, start: int, end: int
+    ) -> list[tuple[int, str, dict[str, Any]]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[int, str, dict[str, Any]]]:
+            if not self._has(conn, _CHANGES_VERSION):
+                return []
+            rows = conn.execute(
+                "SELECT seq, row_key, changes FROM run_rows WHERE run_ref = ? AND seq >= ? "
+                "AND seq < ? AND changes IS NOT NULL ORDER BY seq",
+                (run_ref, start, end),
+            ).fetchall()
+            return [(int(seq), str(key), json.loads(found)) for seq, key, found in rows]
+
+        return await self._db.read(read)
+
+    async def read_cells(
+        self, dataset: str, row_keys: Sequence[str]
+    ) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+        keys = list(dict.fromkeys(row_keys))
+
+        def read(conn: sqlite3.Connection) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+            meta = "cell_meta" if self._has(conn, _CHANGES_VERSION) else "NULL"
+            found: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+            for start in range(0, len(keys), _KEYS_PER_QUERY):
+                page = keys[start : start + _KEYS_PER_QUERY]
+                rows = conn.execute(
+                    f"SELECT row_key, data, {meta} FROM sheet_rows WHERE dataset = ? "
+                    f"AND row_key IN ({', '.join('?' * len(page))})",
+                    (dataset, *page),
+                ).fetchall()
+                for key, data, cells in rows:
+                    found[str(key)] = (json.loads(data), _loaded(cells) or {})
+            return found
+
+        return await self._db.read(read)
 
     async def run_counts(self, run_ref: str) -> dict[str, int]:
         def read(conn: sqlite3.Connection) -> dict[str, int]:
@@ -325,6 +387,38 @@ class SqliteSheetStore:
 
     async def close(self) -> None:
         await self._db.close()
+
+
+def _write_cells(
+    conn: sqlite3.Connection, run_ref: str, dataset: str, res: RowResult, now: float
+) -> None:
+    """One result's cells and cell metadata into its sheet row, and what they changed
+    onto its manifest row (inside the caller's transaction)."""
+    current = conn.execute(
+        "SELECT data, cell_meta FROM sheet_rows WHERE dataset = ? AND row_key = ?",
+        (dataset, res.row_key),
+    ).fetchone()
+    stored: dict[str, Any] = json.loads(current[0]) if current else {}
+    before = (_loaded(current[1]) if current else None) or {}
+    meta = {**before, **(res.cell_meta or {})}
+    conn.execute(
+        "UPDATE sheet_rows SET data = ?, cell_meta = ?, updated_at = ? "
+        "WHERE dataset = ? AND row_key = ?",
+        (json.dumps({**stored, **res.cells}), _dumped(meta or None), now, dataset, res.row_key),
+    )
+    if not res.cells:
+        return
+    manifest = conn.execute(
+        "SELECT changes, compared FROM run_rows WHERE run_ref = ? AND seq = ?",
+        (run_ref, res.seq),
+    ).fetchone()
+    if manifest is None:
+        return
+    changes, compared = merge_changes(stored, res.cells, _loaded(manifest[0]), _loaded(manifest[1]))
+    conn.execute(
+        "UPDATE run_rows SET changes = ?, compared = ? WHERE run_ref = ? AND seq = ?",
+        (_dumped(changes or None), _dumped(compared or None), run_ref, res.seq),
+    )
 
 
 def _dumped(provenance: dict[str, Any] | None) -> str | None:

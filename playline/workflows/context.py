@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from playline.activities.estimate import EstimateActivities
     from playline.activities.scalar import ScalarActivities
     from playline.contract import (
+        ESTIMATE_DATASET_SUFFIX,
         ChunkStats,
         ColumnSpec,
         DatasetRef,
@@ -62,8 +63,6 @@ with workflow.unsafe.imports_passed_through():
     from playline.workflows.status import dataset_static, play_current_details
 
 LOG_LINES_KEPT = 50
-#: An estimate's dataset runs admit rows into ``<key>~estimate``, never into ``<key>``.
-ESTIMATE_DATASET_SUFFIX = "~estimate"
 #: The memo key listing the run references of a play's dataset runs (``runs export``).
 RUN_REFS_MEMO = "playline_run_refs"
 
@@ -299,6 +298,8 @@ class PlayContext:
         # export says why) but are not failures.
         stats.rows_ok = result.stats.rows_ok
         stats.rows_failed = max(0, result.stats.rows_failed - stats.rows_skipped_budget)
+        # What the run changed in cells the dataset had, counted by the sheet store.
+        stats.changes = result.stats.changes
         result.stats = stats
         self.stats.add(stats)
         self.datasets.append(result)
