@@ -20,6 +20,7 @@ from playline.errors import UnknownResolver
 
 if TYPE_CHECKING:
     from playline.calls.waterfall import WaterfallResult
+    from playline.freshness import PreviousCell
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,6 +32,9 @@ class RowContext(Protocol):
     """What a resolver may do besides reading its row."""
 
     row_key: str
+    #: the column's cell as an earlier run left it (value, when it was fetched, its
+    #: outcome), or ``None``: a resolver may keep a value a new answer lacks
+    previous: PreviousCell | None
 
     async def tool(
         self,

@@ -49,12 +49,19 @@ from playline.calls.accounting import accounts_as_dict, accounts_from
 from playline.calls.attempt import Attempt, CallStats
 from playline.calls.budget import BudgetedDispatcher, RunBudget
 from playline.calls.catalog import Catalog
+from playline.calls.cell_freshness import (
+    cell_meta,
+    fetch_dates,
+    kept_provenance,
+    later_columns,
+    plan_column,
+)
 from playline.calls.dispatch import Dispatcher
 from playline.calls.fixtures import FixtureDispatcher
 from playline.calls.jobs import JobDispatcher, job_dispatcher
 from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.provenance import ColumnCalls, SpendTally, cell_provenance
-from playline.calls.runner import ToolResult, ToolRunner
+from playline.calls.runner import REFRESH_OLDER_THAN, ToolResult, ToolRunner
 from playline.calls.upkeep import AttemptUpkeep
 from playline.calls.waterfall import Step, WaterfallResult, run_waterfall, waterfall_of
 from playline.calls.waterfall_spec import AcceptSpec, ValidateSpec
@@ -77,6 +84,7 @@ from playline.errors import (
     RowFailed,
     UnstorableValue,
 )
+from playline.freshness import PreviousCell
 from playline.services import Services, ServicesHolder
 from playline.stores.cells import unstorable_columns
 from playline.stores.sheet import RowResult, RunRow
@@ -115,6 +123,8 @@ class RowCall:
         self._payer = payer
         self.paid_calls = 0  # calls of this row that went to the provider
         self.column = ColumnCalls()
+        #: the current column's cell as an earlier run left it (``None``: none)
+        self.previous: PreviousCell | None = None
 
     def next_column(self) -> ColumnCalls:
         """Start recording a new column's calls; the previous column's record."""
@@ -324,6 +334,8 @@ class ChunkRun:
         #: waterfall steps): the run's current details sum these
         self.spend = SpendTally()
         self._flushing = asyncio.Lock()
+        #: per column, what its resolver's input digest leaves out (itself and later ones)
+        self._later = later_columns(input.columns)
         #: rows are named by key in history only when the run may show rows at all
         self._name_rows = input.options.preview_rows > 0
 
@@ -431,16 +443,32 @@ class ChunkRun:
         data: dict[str, Any] = dict(row.data)
         cells: dict[str, Any] = {}
         provenance: dict[str, Any] = {}
+        meta: dict[str, Any] = {}
         view = MappingProxyType(data)
         rc = RowCall(row.row_key, self.runner, payer, view)
         column = ""
+        now = time.time()
+        fresh = 0
         try:
-            for spec in self.input.columns:
+            for spec, skip in zip(self.input.columns, self._later, strict=True):
                 column = spec.name
-                ran, value = await _evaluate(spec, view, rc)
+                plan = plan_column(spec, skip, view, row.cell_meta, now)
+                rc.previous = plan.previous
+                if plan.keep:  # fresh: the earlier cell stands, nothing is called
+                    fresh += 1
+                    provenance[spec.name] = kept_provenance(plan.previous)
+                    continue
+                token = REFRESH_OLDER_THAN.set(plan.refresh_older_than)
+                try:
+                    ran, value = await _evaluate(spec, view, rc)
+                finally:
+                    REFRESH_OLDER_THAN.reset(token)
+                made = rc.next_column()
                 cells[spec.name] = value if ran else data.get(spec.name)
                 data[spec.name] = cells[spec.name]
-                provenance[spec.name] = cell_provenance(rc.next_column(), value, ran=ran)
+                provenance[spec.name] = cell_provenance(made, value, ran=ran)
+                if ran:
+                    meta[spec.name] = cell_meta(plan.digest, fetch_dates(made), now)
         except Exception as err:
             if column and column not in provenance:
                 failed = type(err).__name__
@@ -462,8 +490,12 @@ class ChunkRun:
         if rc.paid_calls == 0:
             self.stats.rows_cached += 1
         self._row_metrics.row("cached" if rc.paid_calls == 0 else "ok")
+        self.stats.cells_fresh += fresh
+        self.stats.cells_due += len(meta)
         self.spend.add_row(provenance)
-        self.done.append(RowResult(row.seq, row.row_key, cells, "ok", provenance=provenance))
+        self.done.append(
+            RowResult(row.seq, row.row_key, cells, "ok", provenance=provenance, cell_meta=meta)
+        )
         return False
 
     def _row_failed(

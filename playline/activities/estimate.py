@@ -35,13 +35,15 @@ from temporalio import activity
 from playline import resolvers
 from playline.calls import estimate_waterfall as waterfalls
 from playline.calls.catalog import ToolSpec
+from playline.calls.cell_freshness import later_columns, plan_column
 from playline.calls.estimate import EstimatingRunner, Unknown, UnpaidResult, unknown_p
 from playline.calls.estimate_tally import PLAY_COLUMN
 from playline.calls.fixtures import FIXTURE_SCOPE
-from playline.calls.runner import ToolResult
+from playline.calls.runner import REFRESH_OLDER_THAN, ToolResult
 from playline.calls.waterfall import Step, WaterfallResult, waterfall_of
 from playline.calls.waterfall_spec import AcceptSpec, ValidateSpec
 from playline.contract import (
+    ESTIMATE_DATASET_SUFFIX,
     ChunkInput,
     ChunkStats,
     ColumnSpec,
@@ -51,6 +53,7 @@ from playline.contract import (
     WaterfallCallInput,
 )
 from playline.errors import InvalidPlayInput, PlaylineError
+from playline.freshness import PreviousCell
 from playline.services import Services, ServicesHolder
 from playline.stores.sheet import RunRow
 
@@ -58,6 +61,22 @@ from playline.stores.sheet import RunRow
 ESTIMATE_ROW_CONCURRENCY = 256
 #: Why an estimated scalar waterfall has no value: the run would pay to know it.
 UNPAID = "not paid for: an estimate"
+
+
+#: A real dataset row an estimate's scratch row stands for: its data and cell metadata.
+EarlierRow = tuple[dict[str, Any], dict[str, Any]]
+
+
+async def earlier_rows(
+    services: Services, run_ref: str, rows: Sequence[RunRow]
+) -> dict[str, EarlierRow]:
+    """The real dataset's rows behind an estimate's scratch rows, by row key: the cells
+    earlier runs left and when they were fetched, which say what is fresh."""
+    info = await services.sheet.run_info(run_ref)
+    if info is None or not info.dataset.endswith(ESTIMATE_DATASET_SUFFIX) or not rows:
+        return {}
+    dataset = info.dataset[: -len(ESTIMATE_DATASET_SUFFIX)]
+    return await services.sheet.read_cells(dataset, [row.row_key for row in rows])
 
 
 #: Estimates whose counted calls this worker remembers (the latest few).
@@ -112,6 +131,8 @@ class EstimateRowCall:
         self.column = ""
         self.called: set[str] = set()
         self.unpaid = False
+        #: the current column's cell as an earlier run left it (``RowCall.previous``)
+        self.previous: PreviousCell | None = None
 
     def next_column(self, name: str) -> None:
         self.column, self.called, self.unpaid = name, set(), False
@@ -196,13 +217,22 @@ class ChunkEstimate:
         self.input = input
         self.runner = runner
         self.rows_done = 0
+        #: cells the run would compute / keep because they are fresh (``plan_column``)
+        self.cells_due = 0
+        self.cells_fresh = 0
+        self._later = later_columns(input.columns)
         self._gate = asyncio.Semaphore(ESTIMATE_ROW_CONCURRENCY)
 
-    async def run(self, rows: list[RunRow]) -> ChunkStats:
+    async def run(
+        self, rows: list[RunRow], earlier: Mapping[str, EarlierRow] | None = None
+    ) -> ChunkStats:
         started = time.monotonic()
         beats = asyncio.create_task(self._heartbeats())
+        found = earlier or {}
         try:
-            done = await asyncio.gather(*(self._row(row) for row in rows), return_exceptions=True)
+            done = await asyncio.gather(
+                *(self._row(row, found.get(row.row_key)) for row in rows), return_exceptions=True
+            )
             for outcome in done:  # every row settled first: none is left running
                 if isinstance(outcome, BaseException):
                     raise outcome
@@ -211,7 +241,10 @@ class ChunkEstimate:
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
         return ChunkStats(
-            elapsed_s=time.monotonic() - started, estimate=self.runner.tally.as_dict()
+            elapsed_s=time.monotonic() - started,
+            estimate=self.runner.tally.as_dict(),
+            cells_due=self.cells_due,
+            cells_fresh=self.cells_fresh,
         )
 
     async def _heartbeats(self) -> None:
@@ -220,16 +253,30 @@ class ChunkEstimate:
             activity.heartbeat({"rows_done": self.rows_done})
             await asyncio.sleep(interval)
 
-    async def _row(self, row: RunRow) -> None:
+    async def _row(self, row: RunRow, earlier: EarlierRow | None = None) -> None:
         async with self._gate:
-            data: dict[str, Any] = dict(row.data)
+            # An estimate's rows live in a scratch dataset: the cells an earlier run left
+            # (and when they were fetched) are the real dataset's row.
+            data: dict[str, Any] = {**earlier[0], **row.data} if earlier else dict(row.data)
+            meta: Mapping[str, Any] = earlier[1] if earlier else row.cell_meta
             view = MappingProxyType(data)
             rc = EstimateRowCall(row.row_key, self.runner, view)
             failed = False
-            for spec in self.input.columns:
+            now = time.time()
+            for spec, skip in zip(self.input.columns, self._later, strict=True):
                 rc.next_column(spec.name)
                 try:
-                    data[spec.name] = await _evaluate(spec, view, rc)
+                    plan = plan_column(spec, skip, view, meta, now)
+                    rc.previous = plan.previous
+                    if plan.keep:
+                        self.cells_fresh += 1
+                        continue
+                    self.cells_due += 1
+                    token = REFRESH_OLDER_THAN.set(plan.refresh_older_than)
+                    try:
+                        data[spec.name] = await _evaluate(spec, view, rc)
+                    finally:
+                        REFRESH_OLDER_THAN.reset(token)
                 except Exception as err:
                     if isinstance(err, PlaylineError) and err.chunk_fatal:
                         raise
@@ -269,7 +316,8 @@ class EstimateActivities:
         runner = estimating_runner(
             services, input.options, seen=seen_calls(input.run_ref), chunk=input.start
         )
-        return await ChunkEstimate(input, runner).run(rows)
+        earlier = await earlier_rows(services, input.run_ref, rows)
+        return await ChunkEstimate(input, runner).run(rows, earlier)
 
     @activity.defn(name="playline.estimate_tool")
     async def estimate_tool(self, input: ToolCallInput) -> EstimatedCall:

@@ -33,11 +33,13 @@ or ``{}``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from playline.freshness import is_present
 
 __all__ = [
     "BillingRule",
@@ -109,17 +111,6 @@ class Charge:
 
     credits: float
     source: CreditsSource = "rule"
-
-
-def is_present(value: Any) -> bool:
-    """Whether a value counts as found: not ``None``, ``""``, ``[]`` or ``{}``."""
-    if value is None:
-        return False
-    if isinstance(value, str):
-        return value.strip() != ""
-    if isinstance(value, Mapping | Sequence) and not isinstance(value, bytes | bytearray):
-        return len(value) > 0
-    return True
 
 
 def rule_credits(spec: BillingSpec, tool_credits: float, result: Any, get: Getter) -> float:

@@ -22,6 +22,7 @@ input = { first_name = "str", last_name = "str", domain = "str" }
 getters = { email = "email", confidence = "confidence" }
 credits = 1.0                                           # per request, unless billing says more
 billing = { rule = "per_hit", hit = "email" }           # optional, see playline.calls.billing
+fresh_for = { found = "90d", no_match = "14d" }         # optional, see playline.freshness
 version = "1"
 batch = { path = "/v1/email/find/bulk", max_items = 25 }   # optional bulk endpoint
 timeout_s = 3.0                                         # optional, overrides the provider's
@@ -66,7 +67,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from playline.calls.billing import BillingSpec, Charge, bulk_charges, single_charge
 from playline.calls.waterfall_spec import WaterfallSpec
@@ -76,6 +85,7 @@ from playline.errors import (
     UnknownTool,
     format_validation_errors,
 )
+from playline.freshness import Freshness, freshness_of
 from playline.pacing.policy import PacingPolicy
 
 _FIELD_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
@@ -287,8 +297,33 @@ class ToolSpec(BaseModel):
     idempotency: Idempotency = "none"
     #: how the provider bills an answer (default: ``credits`` per request)
     billing: BillingSpec = BillingSpec()
+    #: how long an answer stays fresh (``"90d"``, or by outcome and value: see
+    #: :class:`~playline.freshness.Freshness`); an older receipt is paid for again.
+    #: ``None``: a receipt answers for ever (unless a call asks ``stale_after_seconds``)
+    fresh_for: Freshness | None = None
     #: the documentation the entry was written from (presets cite theirs)
     source: str | None = None
+
+    @field_validator("fresh_for", mode="before")
+    @classmethod
+    def _fresh_for(cls, value: Any) -> Any:
+        if isinstance(value, Mapping) and value.get("rule") is not None:
+            raise ValueError(
+                "a catalog freshness rule cannot name a function; use found, no_match, "
+                "by and by_value (a column's fresh_for may take a function)"
+            )
+        return value if isinstance(value, Mapping | Freshness) else freshness_of(value)
+
+    def max_age(self, result: Any) -> float | None:
+        """How old a receipt of this tool answering ``result`` may be (``None``: for
+        ever): ``fresh_for`` judged on the answer, a hit read through the tool's getters
+        (the billing rule's ``hit`` unless the rule names its own)."""
+        rule = self.fresh_for
+        if rule is None:
+            return None
+        if rule.hit is None and self.billing.hit is not None:
+            rule = rule.model_copy(update={"hit": self.billing.hit})
+        return rule.max_age(result, get=self.get)
 
     @property
     def max_credits(self) -> float:

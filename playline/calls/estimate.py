@@ -32,7 +32,8 @@ from typing import Any, Protocol
 from playline.calls.billing import is_present
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.estimate_tally import BASIS_RECEIPTS, BASIS_WORST_CASE, Basis, EstimateTally
-from playline.calls.runner import ToolResult
+from playline.calls.runner import REFRESH_OLDER_THAN, ToolResult
+from playline.freshness import stricter
 from playline.stores.receipts import Receipt, receipt_key
 
 __all__ = [
@@ -241,11 +242,13 @@ class EstimatingRunner:
             return await self.count_unknown_input(column, tool.id, reach * chance)
         payload = tool.validate_input(tool_input)
         key = receipt_key(tool.id, tool.version, payload, self._scope(tool))
+        stale_after_s = stricter(stale_after_s, REFRESH_OLDER_THAN.get())
         shared = self._answers.get(key)
         if shared is not None:
             result = await asyncio.shield(shared)
-            self._raise_reach(key, reach)
-            return result
+            if self._young_enough(result, stale_after_s):
+                self._raise_reach(key, reach)
+                return result
         future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
         self._answers[key] = future
         try:
@@ -282,7 +285,7 @@ class EstimatingRunner:
         stale_after_s: float | None,
     ) -> ToolResult:
         receipt = await self._lookups.get(key)
-        if receipt is not None and self._fresh(receipt, force, stale_after_s):
+        if receipt is not None and self._fresh(tool, receipt, force, stale_after_s):
             self.tally.cached(column, tool.id, tool.provider)
             return ToolResult(
                 tool, receipt.result, cached=True, receipt="reused", fetched_at=receipt.completed_at
@@ -313,11 +316,24 @@ class EstimatingRunner:
     def _price(self, history: ToolHistory) -> float:
         return 0.0 if self.free else history.price
 
-    def _fresh(self, receipt: Receipt, force: bool, stale_after_s: float | None) -> bool:
-        """Whether the claim rule (``decide_claim``) would answer from this receipt."""
+    def _fresh(
+        self, tool: ToolSpec, receipt: Receipt, force: bool, stale_after_s: float | None
+    ) -> bool:
+        """Whether the claim rule (``decide_claim``) would answer from this receipt: the
+        call's age limit and the tool's freshness rule on the receipt's answer."""
         if receipt.status != "completed" or force:
             return False
-        return stale_after_s is None or (receipt.completed_at or 0) >= self._clock() - stale_after_s
+        limit = stale_after_s
+        if tool.fresh_for is not None:
+            limit = stricter(limit, tool.max_age(receipt.result))
+        return limit is None or (receipt.completed_at or 0) >= self._clock() - limit
+
+    def _young_enough(self, result: ToolResult, limit: float | None) -> bool:
+        """Whether a call refusing answers older than ``limit`` may share ``result``
+        (counted to pay: it will be fresh; a receipt's: if it is young enough)."""
+        if limit is None or isinstance(result, UnpaidResult):
+            return True
+        return (result.fetched_at or 0.0) >= self._clock() - limit
 
     def _raise_reach(self, key: str, reach: float) -> None:
         counted = self._counted.get(key)

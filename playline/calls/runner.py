@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -36,7 +37,15 @@ from playline.calls.attempt import Attempt, CallSpan, CallStats, until_released
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.dispatch import ClaimedCall, Dispatcher, Settled
 from playline.errors import CallAmbiguous, LeaseLost
+from playline.freshness import stricter
 from playline.stores.receipts import ClaimOutcome, ClaimRequest, ClaimStatus, receipt_key
+
+#: While a column past its freshness is recomputed, its calls (waterfall steps too)
+#: refuse receipts older than this many seconds: a due cell is paid for afresh, not
+#: answered by the receipt that made it. Set per row task by the chunk; ``None``: unset.
+REFRESH_OLDER_THAN: ContextVar[float | None] = ContextVar(
+    "playline_refresh_older_than", default=None
+)
 
 __all__ = ["ReceiptUse", "ToolResult", "ToolRunner"]
 
@@ -44,6 +53,19 @@ __all__ = ["ReceiptUse", "ToolResult", "ToolRunner"]
 #: receipt, shared with an identical call in flight in this chunk, or waited for
 #: while another live owner paid for it.
 ReceiptUse = Literal["paid", "reused", "shared", "waited"]
+
+
+async def _young_enough(led: asyncio.Future[ToolResult], limit: float | None) -> bool:
+    """Whether a call refusing answers older than ``limit`` seconds may share the
+    answer ``led`` (another row's call of the same receipt in this attempt). A leader's
+    failure is shared as it always was."""
+    if limit is None:
+        return True
+    try:
+        result = await asyncio.shield(led)
+    except Exception:
+        return True
+    return (result.fetched_at or 0.0) >= time.time() - limit
 
 
 @dataclass(frozen=True)
@@ -129,6 +151,9 @@ class ToolRunner:
         key = receipt_key(tool.id, tool.version, payload, self.dispatcher.auth_scope(tool))
         with self.attempt.metrics.span(tool.provider, tool.id) as span:
             existing = self._in_flight.get(key)
+            limit = stricter(stale_after_s, REFRESH_OLDER_THAN.get())
+            if existing is not None and not await _young_enough(existing, limit):
+                existing = None  # a due cell's call: the answer shared so far is too old
             if existing is not None:
                 self.stats.shared += 1
                 self.stats.account(tool.provider).shared += 1
@@ -181,10 +206,11 @@ class ToolRunner:
             key=key,
             tool_id=tool.id,
             force=force,
-            stale_after_s=stale,
+            stale_after_s=stricter(stale, REFRESH_OLDER_THAN.get()),
             ambiguous_if_sent=not tool.resend_safe,
             retry_ambiguous=attempt.retry_ambiguous,
             force_token=attempt.force_token if force else None,
+            max_age=tool.max_age if tool.fresh_for is not None else None,
         )
         outcome, claimed_at = await self._claims.claim(request)
         if outcome.status is ClaimStatus.HELD:

@@ -92,6 +92,10 @@ def source_text(provenance: Mapping[str, Any]) -> str:
     tells how old the value may be; the parts that are missing are left out.
     """
     tool = provenance.get("tool")
+    if provenance.get("kept") == "fresh":
+        # A fresh cell an earlier run computed: this run called nothing for it.
+        fetched = date_utc(provenance.get("fetched_at"))
+        return f"kept (fresh since {fetched})" if fetched else "kept (fresh)"
     if not tool:
         return ""
     text = str(tool)

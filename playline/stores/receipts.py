@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
+
+from playline.freshness import stricter
 
 
 def canonical_json(value: Any) -> str:
@@ -104,6 +106,9 @@ class ClaimRequest:
             re-send such calls).
         force_token: the run a forced call belongs to: a receipt that run already
             forced and completed is its answer.
+        max_age: the tool's freshness rule judged on a completed receipt's answer: how
+            old that receipt may be (``None``: for ever). Combined with
+            ``stale_after_s``, the stricter wins.
     """
 
     key: str
@@ -113,6 +118,12 @@ class ClaimRequest:
     ambiguous_if_sent: bool = False
     retry_ambiguous: bool = False
     force_token: str | None = None
+    max_age: Callable[[Any], float | None] | None = field(default=None, compare=False)
+
+    def age_limit(self, result: Any) -> float | None:
+        """How old a completed receipt answering ``result`` may be for this claim."""
+        rule = self.max_age(_loaded(result)) if self.max_age is not None else None
+        return stricter(rule, self.stale_after_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,7 +407,8 @@ def decide_claim(
             if req.force_token is not None and row.forced_by == req.force_token:
                 return _hit(req.key, row)
         else:
-            fresh = req.stale_after_s is None or (row.completed_at or 0) >= now - req.stale_after_s
+            limit = req.age_limit(row.result)
+            fresh = limit is None or (row.completed_at or 0) >= now - limit
             if fresh:
                 return _hit(req.key, row)
         return ClaimOutcome(

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         RunMode,
     )
     from playline.errors import InvalidPlayInput
+    from playline.freshness import freshness_of
     from playline.resolvers import registered_name
 
 SHORT_ACTIVITY = timedelta(minutes=10)
@@ -148,14 +149,32 @@ class DatasetBuilder:
         resolver: Callable[..., Any],
         *,
         run_if: Callable[..., Any] | None = None,
+        fresh_for: Any = None,
     ) -> DatasetBuilder:
-        """Add a column computed by a registered resolver (``@playline.resolver``)."""
+        """Add a column computed by a registered resolver (``@playline.resolver``).
+
+        Args:
+            run_if: a registered predicate: the column is computed for rows it accepts.
+            fresh_for: how long a computed cell stays fresh: a duration (``"30d"``,
+                seconds, a ``timedelta``), a :class:`~playline.Freshness` (by outcome and
+                value: ``Freshness(found="90d", no_match="14d")``) or a function
+                registered with ``@playline.resolver`` taking ``(value, outcome)`` and
+                returning a duration. A fresh cell is kept by later runs without running
+                the resolver; a due one is computed again with its calls refusing
+                receipts older than the rule. ``None``: every run runs the resolver (its
+                calls answered by fresh receipts, so an unchanged input costs nothing).
+        """
         if any(c.name == name for c in self.columns):
             raise InvalidPlayInput(f"dataset {self.key!r} already has a column {name!r}")
+        try:
+            freshness = freshness_of(fresh_for)
+        except ValueError as err:
+            raise InvalidPlayInput(f"column {name!r}: fresh_for: {err}") from None
         spec = ColumnSpec(
             name=name,
             resolver=registered_name(resolver),
             run_if=registered_name(run_if) if run_if is not None else None,
+            fresh_for=freshness,
         )
         return replace(self, columns=(*self.columns, spec))
 
