@@ -8,6 +8,12 @@ Running: add ``PlaylinePlugin()`` to ``Client.connect(..., plugins=[...])`` and 
 worker, or use the ``playline`` command. Starting, typed by the play's own models::
 
     handle = await playline.start_play(client, enrich_leads, EnrichLeadsInput(...))
+
+Re-running on a Temporal Schedule (each firing estimates first, then pays only for
+what is due)::
+
+    await playline.create_schedule(client, "weekly-leads", enrich_leads, EnrichLeadsInput(...),
+                                   every="7d", task_queue="playline")
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -19,8 +25,19 @@ from playline.calls.waterfall_spec import AcceptSpec as Accept
 from playline.calls.waterfall_spec import ValidateSpec as Validate
 from playline.client import PlayHandle, estimate_play, execute_play, get_play_handle, start_play
 from playline.contract import DatasetRef, PlayRunResult, PlayState, RunOptions
+from playline.freshness import Freshness
 from playline.plugin import PlaylinePlugin
 from playline.resolvers import RowContext, resolver
+from playline.schedules import (
+    ScheduleView,
+    create_schedule,
+    delete_schedule,
+    describe_schedule,
+    list_schedules,
+    pause_schedule,
+    trigger_schedule,
+    unpause_schedule,
+)
 from playline.workflows import DatasetHandle, PlayContext, play
 
 try:
@@ -33,6 +50,7 @@ __all__ = [
     "DatasetHandle",
     "DatasetRef",
     "Estimate",
+    "Freshness",
     "PlayContext",
     "PlayHandle",
     "PlayRunResult",
@@ -40,16 +58,24 @@ __all__ = [
     "PlaylinePlugin",
     "RowContext",
     "RunOptions",
+    "ScheduleView",
     "Step",
     "StepResult",
     "ToolResult",
     "Validate",
     "WaterfallResult",
     "__version__",
+    "create_schedule",
+    "delete_schedule",
+    "describe_schedule",
     "estimate_play",
     "execute_play",
     "get_play_handle",
+    "list_schedules",
+    "pause_schedule",
     "play",
     "resolver",
     "start_play",
+    "trigger_schedule",
+    "unpause_schedule",
 ]

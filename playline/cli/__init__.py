@@ -11,6 +11,8 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.setup` - ``setup`` (playline's search attributes in a namespace);
 * :mod:`~playline.cli.limits` - ``limits show|set``;
 * :mod:`~playline.cli.budgets` - ``budgets set|list|get`` (named budgets shared by runs);
+* :mod:`~playline.cli.schedule` - ``schedule create|list|describe|pause|unpause|trigger|delete``
+  (plays re-run on a Temporal Schedule);
 * :mod:`~playline.cli.replay` - ``replay`` (recorded histories against the current code);
 * :mod:`~playline.cli.codec_server` - ``codec-server`` (the Temporal UI's payload decoder);
 * :mod:`~playline.cli.webhook` - ``webhook`` (asynchronous providers' job callbacks);
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.replay import add_replay_parser
     from playline.cli.run import PROVENANCE_HELP, RAW_HELP
     from playline.cli.runs import add_runs_parser
+    from playline.cli.schedule import add_schedule_parser
     from playline.cli.setup import add_setup_parser
     from playline.cli.webhook import add_webhook_parser
 
@@ -184,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_estimate_parser(sub, common)
     add_plays_parser(sub, common)
     add_setup_parser(sub, common)
+    add_schedule_parser(sub, common)
 
     sub.add_parser("provider-server", help="run the local provider server", add_help=False)
     add_limits_parser(sub)
@@ -202,6 +206,7 @@ def _commands() -> dict[str, Command]:
     from playline.cli.replay import cmd_replay
     from playline.cli.run import cmd_run
     from playline.cli.runs import cmd_runs
+    from playline.cli.schedule import cmd_schedule
     from playline.cli.setup import cmd_setup
     from playline.cli.stack import cmd_demo, cmd_dev, cmd_worker
     from playline.cli.webhook import cmd_webhook
@@ -218,6 +223,7 @@ def _commands() -> dict[str, Command]:
         "codec-server": cmd_codec_server,
         "estimate": cmd_estimate,
         "budgets": cmd_budgets,
+        "schedule": cmd_schedule,
         "webhook": cmd_webhook,
     }
 

@@ -19,6 +19,7 @@ from playline.config import Settings
 from playline.contract import DatasetRunState, PlayRunResult, PlayState
 from playline.errors import root_cause
 from playline.spend import account_lines, exact_accounts, spend_lines
+from playline.workflows.status import change_lines, fresh_lines
 
 #: Messages and progress go to stderr; results (summaries) go to stdout.
 console = Console(stderr=True, soft_wrap=True)
@@ -107,9 +108,11 @@ def print_summary(
     workflow_id: str,
     run_id: str | None,
     spend: dict[str, Any] | None = None,
+    changes: dict[str, Any] | None = None,
 ) -> None:
     """The run's summary; ``spend`` is the store's exact figure (``cli.spend``), else
-    the result's own tally is shown."""
+    the result's own tally is shown; ``changes`` (what the run changed, read from the
+    store) likewise stands in for ``stats.changes``."""
     s = result.stats
     console_out = out()
     console_out.print(
@@ -127,6 +130,8 @@ def print_summary(
     )
     credits = spend.get("credits", s.credits) if spend is not None else s.credits
     console_out.print(f"  credits spent: {credits:g}")
+    for line in fresh_lines(s):
+        console_out.print(f"  {line}", markup=False, highlight=False)
     for line in spend_lines(spend if spend is not None else s.spend):
         console_out.print(f"  {line}", markup=False, highlight=False)
     print_accounts(exact_accounts(s.accounts, spend))
@@ -155,6 +160,14 @@ def print_summary(
         )
     if s.first_error:
         console_out.print(f"  first row error: {s.first_error}")
+    print_changes(s.changes if changes is None else changes)
+
+
+def print_changes(changes: dict[str, Any]) -> None:
+    """What the run changed in a dataset enriched before, one line (nothing for a
+    first run); ``runs export ID --changes`` writes the rows."""
+    for line in change_lines(changes):
+        out().print(f"  {line}", markup=False, highlight=False)
 
 
 def print_accounts(accounts: dict[str, Any]) -> None:
@@ -198,6 +211,10 @@ class RunDocument(BaseModel):
     #: what the cells cost (credits by provider and column, waterfall steps), summed
     #: from the workers' store when this client can open it
     spend: dict[str, Any] | None = None
+    #: what the dataset runs changed in cells the dataset had before, ``{column:
+    #: {"changed", "appeared", "disappeared"}}``, from the workers' store when this
+    #: client can open it
+    changes: dict[str, Any] | None = None
 
     def completed(self, result: PlayRunResult) -> RunDocument:
         return self.model_copy(update={"status": "COMPLETED", "result": result})

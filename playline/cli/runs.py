@@ -5,13 +5,16 @@ request the play's validators reject (resume a play that is not paused, a window
 of 0) fails here in one line and never enters the play's history. ``cancel`` is
 Temporal's cancellation, which the play handles gracefully: no new chunk starts,
 the chunks in flight settle, and the play ends cancelled; ``--out`` then exports
-what was done. ``list`` searches by playline's search attributes.
+what was done. ``list`` searches by playline's search attributes. ``get`` says what
+the run changed in a dataset enriched before, and ``export --changes`` writes only the
+changed rows (old and new values), for a CRM sync.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,6 +36,7 @@ from playline.cli.render import (
     console,
     out,
     print_accounts,
+    print_changes,
     print_failure,
     print_json,
     print_summary,
@@ -42,14 +46,22 @@ from playline.cli.run import PROVENANCE_HELP, RAW_HELP, export_format, export_re
 from playline.cli.setup import registered_search_attributes
 from playline.cli.spend import store_spend
 from playline.config import Settings
-from playline.contract import BudgetChange, BudgetReport, ControlState, PlayRunResult, PlayState
+from playline.contract import (
+    BudgetChange,
+    BudgetReport,
+    ControlState,
+    PlayRunResult,
+    PlayState,
+    merge_spend,
+)
 from playline.errors import PlaylineError, format_validation_errors
 from playline.services import Services
 from playline.spend import spend_lines
-from playline.stores.export import export_run
+from playline.stores.backends import open_stores
+from playline.stores.export import export_changes, export_run
 from playline.worker import connect
 from playline.workflows.context import RUN_REFS_MEMO
-from playline.workflows.status import job_lines
+from playline.workflows.status import due_line, job_lines
 
 #: What each control command asks of the play (its update) and says when done.
 CONTROLS = {
@@ -59,6 +71,13 @@ CONTROLS = {
 }
 #: How long ``runs get`` waits for a worker to answer the ``state`` query.
 QUERY_TIMEOUT = timedelta(seconds=10)
+#: ``runs export --changes``'s help.
+CHANGES_HELP = (
+    "write only the rows the run changed in cells the dataset had before (for a CRM "
+    "sync): the row key, then C__old and C__new for each changed column C"
+)
+logger = logging.getLogger("playline.cli")
+
 #: ``--status`` values of ``runs list`` (PlaylineStatus)
 STATUSES = ("running", "paused", "waiting", "cancelling", "completed", "failed", "cancelled")
 
@@ -86,6 +105,7 @@ def add_runs_parser(
             p.add_argument(
                 "--out", required=True, help="file to write: CSV, or JSON lines if .jsonl"
             )
+            p.add_argument("--changes", action="store_true", help=CHANGES_HELP)
         if name in ("export", "cancel"):
             p.add_argument("--raw", action="store_true", help=RAW_HELP)
             p.add_argument("--provenance", action="store_true", help=PROVENANCE_HELP)
@@ -140,6 +160,12 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     if command == "get":
         return await get_run(handle, desc, args, settings)
     if command == "export":
+        if args.changes:
+            if args.provenance:
+                raise PlaylineError("--changes writes old and new values, not --provenance")
+            count = await export_changed(handle, desc, args.out, settings, raw=args.raw)
+            out().print(f"wrote {count} changed rows to {args.out}")
+            return 0
         count = await export_done(
             handle, desc, args.out, settings, raw=args.raw, provenance=args.provenance
         )
@@ -265,6 +291,7 @@ async def get_run(
     with contextlib.suppress(KeyError):
         refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
     spend = await store_spend(settings, refs)
+    changes = await store_changes(settings, refs)
     if args.json:
         document = RunDocument(
             workflow_id=args.id,
@@ -275,6 +302,7 @@ async def get_run(
             state=state,
             search_attributes=_attributes(desc),
             spend=spend,
+            changes=changes,
         )
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             document = document.completed(await handle.result())
@@ -288,14 +316,17 @@ async def get_run(
     out().print(f"{args.id}: {desc.workflow_type} {_status(desc.status)}")
     if state is not None and state.budget_wait:
         out().print(state.budget_wait, markup=False, highlight=False)
+    for line in due_line(state.due if state is not None else None):
+        out().print(line, markup=False, highlight=False)
     if state is not None and state.current is not None:
         for line in job_lines(state.current.stats, datetime.now(UTC)):
             out().print(line, markup=False, highlight=False)
     if state is not None:
         out().print_json(state.model_dump_json())
     if desc.status == WorkflowExecutionStatus.COMPLETED:
-        print_summary(await handle.result(), settings, args.id, desc.run_id, spend)
+        print_summary(await handle.result(), settings, args.id, desc.run_id, spend, changes)
     else:
+        print_changes(changes or {})
         for line in spend_lines(spend or {}):
             out().print(f"  {line}", markup=False, highlight=False)
         if state is not None and state.current is not None:
@@ -339,6 +370,45 @@ async def export_done(
         )
     finally:
         await services.close()
+
+
+async def store_changes(settings: Settings, run_refs: list[str]) -> dict[str, Any] | None:
+    """What the dataset runs changed, summed from the workers' store; ``None`` when the
+    store cannot be opened from here (the play's result then tells)."""
+    if not run_refs:
+        return None
+    try:
+        async with await open_stores(settings, create=False) as stores:
+            total: dict[str, Any] = {}
+            for run_ref in run_refs:
+                total = merge_spend(total, dict(await stores.sheet.run_changes(run_ref)))
+            return total
+    except (PlaylineError, OSError) as err:
+        logger.debug("the changes are read from the play's result: %s", err)
+        return None
+
+
+async def export_changed(
+    handle: WorkflowHandle[Any, PlayRunResult],
+    desc: WorkflowExecutionDescription,
+    path: str,
+    settings: Settings,
+    *,
+    raw: bool = False,
+) -> int:
+    """Export the rows the play's last dataset run changed (``--changes``)."""
+    run_ref: str | None = None
+    if desc.status == WorkflowExecutionStatus.COMPLETED:
+        datasets = (await handle.result()).datasets
+        run_ref = datasets[-1].run_ref if datasets else None
+    else:
+        with contextlib.suppress(KeyError):
+            refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
+            run_ref = refs[-1] if refs else None
+    if run_ref is None:
+        raise PlaylineError(f"run {handle.id} ({_status(desc.status)}) has no dataset run")
+    async with await open_stores(settings, create=False) as stores:
+        return await export_changes(stores.sheet, run_ref, path, export_format(path), raw=raw)
 
 
 async def list_runs(client: Client, args: argparse.Namespace, settings: Settings) -> int:

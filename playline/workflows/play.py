@@ -33,6 +33,7 @@ from temporalio.exceptions import (
     ApplicationError,
     ChildWorkflowError,
     FailureError,
+    WorkflowAlreadyStartedError,
     is_cancelled_exception,
 )
 
@@ -43,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         AdjustBudgetInput,
         BudgetChange,
         BudgetReport,
+        ChunkStats,
         ControlState,
         DatasetRunState,
         PlayRunResult,
@@ -59,10 +61,13 @@ with workflow.unsafe.imports_passed_through():
     from playline.workflows.controls import PlayControls
     from playline.workflows.dataset_run import PROGRESS_SIGNAL
     from playline.workflows.failures import as_failure
+    from playline.workflows.status import play_static
 
 InputT = TypeVar("InputT", bound=BaseModel)
 OutputT = TypeVar("OutputT", bound=BaseModel | None)
 PlayFn = Callable[[PlayContext, Any], Awaitable[BaseModel | None]]
+#: The longest a firing waits for its estimate before it runs without one.
+ESTIMATE_FIRST_TIMEOUT = timedelta(hours=1)
 
 
 class PlayWorkflow(Generic[InputT, OutputT]):
@@ -129,6 +134,8 @@ class PlayWorkflow(Generic[InputT, OutputT]):
         ctx.state.phase = "running"
         ctx.publish()
         try:
+            if options.estimate_first and not options.estimate:
+                await self._estimate_first(ctx, raw_input, options)
             output = await self._play(ctx, play_input, options)
         except (ActivityError, ChildWorkflowError) as err:
             if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
@@ -155,6 +162,54 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             integration_mode=options.integration_mode,
             budget_exhausted=ctx.stats.rows_skipped_budget > 0,
         )
+
+    async def _estimate_first(self, ctx: PlayContext, raw_input: Any, options: RunOptions) -> None:
+        """Record what is due (``state.due``) before paying for anything: the same play
+        estimated as a child workflow (scheduled firings set ``estimate_first``).
+
+        No ``workflow.patched`` guard: runs recorded before this existed never had
+        ``estimate_first`` set (the field is new), so their replay never gets here. An
+        estimate that fails is logged and the play runs anyway: a firing must not be
+        lost to its preview. Its cancellation (the play's) still cancels the play.
+        """
+        # As ``playline.client.estimate_options`` (not importable here: it imports this).
+        est_options = options.model_copy(
+            update={
+                "estimate": True,
+                "estimate_first": False,
+                "max_credits": None,
+                "max_credits_by_provider": {},
+                "budget": None,
+                "budget_run": None,
+            }
+        )
+        child_id = f"{workflow.info().workflow_id}-estimate"
+        shown = raw_input if isinstance(raw_input, dict) else {}
+        summary, details = play_static(self.play_name, shown, est_options)
+        ctx.state.phase = "estimating what is due"
+        ctx.publish()
+        try:
+            result: PlayRunResult = await workflow.execute_child_workflow(
+                self.play_name,
+                args=[raw_input, est_options],
+                id=child_id,
+                result_type=PlayRunResult,
+                static_summary=f"estimate first: {summary}",
+                static_details=details,
+                # An estimate sends nothing and waits on no provider: one stuck (a
+                # workflow task failing over and over) must not hold the firing for ever.
+                execution_timeout=ESTIMATE_FIRST_TIMEOUT,
+            )
+        except ChildWorkflowError as err:
+            if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
+                raise
+            ctx.log(f"estimate first failed ({as_failure(err).message}); running the play anyway")
+        except WorkflowAlreadyStartedError:  # an estimate of this id still runs: go on
+            ctx.log(f"estimate first skipped ({child_id} is already running); running the play")
+        else:
+            _record_due(ctx, result.stats, child_id)
+        ctx.state.phase = "running"
+        ctx.publish()
 
     async def _play(self, ctx: PlayContext, play_input: Any, options: RunOptions) -> Any:
         """Run the play's own code; in an estimate, code that stumbles on what an
@@ -275,6 +330,39 @@ class PlayWorkflow(Generic[InputT, OutputT]):
         """The dataset run in flight reports its progress (spaced out by the run)."""
         if self._ctx is not None:
             self._ctx.on_progress(report)
+
+
+def _record_due(ctx: PlayContext, stats: ChunkStats, estimate_id: str) -> None:
+    """``state.due`` and one log line from the estimate's stats."""
+    calls, worst = _due_calls(stats.estimate)
+    ctx.state.due = {
+        "cells_due": stats.cells_due,
+        "cells_fresh": stats.cells_fresh,
+        "calls": calls,
+        "worst_case": worst,
+        "estimate_id": estimate_id,
+    }
+    if calls:
+        ctx.log(
+            f"due: {stats.cells_due} cells ({stats.cells_fresh} fresh), {calls} paid calls, "
+            f"worst case {worst:g} credits"
+        )
+    else:
+        ctx.log(f"nothing is due: no call would be paid ({stats.cells_fresh} cells fresh)")
+
+
+def _due_calls(tally: dict[str, Any]) -> tuple[int, float]:
+    """Paid calls and their worst-case credits in an estimate's tally (``ChunkStats.
+    estimate``: ``{"lines": {column: {tool: {provider: figures}}}}``), read as
+    ``playline.calls.estimate_tally.Estimate`` adds them up (workflows may not import
+    ``playline.calls``)."""
+    calls, worst = 0, 0.0
+    for tools in (tally.get("lines") or {}).values():
+        for providers in tools.values():
+            for figures in providers.values():
+                calls += int(figures.get("to_pay", 0)) + int(figures.get("unknown_input", 0))
+                worst += float(figures.get("worst_credits", 0.0))
+    return calls, round(worst, 6)
 
 
 _PLAYS: dict[str, type[PlayWorkflow[Any, Any]]] = {}

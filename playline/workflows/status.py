@@ -38,8 +38,11 @@ from playline.spend import account_markdown, spend_lines
 
 __all__ = [
     "budget_wait_message",
+    "change_lines",
     "dataset_current_details",
     "dataset_static",
+    "due_line",
+    "fresh_lines",
     "job_lines",
     "play_current_details",
     "play_static",
@@ -153,8 +156,17 @@ def _calls(stats: ChunkStats, calls_made: int | None = None) -> list[str]:
         f"- calls: {made} made, {saved} saved ({stats.calls_cached} receipt hits, "
         f"{stats.calls_shared} shared)",
         f"- credits: {stats.credits:g}",
+        *(f"- {line}" for line in fresh_lines(stats)),
         *(f"- {line}" for line in spend_lines(stats.spend)),
     ]
+
+
+def fresh_lines(stats: ChunkStats) -> list[str]:
+    """The cells a run computed and those it kept because they were fresh (none when
+    no cell was kept: then every cell was computed, as without freshness rules)."""
+    if not stats.cells_fresh:
+        return []
+    return [f"cells: {stats.cells_due} computed, {stats.cells_fresh} kept fresh (no call made)"]
 
 
 def _accounts(stats: ChunkStats) -> list[str]:
@@ -178,6 +190,33 @@ def job_lines(stats: ChunkStats, now: datetime) -> list[str]:
             f"finished, {int(c.get('failed', 0))} failed"
         )
     return lines
+
+
+#: The kinds of change a run's report counts, in the order they are shown.
+CHANGE_KINDS = ("changed", "appeared", "disappeared")
+
+
+def change_lines(changes: Mapping[str, Any]) -> list[str]:
+    """What a run changed in a dataset enriched before (``ChunkStats.changes``), as one
+    line; none when the run had nothing to compare with (every column was new)."""
+    parts = []
+    for column, counts in sorted(changes.items()):
+        if not isinstance(counts, Mapping):
+            continue
+        shown = ", ".join(f"{int(counts.get(kind, 0))} {kind}" for kind in CHANGE_KINDS)
+        parts.append(f"{column} {shown}")
+    return [f"changed since the previous run: {'; '.join(parts)}"] if parts else []
+
+
+def due_line(due: Mapping[str, Any] | None) -> list[str]:
+    """What a scheduled firing found due before it paid for anything (``PlayState.due``)."""
+    if not due:
+        return []
+    worst = due.get("worst_case", 0) or 0
+    return [
+        f"due before paying: {int(due.get('cells_due', 0) or 0)} cells "
+        f"({int(due.get('cells_fresh', 0) or 0)} fresh), worst case {float(worst):g} credits"
+    ]
 
 
 def _providers(
@@ -240,6 +279,7 @@ def dataset_current_details(state: DatasetRunState, now: datetime) -> str:
         lines.append(f"- {s.rows_skipped_budget} rows skipped: budget reached")
     if s.first_error:
         lines.append(f"- first row error: {s.first_error}")
+    lines += [f"- {line}" for line in change_lines(s.changes)]
     lines.append(f"- updated {_at(now, now)}")
     lines += _accounts(s)
     return "\n".join(lines)
@@ -264,6 +304,7 @@ def play_current_details(
     ]
     if failure:
         lines.append(f"- failed: {failure}")
+    lines += [f"- {line}" for line in due_line(state.due)]
     current = state.current
     if current is not None and state.status not in ENDED:
         lines += _window(current)
@@ -282,6 +323,7 @@ def play_current_details(
         lines.append(f"- {totals.rows_skipped_budget} rows skipped: budget reached")
     if totals.first_error:
         lines.append(f"- first row error: {totals.first_error}")
+    lines += [f"- {line}" for line in change_lines(totals.changes)]
     lines.append(f"- updated {_at(now, now)}")
     lines += _accounts(totals)
     return "\n".join(lines)

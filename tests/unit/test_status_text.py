@@ -18,6 +18,7 @@ from playline.contract import (
 from playline.search_attributes import ALL_KEYS, dev_server_flags, type_name
 from playline.workflows.dataset_run import report_interval
 from playline.workflows.status import (
+    change_lines,
     dataset_current_details,
     dataset_static,
     play_current_details,
@@ -200,3 +201,45 @@ def test_jobs_a_run_waits_on_are_shown_per_provider_with_the_oldest_age() -> Non
     total = ChunkStats(jobs=jobs)
     total.add(ChunkStats(jobs={"fullenrich": {**jobs["fullenrich"], "pending": 1}}))
     assert total.jobs["fullenrich"]["pending"] == 1 and "dropcontact" in total.jobs
+
+
+def test_a_play_shows_what_it_changed_and_what_was_due_before_paying() -> None:
+    state = PlayState(
+        play="enrich_leads",
+        status="completed",
+        phase="finished leads",
+        due={
+            "cells_due": 12,
+            "cells_fresh": 30,
+            "calls": 12,
+            "worst_case": 14.5,
+            "estimate_id": "e-1",
+        },
+    )
+    changes = {
+        "work_email": {"changed": 3, "appeared": 1, "disappeared": 0},
+        "title": {"changed": 0, "appeared": 0, "disappeared": 2},
+    }
+    text = play_current_details(state, ChunkStats(changes=changes), NOW)
+    assert "- due before paying: 12 cells (30 fresh), worst case 14.5 credits" in text
+    assert (
+        "- changed since the previous run: title 0 changed, 0 appeared, 2 disappeared; "
+        "work_email 3 changed, 1 appeared, 0 disappeared"
+    ) in text
+    # A first run (nothing to compare with) and a run that was not estimated say neither.
+    plain = play_current_details(state.model_copy(update={"due": None}), ChunkStats(), NOW)
+    assert "changed since" not in plain and "due before paying" not in plain
+    # A dataset enriched before whose re-run changed nothing says so, with zeros.
+    same = {"work_email": {"changed": 0, "appeared": 0, "disappeared": 0}}
+    assert change_lines(same) == [
+        "changed since the previous run: work_email 0 changed, 0 appeared, 0 disappeared"
+    ]
+
+
+def test_the_cells_kept_fresh_are_counted_beside_those_computed() -> None:
+    from playline.workflows.status import fresh_lines
+
+    assert fresh_lines(ChunkStats(cells_due=30)) == []  # nothing kept: nothing to say
+    assert fresh_lines(ChunkStats(cells_due=12, cells_fresh=228)) == [
+        "cells: 12 computed, 228 kept fresh (no call made)"
+    ]
