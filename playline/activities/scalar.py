@@ -10,10 +10,12 @@ from temporalio import activity
 
 from playline import resolvers
 from playline.activities.chunk import make_runner
+from playline.activities.width import share_of
 from playline.calls.runner import ToolResult
 from playline.calls.upkeep import AttemptUpkeep
 from playline.calls.waterfall import run_waterfall
 from playline.contract import StepInput, ToolCallInput, WaterfallCallInput
+from playline.pacing.fair import SHARE
 from playline.services import ServicesHolder
 
 
@@ -34,6 +36,7 @@ class ScalarActivities:
         services = self._holder.services
         await services.settle_journal()
         info = activity.info()
+        SHARE.set(share_of(input.options, info.workflow_id or ""))
         runner = make_runner(
             services,
             input.options,
@@ -56,6 +59,7 @@ class ScalarActivities:
         services = self._holder.services
         await services.settle_journal()
         info = activity.info()
+        SHARE.set(share_of(input.options, info.workflow_id or ""))
         runner = make_runner(
             services,
             input.options,

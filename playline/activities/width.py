@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Any
 
 from temporalio import activity
 
@@ -26,6 +27,7 @@ from playline.contract import (
     WidthInput,
 )
 from playline.errors import PlaylineError
+from playline.pacing.fair import SHARE, Share
 from playline.pacing.gate import WORK_STARTED, ResizableGate
 from playline.pacing.pacer import Pacer
 from playline.services import ServicesHolder
@@ -88,6 +90,17 @@ def column_providers(catalog: Catalog, columns: Sequence[ColumnSpec]) -> list[st
     return sorted(found)
 
 
+def share_of(options: RunOptions, fallback: str) -> Share:
+    """Who a run's provider calls count for: its fairness key (the play run unless it
+    names a team or customer; ``fallback`` for runs started before plays named one),
+    weight and priority class."""
+    return Share(
+        key=options.fairness_key or fallback,
+        weight=options.fairness_weight,
+        priority=options.priority,
+    )
+
+
 class LiveRowGate:
     """How many of a chunk's rows run at once: ``async with gate:`` around each row.
 
@@ -103,6 +116,7 @@ class LiveRowGate:
     def __init__(self, pacer: Pacer, catalog: Catalog, input: ChunkInput) -> None:
         options = input.options
         self._started = time.monotonic()
+        self._share = share_of(options, input.run_ref)
         self._given = max(1, input.row_concurrency)
         self._gate = ResizableGate(self._given)
         self._options = options
@@ -120,6 +134,8 @@ class LiveRowGate:
         # The row's calls belong to this chunk: at a provider's full gate the rows of
         # older chunks go first, so chunks finish in turn (see WORK_STARTED).
         WORK_STARTED.set(self._started)
+        # ...and they count for the run's fairness key, weight and class.
+        SHARE.set(self._share)
         self.follow()
         await self._gate.acquire()
 
@@ -154,22 +170,34 @@ class WidthActivities:
         with each provider's pace for the run's status."""
         governor = self._holder.services.governor
         width = dispatch_width(governor, input.providers, input.options)
-        width.paces = provider_paces(governor, input.providers)
+        width.paces = provider_paces(governor, input.providers, input.options.fairness_key)
         return width
 
 
-def provider_paces(pacer: Pacer, providers: list[str]) -> list[ProviderPace]:
-    """The rate in force and any ``Retry-After`` pause of each provider, from the pacer."""
+def provider_paces(
+    pacer: Pacer, providers: list[str], fairness_key: str | None = None
+) -> list[ProviderPace]:
+    """The rate in force and any ``Retry-After`` pause of each provider, from the pacer,
+    and who shares it: the run's fairness key's recent rate and part against every
+    key's (the governor's fair order, see ``playline.pacing.fair``)."""
     snapshot = pacer.snapshot()
     paces = []
     for provider in providers:
         known = snapshot.get(provider, {})
         paused = known.get("paused_until")
+        shares: dict[str, Any] = known.get("shares") or {}
+        mine = shares.get(fairness_key or "") if fairness_key else None
         paces.append(
             ProviderPace(
                 provider=provider,
                 rate_rps=pacer.rate_in_force(provider),
                 paused_s=round(float(paused), 1) if paused else None,
+                share_rps=round(float(mine["rate_rps"]), 2) if mine else None,
+                share_part=round(float(mine["part"]), 3) if mine else None,
+                total_rps=round(sum(float(s["rate_rps"]) for s in shares.values()), 2)
+                if shares
+                else None,
+                sharing=len(shares) if shares else None,
             )
         )
     return paces

@@ -1,4 +1,4 @@
-"""``playline limits show|set``: read and change fleet-wide provider limits at run time.
+"""``playline limits show|set|share``: read and change fleet-wide provider limits at run time.
 
 The limits live in PostgreSQL (see :mod:`playline.pacing.fleet_store`), in the
 tables the workers read: the database is the workers' ``$PLAYLINE_STORE_URL`` (or the
@@ -8,7 +8,9 @@ every running worker with fleet pacing reads them at least once a second, so
 ``playline limits set acme --rps 5 --max-concurrency 4`` slows the whole fleet
 within a second, without a restart or redeploy. Each limit is set on its own
 (``--per-day 1000`` alone changes only the daily quota); a limit never set
-fleet-wide keeps the workers' catalog value.
+fleet-wide keeps the workers' catalog value. ``playline limits share team-a --weight 2``
+weighs a fairness key against the others sharing a provider, fleet-wide, while runs
+go; ``show`` lists who shares each provider now and what each is owed.
 
 The main CLI wires these in with::
 
@@ -22,9 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 from playline.config import Settings
+
+if TYPE_CHECKING:
+    from playline.pacing.fleet_store import FleetKeyState, FleetShare
 
 
 def add_limits_parser(subparsers: Any) -> None:
@@ -57,6 +63,17 @@ def add_limits_parser(subparsers: Any) -> None:
     set_cmd.add_argument("--per-hour", type=int, help="most calls in any hour, >= 1")
     set_cmd.add_argument("--per-day", type=int, help="most calls in any 24 hours, >= 1")
     set_cmd.add_argument("--min-rps", type=float, help="floor of adaptive pacing, > 0")
+    share = actions.add_parser(
+        "share",
+        help="weigh a fairness key (a run's --fairness-key, or a play run's workflow id) "
+        "against the others sharing a provider, fleet-wide, within 1 s",
+    )
+    share.add_argument("key", help="fairness key, e.g. 'team-a'")
+    weight = share.add_mutually_exclusive_group(required=True)
+    weight.add_argument("--weight", type=float, help="its weight, > 0 and <= 1000")
+    weight.add_argument(
+        "--clear", action="store_true", help="forget the weight set here: its runs' own apply"
+    )
     limits.set_defaults(func=run_limits)
 
 
@@ -88,10 +105,12 @@ def run_limits(
             return asyncio.run(_set(dsn, prefix, args, stdout))
         if action == "show":
             return asyncio.run(_show(dsn, prefix, stdout))
+        if action == "share":
+            return asyncio.run(_share(dsn, prefix, args, stdout))
     except (ValueError, FleetPacingUnavailable) as err:
         print(f"playline limits: {err}", file=sys.stderr)
         return 2
-    print("playline limits: choose 'show' or 'set'", file=sys.stderr)
+    print("playline limits: choose 'show', 'set' or 'share'", file=sys.stderr)
     return 2
 
 
@@ -138,14 +157,84 @@ async def _set(dsn: str, prefix: str, args: argparse.Namespace, out: TextIO) -> 
     return 0
 
 
+async def _share(dsn: str, prefix: str, args: argparse.Namespace, out: TextIO) -> int:
+    from playline.pacing.fleet_store import FleetPacer
+
+    if not args.key.strip():
+        raise ValueError("KEY must not be empty")
+    weight = None if args.clear else args.weight
+    if weight is not None and not (0 < weight <= 1000):
+        raise ValueError(f"--weight must be a number > 0 and <= 1000, got {weight}")
+    async with await FleetPacer.create(dsn, table_prefix=prefix) as fleet:
+        await fleet.set_share_weight(args.key, weight)
+    said = "its runs' own weight again" if weight is None else f"weight {weight:g}"
+    print(f"{args.key}: {said} (running workers apply it within 1 s)", file=out)
+    return 0
+
+
 async def _show(dsn: str, prefix: str, out: TextIO) -> int:
     from playline.pacing.fleet_store import FleetPacer
+    from playline.pacing.fleet_sync import SHARE_MAX_AGE_S
 
     async with await FleetPacer.create(dsn, table_prefix=prefix) as fleet:
         state = await fleet.read_state()
+        shares = await fleet.read_shares(SHARE_MAX_AGE_S)
+        weights = await fleet.read_share_weights()
     if not state:
         print("no pacing keys yet (none set, none used by a fleet worker)", file=out)
         return 0
+    _show_limits(state, out)
+    _show_shares(shares, weights, out)
+    return 0
+
+
+def _show_shares(shares: list[FleetShare], weights: dict[str, float], out: TextIO) -> None:
+    """Who waits for each key now, fleet-wide: each fairness key's class, weight, calls
+    waiting and workers, and the part of the key it is owed (its weight's part of the
+    highest class waiting; a lower class is owed nothing until that one is served)."""
+    if weights:
+        shown = ", ".join(f"{k} {w:g}" for k, w in sorted(weights.items()))
+        print(f"\nweights set with `limits share`: {shown}", file=out)
+    merged: dict[tuple[str, str], list[FleetShare]] = {}
+    for share in shares:
+        if share.waiting > 0:
+            merged.setdefault((share.key, share.fairness_key), []).append(share)
+    if not merged:
+        return
+    weight_of = {k: weights.get(k[1], max(s.weight for s in found)) for k, found in merged.items()}
+    class_of = {k: min(s.priority for s in found) for k, found in merged.items()}
+    top: dict[str, int] = {}
+    for (key, _fkey), cls in class_of.items():
+        top[key] = min(top.get(key, cls), cls)
+    rows = [("KEY", "FAIRNESS_KEY", "CLASS", "WEIGHT", "WAITING", "WORKERS", "OWED")]
+    for (key, fkey), found in sorted(merged.items()):
+        total = sum(w for k, w in weight_of.items() if k[0] == key and class_of[k] == top[key])
+        owed = weight_of[(key, fkey)] / total if class_of[(key, fkey)] == top[key] else 0.0
+        rows.append(
+            (
+                key,
+                fkey,
+                str(class_of[(key, fkey)]),
+                f"{weight_of[(key, fkey)]:g}",
+                str(sum(s.waiting for s in found)),
+                str(len({s.worker for s in found})),
+                f"{owed:.0%}",
+            )
+        )
+    print("\nsharing now:", file=out)
+    _print_table(rows, out)
+
+
+def _print_table(rows: Sequence[tuple[str, ...]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(),
+            file=out,
+        )
+
+
+def _show_limits(state: dict[str, FleetKeyState], out: TextIO) -> None:
     header = (
         "KEY", "RPS", "ADAPTED_RPS", "MAX_CONCURRENCY", "BURST",
         "PER_MINUTE", "PER_HOUR", "PER_DAY", "MIN_RPS", "PAUSED_S",
@@ -172,10 +261,4 @@ async def _show(dsn: str, prefix: str, out: TextIO) -> int:
                 f"{rate.paused_for_s:.1f}" if rate and rate.paused_for_s > 0 else "-",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    for row in rows:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(),
-            file=out,
-        )
-    return 0
+    _print_table(rows, out)

@@ -25,6 +25,20 @@ keeps the worker's catalog value::
     key text PRIMARY KEY, rps float8, burst int, max_concurrency int,
     per_minute int, per_hour int, per_day int, min_rps float8, updated_at timestamptz
 
+``<prefix>shares`` - who waits for each key, per worker: the fairness keys with
+calls waiting on that worker, their weight and class (written by every worker with
+its refresh; rows older than a few seconds are ignored), from which each worker
+computes the part of a key's rate its own waiting keys are owed
+(:func:`~playline.pacing.fleet_sync.fleet_part`)::
+
+    key text, worker text, fairness_key text, weight float8, priority int,
+    waiting int, seen_at float8, PRIMARY KEY (key, worker, fairness_key)
+
+``<prefix>share_weights`` - weights set while runs go (``playline limits share``),
+which every governor applies within a refresh::
+
+    fairness_key text PRIMARY KEY, weight float8, updated_at timestamptz
+
 ``<prefix>windows`` - fleet-wide quota windows (``per_minute`` / ``per_hour`` /
 ``per_day``): calls counted in buckets of 1/60 of the window; a call is admitted
 only if the buckets covering the last window (plus the current one, so the
@@ -67,12 +81,25 @@ __all__ = [
     "FleetPacer",
     "FleetPacingUnavailable",
     "FleetRate",
+    "FleetShare",
 ]
 
 DEFAULT_TABLE_PREFIX = "playline_"
 _PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
 #: Seconds since the Unix epoch on the server clock, as float8.
 _NOW = "extract(epoch FROM clock_timestamp())::float8"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetShare:
+    """One fairness key waiting for one pacing key on one worker."""
+
+    key: str
+    fairness_key: str
+    weight: float
+    priority: int
+    waiting: int
+    worker: str = ""
 
 
 class FleetPacingUnavailable(PlaylineError):
@@ -366,6 +393,58 @@ class FleetPacer:
         key_, l_rps, *rest = row
         return FleetLimits(str(key_), None if l_rps is None else float(l_rps), *rest)
 
+    # ------------------------------------------------------------------ shares
+
+    async def publish_shares(self, worker: str, shares: list[FleetShare]) -> None:
+        """Say which fairness keys wait on ``worker`` now (its other rows go)."""
+        kept = [f"{s.key}\x1f{s.fairness_key}" for s in shares]
+        for share in shares:
+            await self._execute(
+                "control",
+                self._q.publish_share,
+                {
+                    "key": share.key,
+                    "worker": worker,
+                    "fairness_key": share.fairness_key,
+                    "weight": share.weight,
+                    "priority": share.priority,
+                    "waiting": share.waiting,
+                },
+                fetch_all=False,
+            )
+        await self._execute(
+            "control", self._q.clear_shares, {"worker": worker, "kept": kept}, fetch_all=False
+        )
+
+    async def read_shares(self, max_age_s: float) -> list[FleetShare]:
+        """Every worker's waiting fairness keys reported in the last ``max_age_s``."""
+        rows = await self._fetchall("control", self._q.read_shares, {"max_age": max_age_s})
+        return [
+            FleetShare(str(r[0]), str(r[2]), float(r[3]), int(r[4]), int(r[5]), str(r[1]))
+            for r in rows
+        ]
+
+    async def set_share_weight(self, fairness_key: str, weight: float | None) -> None:
+        """Weigh ``fairness_key`` by ``weight`` fleet-wide (``None``: as its runs say)."""
+        if weight is None:
+            await self._execute(
+                "control", self._q.clear_weight, {"fairness_key": fairness_key}, fetch_all=False
+            )
+            return
+        if not (math.isfinite(weight) and 0 < weight <= 1000):
+            raise ValueError(f"a weight must be a number in (0, 1000], got {weight!r}")
+        await self._execute(
+            "control",
+            self._q.set_weight,
+            {"fairness_key": fairness_key, "weight": weight},
+            fetch_all=False,
+        )
+
+    async def read_share_weights(self) -> dict[str, float]:
+        """The weights set with ``playline limits share``, by fairness key."""
+        rows = await self._fetchall("control", self._q.read_weights, {})
+        return {str(r[0]): float(r[1]) for r in rows}
+
     async def take_window_slot(self, key: str, windows: Mapping[float, int]) -> float:
         """Count one call in every fleet-wide window of ``key``, if all have room.
 
@@ -493,6 +572,12 @@ class _Queries:
     set_limits: sql.Composed
     window_used: sql.Composed
     window_count: sql.Composed
+    publish_share: sql.Composed
+    clear_shares: sql.Composed
+    read_shares: sql.Composed
+    set_weight: sql.Composed
+    clear_weight: sql.Composed
+    read_weights: sql.Composed
 
     @classmethod
     def build(cls, prefix: str) -> _Queries:
@@ -502,6 +587,8 @@ class _Queries:
             "pacing": sql.Identifier(prefix + "pacing"),
             "limits": sql.Identifier(prefix + "limits"),
             "windows": sql.Identifier(prefix + "windows"),
+            "shares": sql.Identifier(prefix + "shares"),
+            "weights": sql.Identifier(prefix + "share_weights"),
             "now": sql.SQL(_NOW),
         }
 
@@ -547,6 +634,23 @@ class _Queries:
                     " bucket bigint NOT NULL,"
                     " count integer NOT NULL,"
                     " PRIMARY KEY (key, window_s, bucket))"
+                ),
+                q(
+                    "CREATE TABLE IF NOT EXISTS {shares} ("
+                    " key text NOT NULL,"
+                    " worker text NOT NULL,"
+                    " fairness_key text NOT NULL,"
+                    " weight float8 NOT NULL CHECK (weight > 0),"
+                    " priority integer NOT NULL,"
+                    " waiting integer NOT NULL,"
+                    " seen_at float8 NOT NULL,"
+                    " PRIMARY KEY (key, worker, fairness_key))"
+                ),
+                q(
+                    "CREATE TABLE IF NOT EXISTS {weights} ("
+                    " fairness_key text PRIMARY KEY,"
+                    " weight float8 NOT NULL CHECK (weight > 0),"
+                    " updated_at timestamptz NOT NULL DEFAULT now())"
                 ),
             ),
             # A new key starts at its configured limits (the limits table wins
@@ -631,6 +735,31 @@ class _Queries:
                 " ON CONFLICT (key, window_s, bucket)"
                 " DO UPDATE SET count = {windows}.count + 1"
             ),
+            publish_share=q(
+                "INSERT INTO {shares} AS s (key, worker, fairness_key, weight, priority,"
+                " waiting, seen_at) VALUES (%(key)s, %(worker)s, %(fairness_key)s,"
+                " %(weight)s, %(priority)s, %(waiting)s, {now})"
+                " ON CONFLICT (key, worker, fairness_key) DO UPDATE SET"
+                " weight = EXCLUDED.weight, priority = EXCLUDED.priority,"
+                " waiting = EXCLUDED.waiting, seen_at = EXCLUDED.seen_at"
+            ),
+            clear_shares=q(
+                "DELETE FROM {shares} WHERE (worker = %(worker)s AND seen_at < {now} - 0.001"
+                " AND NOT (key || chr(31) || fairness_key = ANY(%(kept)s)))"
+                " OR seen_at < {now} - 600"
+            ),
+            read_shares=q(
+                "SELECT key, worker, fairness_key, weight, priority, waiting FROM {shares}"
+                " WHERE seen_at >= {now} - %(max_age)s"
+            ),
+            set_weight=q(
+                "INSERT INTO {weights} (fairness_key, weight, updated_at)"
+                " VALUES (%(fairness_key)s, %(weight)s, now())"
+                " ON CONFLICT (fairness_key) DO UPDATE SET weight = EXCLUDED.weight,"
+                " updated_at = now()"
+            ),
+            clear_weight=q("DELETE FROM {weights} WHERE fairness_key = %(fairness_key)s"),
+            read_weights=q("SELECT fairness_key, weight FROM {weights}"),
         )
 
 

@@ -10,7 +10,12 @@ PostgreSQL; this class is the governor's side of it:
   (``playline limits set``) and shared adapted rate, and applies them to the
   governor through its public methods (``set_limit``, ``adopt_rate``);
 * **reports** - the governor's own cuts and increases are written back, in the
-  background, so the rest of the fleet follows within a refresh.
+  background, so the rest of the fleet follows within a refresh;
+* **shares** - with each refresh it says which fairness keys wait on this worker for
+  each pacing key, reads what every worker said, and paces each key at the part of
+  its rate this worker's waiting keys are owed (:func:`fleet_parts`): weighted fair
+  shares hold across workers, and a worker alone with a key gets all of it. Weights
+  set with ``playline limits share`` apply from the same read.
 
 The governor calls :meth:`wait_for_tickets`, :meth:`report_cut`,
 :meth:`report_increase` and :meth:`key_created`; this class calls the governor
@@ -22,13 +27,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from playline.pacing.fleet_store import FleetKeyState, FleetPacer, FleetRate
+from playline.pacing.fleet_store import FleetKeyState, FleetPacer, FleetRate, FleetShare
 from playline.pacing.policy import PacingPolicy
 
-__all__ = ["FleetFollower", "FleetSync"]
+__all__ = ["FleetFollower", "FleetSync", "fleet_parts"]
+
+#: A worker's report of who waits on it is read while younger than this.
+SHARE_MAX_AGE_S = 3.0
+#: A fairness key that queued a call this recently still counts as waiting.
+RECENTLY_WAITING_S = 2.0
 
 log = logging.getLogger("playline.governor")
 
@@ -54,6 +67,55 @@ class FleetFollower(Protocol):
     ) -> None: ...
 
     def adopt_rate(self, key: str, rps: float) -> bool: ...
+
+    def pacing_keys(self) -> list[str]: ...
+
+    def waiting_shares(
+        self, key: str, within_s: float = 0.0
+    ) -> dict[str, tuple[float, int, int]]: ...
+
+    def set_share_weight(self, fairness_key: str, weight: float | None) -> None: ...
+
+    def set_fleet_part(self, key: str, part: float | None) -> None: ...
+
+
+def fleet_parts(
+    shares: Sequence[FleetShare], worker: str, weights: dict[str, float] | None = None
+) -> dict[str, float | None]:
+    """Per pacing key, the part of its rate ``worker`` is owed (``None``: all of it).
+
+    Only the highest class waiting anywhere counts (strict priority across the
+    fleet). Each waiting fairness key is owed its weight's part of the key; a
+    fairness key waiting on several workers splits its part between them by how
+    many calls wait on each. A worker nobody else competes with gets ``None``; one
+    with nothing in the class served gets 0 (the governor keeps a trickle).
+    """
+    weights = weights or {}
+    by_key: dict[str, list[FleetShare]] = {}
+    for share in shares:
+        if share.waiting > 0:
+            by_key.setdefault(share.key, []).append(share)
+    parts: dict[str, float | None] = {}
+    for key, rows in by_key.items():
+        if {row.worker for row in rows} <= {worker}:
+            parts[key] = None
+            continue
+        top = min(row.priority for row in rows)
+        served = [row for row in rows if row.priority == top]
+        waiting: dict[str, int] = {}
+        weight: dict[str, float] = {}
+        for row in served:
+            waiting[row.fairness_key] = waiting.get(row.fairness_key, 0) + row.waiting
+            given = weights.get(row.fairness_key, row.weight)
+            weight[row.fairness_key] = max(weight.get(row.fairness_key, 0.0), given)
+        total = sum(weight.values())
+        owed = sum(
+            weight[row.fairness_key] * row.waiting / waiting[row.fairness_key]
+            for row in served
+            if row.worker == worker
+        )
+        parts[key] = owed / total if total > 0 else None
+    return parts
 
 
 class FleetSync:
@@ -93,6 +155,10 @@ class FleetSync:
         self._refresh_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
+        #: this worker in the shares table (a process: workers share no identity)
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        #: the weights last applied from ``playline limits share``
+        self._weights: dict[str, float] = {}
 
     # ------------------------------------------------------------------ tickets
 
@@ -139,6 +205,30 @@ class FleetSync:
         for key, key_view in view.items():
             if self._governor.has_key(key):
                 self._apply(key, key_view)
+        await self._sync_shares()
+
+    async def _sync_shares(self) -> None:
+        """Publish who waits here, read who waits everywhere, pace each key at this
+        worker's part, and apply the weights set while runs go."""
+        governor = self._governor
+        mine = [
+            FleetShare(key, fkey, weight, priority, max(1, waiting))
+            for key in governor.pacing_keys()
+            for fkey, (weight, priority, waiting) in governor.waiting_shares(
+                key, RECENTLY_WAITING_S
+            ).items()
+        ]
+        await self._store.publish_shares(self.worker, mine)
+        weights = await self._store.read_share_weights()
+        for fkey in self._weights.keys() - weights.keys():
+            governor.set_share_weight(fkey, None)
+        for fkey, weight in weights.items():
+            governor.set_share_weight(fkey, weight)
+        self._weights = weights
+        fleet = await self._store.read_shares(SHARE_MAX_AGE_S)
+        parts = fleet_parts(fleet, self.worker, weights)
+        for key in governor.pacing_keys():
+            governor.set_fleet_part(key, parts.get(key))
 
     def key_created(self, key: str) -> None:
         """The governor just created ``key``: apply what the fleet already says of it."""

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 from playline.pacing.budget import HeaderBudget, WindowCap
 from playline.pacing.concurrency import ConcurrencySearch, Refusal
+from playline.pacing.fair import ANONYMOUS, SHARE, FairOrder, Share
 from playline.pacing.gate import WORK_STARTED, ResizableGate
 from playline.pacing.headers import RateLimitReport
 from playline.pacing.limiter import AdjustableLimiter
@@ -142,6 +143,12 @@ class _KeyState:
     #: when its last call left (the event loop's clock): a key without a local burst
     #: spaces the next from then, not from its token (see ``Governor._wait_spacing``)
     sent_at: float = -math.inf
+    #: the key's turn for a rate token: a one-wide gate in fair order (the
+    #: concurrency ``gate`` has a fair order of its own)
+    turn: ResizableGate = field(default_factory=lambda: ResizableGate(1, FairOrder()))
+    #: with a fleet: the part of the provider's rate this worker's waiting fairness
+    #: keys are owed among the fleet's (``None``: all of it, nobody else waits)
+    fleet_part: float | None = None
 
     def rate_in_force(self, now: float) -> float:
         rates = [self.search.rate]
@@ -152,8 +159,11 @@ class _KeyState:
         return max(min(rates), 1e-6)
 
     def pace_rate(self, now: float) -> float:
-        """The limiter's rate: the searched rate with the margin, the providers' as said."""
+        """The limiter's rate: the searched rate with the margin, the providers' as said,
+        and in a fleet whose other workers wait for the key too, this worker's part."""
         rates = [self.search.rate * self.margin]
+        if self.fleet_part is not None:
+            rates.append(self.search.rate * self.margin * self.fleet_part)
         rates.extend(w.even_rps for w in self.windows if w.even_rps is not None)
         reported = self.budget.rate(now)
         if reported is not None:
@@ -274,6 +284,8 @@ class Governor:
         self._wall_clock = wall_clock
         self._search_config = search or SearchConfig()
         self._states: dict[str, _KeyState] = {}
+        #: weights set while runs go (``playline limits share``), by fairness key
+        self._share_weights: dict[str, float] = {}
         self._fleet: FleetSync | None = None
         if fleet is not None:
             from playline.pacing.fleet_sync import FleetSync
@@ -325,21 +337,32 @@ class Governor:
         # At a full gate the oldest work goes first (a chunk's rows: see WORK_STARTED).
         started = WORK_STARTED.get()
         priority = self._clock() if started is None else started
+        share = SHARE.get() or ANONYMOUS
         for state in states:
             state.waiting += 1
         try:
+            # Whose call goes next is a fair order's choice (priority class, weighted
+            # share of the fairness keys, oldest work), at the concurrency gate and at
+            # the key's turn for a rate token. Fleet tickets are taken after the turn,
+            # so callers still share their round trips.
             for state in states:
-                await state.gate.acquire(priority)
+                await state.gate.acquire(priority, share)
                 gates.append(state.gate)
             await self._global_gate.acquire(priority)
             gates.append(self._global_gate)
-            ticketed = self._fleet is None
-            rate_wait = 0.0
-            while True:
+            async with self._turns(states, share, priority):
                 await self._wait_unblocked(states, park_after_s)
                 asked = self._clock()
                 await self._take_tokens(states)
                 tokens = True
+            ticketed = self._fleet is None
+            rate_wait = 0.0
+            while True:
+                if not tokens:
+                    await self._wait_unblocked(states, park_after_s)
+                    asked = self._clock()
+                    await self._take_tokens(states)
+                    tokens = True
                 await self._wait_spacing(states)
                 if not ticketed and not self._blocked(states):
                     assert self._fleet is not None
@@ -360,7 +383,7 @@ class Governor:
                         gate.release()
                     gates.clear()
                     for state in states:
-                        await state.gate.acquire(priority)
+                        await state.gate.acquire(priority, share)
                         gates.append(state.gate)
                     await self._global_gate.acquire(priority)
                     gates.append(self._global_gate)
@@ -401,6 +424,22 @@ class Governor:
                 state.first_answer_due = None
             for gate in reversed(gates):
                 gate.release()
+
+    @staticmethod
+    @contextlib.asynccontextmanager
+    async def _turns(
+        states: Sequence[_KeyState], share: Share, started: float
+    ) -> AsyncIterator[None]:
+        """Every key's turn, taken in sorted key order (as the gates: no deadlock)."""
+        taken: list[ResizableGate] = []
+        try:
+            for state in states:
+                await state.turn.acquire(started, share)
+                taken.append(state.turn)
+            yield
+        finally:
+            for turn in reversed(taken):
+                turn.release()
 
     def _blocked(self, states: Sequence[_KeyState]) -> bool:
         now = self._clock()
@@ -799,8 +838,51 @@ class Governor:
                 "successes": state.successes,
                 "failures": state.failures,
                 "suggested_parallelism": self.suggested_parallelism(key),
+                "shares": _fair(state.turn).snapshot(),
+                "fleet_part": state.fleet_part,
             }
         return out
+
+    def set_share_weight(self, fairness_key: str, weight: float | None) -> None:
+        """Weigh ``fairness_key``'s calls by ``weight`` from now on, whatever its runs
+        said (``None``: what they say again); applies to calls already waiting."""
+        if weight is None:
+            self._share_weights.pop(fairness_key, None)
+        elif weight > 0:
+            self._share_weights[fairness_key] = weight
+
+    def shares(self, key: str) -> dict[str, dict[str, Any]]:
+        """Who shares ``key`` now: per fairness key its weight, class, calls waiting,
+        recent rate and part of the key's recent calls (see ``FairQueue.snapshot``)."""
+        state = self._states.get(key)
+        return _fair(state.turn).snapshot() if state is not None else {}
+
+    def waiting_shares(self, key: str, within_s: float = 0.0) -> dict[str, tuple[float, int, int]]:
+        """The fairness keys with calls waiting for ``key`` (at its slots or its turn),
+        or that had some in the last ``within_s`` seconds:
+        ``{fairness key: (weight, class, calls waiting)}``."""
+        state = self._states.get(key)
+        if state is None:
+            return {}
+        found = dict(_fair(state.turn).active(within_s))
+        for fkey, (weight, priority, waiting) in _fair(state.gate).active(within_s).items():
+            before = found.get(fkey)
+            found[fkey] = (weight, priority, waiting + (before[2] if before else 0))
+        return found
+
+    def pacing_keys(self) -> list[str]:
+        """Every key this governor has used or configured."""
+        return sorted(self._states)
+
+    def set_fleet_part(self, key: str, part: float | None) -> None:
+        """Pace ``key`` at ``part`` of its rate: this worker's due among the fleet's
+        waiting fairness keys (``None``: the whole rate)."""
+        state = self._state(key)
+        if part is not None:
+            part = min(1.0, max(part, 0.02))
+        if part != state.fleet_part:
+            state.fleet_part = part
+            self._sync_limiter(state)
 
     def policy(self, key: str) -> PacingPolicy:
         """The limits in force for ``key`` (its catalog policy, or as changed since)."""
@@ -853,9 +935,12 @@ class Governor:
                 margin=_base_margin(policy),
                 search=RateSearch(policy.rps, policy.min_rps, self._search_config),
                 limiter=AdjustableLimiter(policy.rps, _local_burst(policy.burst)),
-                gate=ResizableGate(policy.max_concurrency),
+                gate=ResizableGate(
+                    policy.max_concurrency, FairOrder(self._share_weights.get, self._clock)
+                ),
                 concurrency=ConcurrencySearch(policy.max_concurrency),
                 windows=[WindowCap(limit, seconds) for seconds, limit in policy.windows().items()],
+                turn=ResizableGate(1, FairOrder(self._share_weights.get, self._clock)),
             )
             self._states[key] = state
             self._sync_limiter(state)
@@ -871,6 +956,12 @@ class Governor:
             math.isclose(limiter._rate_per_sec, rate, rel_tol=1e-3) and limiter.max_rate == burst
         ):
             limiter.reconfigure(rate, burst)
+
+
+def _fair(gate: ResizableGate) -> FairOrder:
+    order = gate.order
+    assert isinstance(order, FairOrder)
+    return order
 
 
 def _base_margin(policy: PacingPolicy) -> float:

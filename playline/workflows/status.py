@@ -228,10 +228,20 @@ def _providers(
         rate = f"{pace.rate_rps:.3g} rps in force" if pace.rate_rps is not None else "not paced"
         wait = waiting.pop(pace.provider, None)
         suffix = f", waiting for {wait.reason} until {_at(wait.until, now)}" if wait else ""
-        lines.append(f"- {pace.provider}: {rate}{suffix}")
+        lines.append(f"- {pace.provider}: {rate}{suffix}{share_text(pace)}")
     for wait in waiting.values():
         lines.append(f"- {wait.provider}: waiting for {wait.reason} until {_at(wait.until, now)}")
     return lines
+
+
+def share_text(pace: ProviderPace) -> str:
+    """``; this run 25.1 rps (66 %) of 38 rps, shared by 2`` when plays share the
+    provider (nothing when the run has it alone or the worker did not say)."""
+    if not pace.sharing or pace.sharing < 2 or pace.share_rps is None:
+        return ""
+    part = f" ({pace.share_part:.0%})" if pace.share_part is not None else ""
+    total = f" of {pace.total_rps:.3g} rps" if pace.total_rps is not None else ""
+    return f"; this run {pace.share_rps:.3g} rps{part}{total}, shared by {pace.sharing}"
 
 
 def _ranges(ranges: Sequence[tuple[int, int]]) -> str:

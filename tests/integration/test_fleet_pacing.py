@@ -39,7 +39,7 @@ async def prefix() -> AsyncIterator[str]:
     try:
         yield name
     finally:
-        for table in ("pacing", "limits", "windows"):
+        for table in ("pacing", "limits", "windows", "shares", "share_weights"):
             await conn.execute(
                 psycopg.sql.SQL("DROP TABLE IF EXISTS {}").format(
                     psycopg.sql.Identifier(name + table)

@@ -243,3 +243,15 @@ def test_the_cells_kept_fresh_are_counted_beside_those_computed() -> None:
     assert fresh_lines(ChunkStats(cells_due=12, cells_fresh=228)) == [
         "cells: 12 computed, 228 kept fresh (no call made)"
     ]
+
+
+def test_a_shared_provider_says_this_runs_part() -> None:
+    from playline.contract import ProviderPace
+    from playline.workflows.status import share_text
+
+    alone = ProviderPace(provider="acme", rate_rps=40, share_rps=39.0, sharing=1)
+    assert share_text(alone) == ""
+    shared = ProviderPace(
+        provider="acme", rate_rps=40, share_rps=25.1, share_part=0.66, total_rps=38, sharing=2
+    )
+    assert share_text(shared) == "; this run 25.1 rps (66%) of 38 rps, shared by 2"
