@@ -35,6 +35,7 @@ from playline.calls.estimate_tally import Estimate
 from playline.contract import PlayRunResult, RunOptions
 from playline.errors import InvalidPlayInput, format_validation_errors
 from playline.workflows.play import PlayWorkflow
+from playline.workflows.priority import temporal_priority
 from playline.workflows.status import play_static
 
 __all__ = [
@@ -93,17 +94,22 @@ async def start_play(
         start_options: passed to ``Client.start_workflow`` (``execution_timeout``,
             ``id_conflict_policy``, ``search_attributes``...). ``static_summary`` and
             ``static_details`` default to the play, its input file and its mode, as
-            the Temporal UI shows them.
+            the Temporal UI shows them; ``priority`` to Temporal's priority of the
+            options' fairness key (the workflow id when unset), weight and class.
     """
     checked = _validated(play, input)
     options = options or RunOptions()
+    workflow_id = id or new_workflow_id(play)
     summary, details = play_static(play.play_name, checked.model_dump(mode="json"), options)
     start_options.setdefault("static_summary", summary)
     start_options.setdefault("static_details", details)
+    # The play's own tasks are dispatched under the key its dataset runs and chunks
+    # will carry: the one the play fills in from this workflow id when unset.
+    start_options.setdefault("priority", temporal_priority(options, workflow_id))
     handle: PlayHandle[InputT, OutputT] = await client.start_workflow(
         play.run,
         args=[checked, options],
-        id=id or new_workflow_id(play),
+        id=workflow_id,
         task_queue=task_queue,
         **start_options,
     )
@@ -179,14 +185,16 @@ async def start_estimate(
         payload = _validated(play, input)
         shown = payload.model_dump(mode="json")
     summary, details = play_static(name, shown, options)
+    workflow_id = id or new_estimate_id(name)
     return await client.start_workflow(
         name,
         args=[payload, options],
-        id=id or new_estimate_id(name),
+        id=workflow_id,
         task_queue=task_queue,
         result_type=PlayRunResult,
         static_summary=f"estimate: {summary}",
         static_details=details,
+        priority=temporal_priority(options, workflow_id),
     )
 
 

@@ -89,6 +89,18 @@ class RunOptions(BaseModel):
     estimate_first: bool = False
     #: The schedule that started this run (``playline schedule``), for its summary.
     schedule: str | None = None
+    #: Who this run's provider calls count for when plays share a provider: runs of one
+    #: fairness key (a team, a customer) share one weighted share, whatever their
+    #: number. ``None``: the play run itself (its workflow id). Also Temporal's
+    #: ``Priority.fairness_key`` of the play, its dataset runs and chunk activities.
+    fairness_key: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:@/-]{1,128}$")
+    #: The key's weight: a weight-2 key gets twice the provider calls of a weight-1 key
+    #: while both wait for the provider (``Priority.fairness_weight``).
+    fairness_weight: float = Field(default=1.0, gt=0, le=1000)
+    #: Priority class, 1 (first) to 5 (last), 3 by default: a provider serves waiting
+    #: calls of a lower number strictly first, fair shares within a class
+    #: (``Priority.priority_key``).
+    priority: int = Field(default=3, ge=1, le=5)
 
     @property
     def budgeted(self) -> bool:
@@ -149,6 +161,13 @@ class ProviderPace(BaseModel):
     provider: str
     rate_rps: float | None = None
     paused_s: float | None = None
+    #: the run's fairness key's recent calls per second to the provider on that worker,
+    #: its part of all of them, the provider's recent total and how many fairness keys
+    #: shared it (``None``: the worker did not say)
+    share_rps: float | None = None
+    share_part: float | None = None
+    total_rps: float | None = None
+    sharing: int | None = None
 
 
 class Width(BaseModel):

@@ -9,6 +9,8 @@ timer of playline's own) whose action starts the play's workflow type with
   (a child workflow) and records what is due before it pays for anything;
   ``options.schedule`` names the schedule in the run's summary;
 * the workflow id is the schedule's name; Temporal appends the firing time;
+* the action's ``priority`` is Temporal's of the options' fairness key (the
+  schedule's name when unset), weight and priority class;
 * ``PlaylinePlay`` is set from the firing's first moment, so ``runs list`` and the
   UI's play list show it as a play before its first workflow task ran;
 * the schedule's memo (``playline_schedule``) holds the play, its input and the spec
@@ -62,6 +64,7 @@ from playline.contract import RunOptions
 from playline.errors import PlaylineError
 from playline.freshness import DurationLike, parse_duration
 from playline.workflows.play import PlayWorkflow
+from playline.workflows.priority import temporal_priority
 from playline.workflows.status import play_static
 
 __all__ = [
@@ -292,6 +295,10 @@ async def create_schedule(
         typed_search_attributes=attributes,
         static_summary=f"schedule {name}: {summary}",
         static_details=f"{details}\n- schedule: `{name}` ({spec_text})",
+        # A firing's id is only known when it fires (the name and the time): without a
+        # fairness key, its own tasks count for the schedule; the play then names its
+        # dataset runs and chunks by its workflow id, as any run without a key.
+        priority=temporal_priority(run_options, name),
     )
     memo = {
         SCHEDULE_MEMO: {

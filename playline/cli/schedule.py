@@ -16,7 +16,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from playline.cli.render import console, out, print_json, ui_url
-from playline.cli.run import budget_options, play_input, run_options, upload_input_csv
+from playline.cli.run import (
+    add_priority_flags,
+    budget_options,
+    play_input,
+    run_options,
+    upload_input_csv,
+)
 from playline.config import Settings
 from playline.errors import PlaylineError
 from playline.schedules import (
@@ -100,6 +106,7 @@ def add_schedule_parser(
         help="a firing missed while Temporal was away still runs if this late at most "
         f"(default {duration_text(DEFAULT_CATCHUP_WINDOW.total_seconds())})",
     )
+    add_priority_flags(create)
     create.add_argument("--paused", action="store_true", help="create it paused")
     create.add_argument("--note", help="a note shown with the schedule")
     create.add_argument("--json", action="store_true", help="print the schedule as JSON")

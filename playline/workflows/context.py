@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeUpdate
+from temporalio.common import Priority, SearchAttributeUpdate
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from playline.workflows.dataset import SHORT_ACTIVITY, DatasetBuilder, DatasetHandle
     from playline.workflows.dataset_run import DatasetRunWorkflow
     from playline.workflows.failures import SETUP_RETRY, as_failure
+    from playline.workflows.priority import temporal_priority
     from playline.workflows.status import dataset_static, play_current_details
 
 LOG_LINES_KEPT = 50
@@ -261,6 +262,7 @@ class PlayContext:
                 id=child_id,
                 static_summary=summary,
                 static_details=details,
+                priority=self._priority(),
             )
             self.controls.child = child
             if self.controls.dispatch != sent:  # changed while the run was starting
@@ -364,6 +366,7 @@ class PlayContext:
                 heartbeat_timeout=heartbeat,
                 retry_policy=SETUP_RETRY,
                 summary=f"tool {tool_id}",
+                priority=self._priority(),
             )
         except ActivityError as err:
             raise _failure_or_cancel(err) from err
@@ -391,6 +394,7 @@ class PlayContext:
                 heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout_s),
                 retry_policy=SETUP_RETRY,
                 summary=f"waterfall {name}",
+                priority=self._priority(),
             )
         except ActivityError as err:
             raise _failure_or_cancel(err) from err
@@ -410,6 +414,7 @@ class PlayContext:
                 start_to_close_timeout=SHORT_ACTIVITY,
                 retry_policy=SETUP_RETRY,
                 summary=name,
+                priority=self._priority(),
             )
         except ActivityError as err:
             raise _failure_or_cancel(err) from err
@@ -431,6 +436,8 @@ class PlayContext:
                 args=[input, options],
                 id=child_id,
                 result_type=PlayRunResult,
+                # Options given without a key name the child play itself, as it will.
+                priority=temporal_priority(options, child_id),
             )
         except ChildWorkflowError as err:
             raise _failure_or_cancel(err) from err
@@ -447,11 +454,18 @@ class PlayContext:
                 start_to_close_timeout=SHORT_ACTIVITY,
                 retry_policy=SETUP_RETRY,
                 summary=summary,
+                priority=self._priority(),
             )
         except ActivityError as err:
             raise _failure_or_cancel(err) from err
         self.stats.add(ChunkStats(estimate=estimated.estimate))
         return estimated.data
+
+    def _priority(self) -> Priority:
+        """Temporal's priority of this play's dataset runs and paid (or estimated) calls:
+        the key, weight and class the governor paces them by (see
+        :mod:`playline.workflows.priority`)."""
+        return temporal_priority(self.options, workflow.info().workflow_id)
 
     def log(self, message: str) -> None:
         """A line in the worker log and in the play's ``state`` query (last 50 kept)."""

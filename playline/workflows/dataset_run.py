@@ -34,6 +34,7 @@ import contextlib
 from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
+from temporalio.common import Priority
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -60,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from playline.workflows.chunk_sizing import FIRST_CHUNK_ROWS, ChunkSizer, chunks_to_fill
     from playline.workflows.failures import CHUNK_RETRY, as_failure
+    from playline.workflows.priority import temporal_priority
     from playline.workflows.status import (
         budget_wait_message,
         dataset_current_details,
@@ -458,8 +460,18 @@ class DatasetRunWorkflow:
                 summary=f"rows {start}-{end - 1}",
                 # The UI's pending activities list ids, not summaries: name the rows.
                 activity_id=activity_id if named_by_rows else None,
+                # Not checked on replay: histories from before priorities replay as is.
+                priority=self._priority(input),
             )
         )
+
+    def _priority(self, input: DatasetRunInput) -> Priority:
+        """Temporal's priority of a chunk: its play's key, weight and class (the play
+        sets the key; a run started on its own falls back to its parent's, or its
+        own, workflow id)."""
+        info = workflow.info()
+        owner = info.parent.workflow_id if info.parent is not None else info.workflow_id
+        return temporal_priority(input.options, owner)
 
     def _status(self) -> RunStatus:
         if self._ended is not None:

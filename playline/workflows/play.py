@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
     from playline.workflows.controls import PlayControls
     from playline.workflows.dataset_run import PROGRESS_SIGNAL
     from playline.workflows.failures import as_failure
+    from playline.workflows.priority import play_fairness_key, temporal_priority
     from playline.workflows.status import play_static
 
 InputT = TypeVar("InputT", bound=BaseModel)
@@ -104,6 +105,13 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             # The run's caps live in the store under this run's id: every dataset run,
             # scalar call and child play of it reserves against the same ones.
             options = options.model_copy(update={"budget_run": workflow.info().run_id})
+        if options.fairness_key is None:
+            # "The play run itself" made explicit, before anything copies the options:
+            # every dataset run, chunk and child play then names the same key, to the
+            # governor and to Temporal. A payload change only (no command), so runs
+            # recorded before it replay unchanged.
+            key = play_fairness_key(workflow.info().workflow_id)
+            options = options.model_copy(update={"fairness_key": key})
         self._options = options
         # Runs recorded before the play kept itself visible (search attributes, memo)
         # replay without those commands.
@@ -199,6 +207,7 @@ class PlayWorkflow(Generic[InputT, OutputT]):
                 # An estimate sends nothing and waits on no provider: one stuck (a
                 # workflow task failing over and over) must not hold the firing for ever.
                 execution_timeout=ESTIMATE_FIRST_TIMEOUT,
+                priority=temporal_priority(est_options, workflow.info().workflow_id),
             )
         except ChildWorkflowError as err:
             if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
