@@ -140,3 +140,33 @@ async def test_a_rule_by_value_retries_poor_verdicts_and_keeps_valid_ones(
     assert _sent(provider, "verifly") == 60 + poor
     assert _credits(provider, "verifly") - before == pytest.approx(0.5 * poor)
     assert second.stats.credits == pytest.approx(0.5 * poor)
+
+
+async def test_a_scheduled_firing_records_and_pays_exactly_the_cells_past_their_freshness(
+    client, provider, worker, task_queue, tmp_path
+) -> None:
+    """A schedule (weekly: the test triggers its firings) over the play with a column
+    rule: the second firing's estimate says the misses are due, and it pays for them
+    alone (the provider's ledger), before any hit."""
+    from playline.schedules import create_schedule, trigger_schedule
+    from tests.e2e.test_schedules import cleaned_up, finished_firings, new_name, state_of
+
+    csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(30)])
+    given = {"csv_path": str(csv_path), "email_found_s": 3600, "email_no_match_s": SHORT_S}
+    name = new_name()
+    async with worker(), cleaned_up(client, name):
+        await create_schedule(client, name, PLAY, given, every="7d", task_queue=task_queue)
+        await trigger_schedule(client, name)
+        await finished_firings(client, name, 1)
+        done_at = time.monotonic()
+        misses = 30 - round(_credits(provider, "mailfox"))
+        assert _sent(provider, "mailfox") == 30 and 0 < misses < 30
+
+        await _past(SHORT_S, done_at)
+        await trigger_schedule(client, name)
+        second = (await finished_firings(client, name, 2))[1]
+        due = (await state_of(client, second)).due
+    assert _sent(provider, "mailfox") == 30 + misses  # the misses, once each; no hit
+    assert due is not None
+    assert (due["cells_due"], due["cells_fresh"]) == (misses + 30, 30 - misses)
+    assert due["calls"] == misses
