@@ -93,6 +93,8 @@ class FairOrder:
     ) -> None:
         self._weight_of = weight_of or (lambda _key: None)
         self._clock = clock
+        #: weights the fleet allots this worker's keys (``set_fleet_weights``)
+        self._fleet_weights: dict[str, float] = {}
         self._flows: dict[str, _Flow] = {}
         #: per class: the virtual time (start tag of the call served last)
         self._virtual: dict[int, float] = {}
@@ -159,9 +161,15 @@ class FairOrder:
         while flow.recent and flow.recent[0] < now - RATE_WINDOW_S:
             flow.recent.popleft()
 
+    def set_fleet_weights(self, weights: dict[str, float]) -> None:
+        """Weigh this worker's keys by what the fleet allots each here (a key with
+        runs on two workers is owed part of its weight on each)."""
+        self._fleet_weights = {k: w for k, w in weights.items() if w > 0}
+
     def _weight(self, flow: _Flow) -> float:
-        """The weight in force: an override set while runs go, else the calls'."""
-        return self._weight_of(flow.key) or flow.weight
+        """The weight in force: the fleet's allotment here, else an override set while
+        runs go, else the calls' own."""
+        return self._fleet_weights.get(flow.key) or self._weight_of(flow.key) or flow.weight
 
     def _next_flow(self) -> _Flow | None:
         """The waiting flow to serve: the lowest class, then the earliest start, then

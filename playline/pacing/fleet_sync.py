@@ -31,17 +31,20 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from playline.pacing.fleet_store import FleetKeyState, FleetPacer, FleetRate, FleetShare
 from playline.pacing.policy import PacingPolicy
 
-__all__ = ["FleetFollower", "FleetSync", "fleet_parts"]
+__all__ = ["Allotment", "FleetFollower", "FleetSync", "fleet_allotments", "fleet_parts"]
 
 #: A worker's report of who waits on it is read while younger than this.
 SHARE_MAX_AGE_S = 3.0
-#: A fairness key that queued a call this recently still counts as waiting.
-RECENTLY_WAITING_S = 2.0
+#: A fairness key that queued a call this recently still counts as waiting (a run
+#: between two rows has an empty queue for a moment); short, because a key that is
+#: done keeps the others below their rate for this long.
+RECENTLY_WAITING_S = 0.75
 
 log = logging.getLogger("playline.governor")
 
@@ -76,29 +79,47 @@ class FleetFollower(Protocol):
 
     def set_share_weight(self, fairness_key: str, weight: float | None) -> None: ...
 
-    def set_fleet_part(self, key: str, part: float | None) -> None: ...
+    def set_fleet_part(
+        self, key: str, part: float | None, weights: dict[str, float] | None = None
+    ) -> None: ...
 
 
-def fleet_parts(
+@dataclass(frozen=True, slots=True)
+class Allotment:
+    """What one worker is owed of one pacing key, fleet-wide.
+
+    ``part`` is the share of the key's rate its waiting fairness keys are owed
+    (``None``: all of it: nobody else waits, or it has nothing waiting yet, so a new
+    key starts at once and is weighed at the next refresh). ``weights`` are the
+    weights its own fair order should use for them: each key's fleet allotment on
+    this worker, so the worker splits its part as the fleet would.
+    """
+
+    part: float | None
+    weights: dict[str, float] = field(default_factory=dict)
+
+
+def fleet_allotments(
     shares: Sequence[FleetShare], worker: str, weights: dict[str, float] | None = None
-) -> dict[str, float | None]:
-    """Per pacing key, the part of its rate ``worker`` is owed (``None``: all of it).
+) -> dict[str, Allotment]:
+    """Per pacing key, what ``worker`` is owed (see :class:`Allotment`).
 
     Only the highest class waiting anywhere counts (strict priority across the
     fleet). Each waiting fairness key is owed its weight's part of the key; a
     fairness key waiting on several workers splits its part between them by how
-    many calls wait on each. A worker nobody else competes with gets ``None``; one
-    with nothing in the class served gets 0 (the governor keeps a trickle).
+    many calls wait on each. A worker with nothing in the class served is owed 0
+    (the governor keeps a trickle).
     """
     weights = weights or {}
     by_key: dict[str, list[FleetShare]] = {}
     for share in shares:
         if share.waiting > 0:
             by_key.setdefault(share.key, []).append(share)
-    parts: dict[str, float | None] = {}
+    out: dict[str, Allotment] = {}
     for key, rows in by_key.items():
-        if {row.worker for row in rows} <= {worker}:
-            parts[key] = None
+        workers = {row.worker for row in rows}
+        if worker not in workers or workers == {worker}:
+            out[key] = Allotment(None)
             continue
         top = min(row.priority for row in rows)
         served = [row for row in rows if row.priority == top]
@@ -109,13 +130,20 @@ def fleet_parts(
             given = weights.get(row.fairness_key, row.weight)
             weight[row.fairness_key] = max(weight.get(row.fairness_key, 0.0), given)
         total = sum(weight.values())
-        owed = sum(
-            weight[row.fairness_key] * row.waiting / waiting[row.fairness_key]
+        mine = {
+            row.fairness_key: weight[row.fairness_key] * row.waiting / waiting[row.fairness_key]
             for row in served
             if row.worker == worker
-        )
-        parts[key] = owed / total if total > 0 else None
-    return parts
+        }
+        out[key] = Allotment(sum(mine.values()) / total if total > 0 else None, mine)
+    return out
+
+
+def fleet_parts(
+    shares: Sequence[FleetShare], worker: str, weights: dict[str, float] | None = None
+) -> dict[str, float | None]:
+    """Per pacing key, the part of its rate ``worker`` is owed (``None``: all of it)."""
+    return {key: a.part for key, a in fleet_allotments(shares, worker, weights).items()}
 
 
 class FleetSync:
@@ -159,6 +187,7 @@ class FleetSync:
         self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         #: the weights last applied from ``playline limits share``
         self._weights: dict[str, float] = {}
+        self._nudged = asyncio.Event()
 
     # ------------------------------------------------------------------ tickets
 
@@ -225,10 +254,17 @@ class FleetSync:
         for fkey, weight in weights.items():
             governor.set_share_weight(fkey, weight)
         self._weights = weights
-        fleet = await self._store.read_shares(SHARE_MAX_AGE_S)
-        parts = fleet_parts(fleet, self.worker, weights)
+        # Others' reports from the table, this worker's as it just said them.
+        fleet = [
+            s for s in await self._store.read_shares(SHARE_MAX_AGE_S) if s.worker != self.worker
+        ]
+        fleet += [replace(m, worker=self.worker) for m in mine]
+        allotted = fleet_allotments(fleet, self.worker, weights)
         for key in governor.pacing_keys():
-            governor.set_fleet_part(key, parts.get(key))
+            found = allotted.get(key)
+            governor.set_fleet_part(
+                key, found.part if found else None, found.weights if found else None
+            )
 
     def key_created(self, key: str) -> None:
         """The governor just created ``key``: apply what the fleet already says of it."""
@@ -236,15 +272,22 @@ class FleetSync:
         if view is not None:
             self._apply(key, view)
 
+    def nudge(self) -> None:
+        """Refresh now rather than at the next tick (a fairness key started waiting
+        here: the fleet should weigh it within a round trip, not a refresh)."""
+        self._nudged.set()
+
     async def _refresh_loop(self) -> None:
         while True:
+            self._nudged.clear()
             try:
                 await self.refresh_once()
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # keep pacing on local limits; retry next tick
                 log.warning("fleet pacing refresh failed (%s); retrying", err)
-            await asyncio.sleep(self._refresh_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._nudged.wait(), self._refresh_s)
 
     def _apply(self, key: str, view: FleetKeyState) -> None:
         """Apply the fleet's limits, then its shared adapted rate, to one key."""

@@ -102,6 +102,11 @@ MARGIN_STEP = 0.01
 MIN_MARGIN = 0.90
 #: ...and every this many seconds without a 429 gives a step of it back.
 MARGIN_RELAX_S = 60.0
+#: The least part of a key's rate a worker keeps while the fleet's higher classes or
+#: other keys are owed the rest: a trickle, so its own calls are never starved.
+MIN_FLEET_PART = 0.02
+#: A fairness key that has not waited for a key this long is forgotten there.
+FORGET_SHARE_S = 600.0
 #: How long a key's other calls wait for its first call's answer at most.
 FIRST_ANSWER_WAIT_S = 1.0
 #: How soon a key blocked by a reported quota looks again while answers are due.
@@ -146,6 +151,12 @@ class _KeyState:
     #: the key's turn for a rate token: a one-wide gate in fair order (the
     #: concurrency ``gate`` has a fair order of its own)
     turn: ResizableGate = field(default_factory=lambda: ResizableGate(1, FairOrder()))
+    #: calls waiting to be dispatched, by fairness key (at the slots, the turn or a
+    #: fleet ticket), the share they count for and when one last waited: what this
+    #: worker tells the fleet (``Governor.waiting_shares``)
+    pending: dict[str, int] = field(default_factory=dict)
+    pending_share: dict[str, Share] = field(default_factory=dict)
+    pending_at: dict[str, float] = field(default_factory=dict)
     #: with a fleet: the part of the provider's rate this worker's waiting fairness
     #: keys are owed among the fleet's (``None``: all of it, nobody else waits)
     fleet_part: float | None = None
@@ -338,8 +349,15 @@ class Governor:
         started = WORK_STARTED.get()
         priority = self._clock() if started is None else started
         share = SHARE.get() or ANONYMOUS
+        now = self._clock()
         for state in states:
             state.waiting += 1
+            idle = state.pending_at.get(share.key, -math.inf) < now - 1.0
+            if self._fleet is not None and idle and not state.pending.get(share.key):
+                self._fleet.nudge()  # a key starts waiting here: the fleet weighs it now
+            state.pending[share.key] = state.pending.get(share.key, 0) + 1
+            state.pending_share[share.key] = share
+            state.pending_at[share.key] = now
         try:
             # Whose call goes next is a fair order's choice (priority class, weighted
             # share of the fairness keys, oldest work), at the concurrency gate and at
@@ -396,8 +414,15 @@ class Governor:
                 gate.release()
             raise
         finally:
+            now = self._clock()
             for state in states:
                 state.waiting -= 1
+                left = state.pending.get(share.key, 1) - 1
+                if left > 0:
+                    state.pending[share.key] = left
+                else:
+                    state.pending.pop(share.key, None)
+                state.pending_at[share.key] = now
         now = self._clock()
         tickets = []
         for state in states:
@@ -858,28 +883,50 @@ class Governor:
         return _fair(state.turn).snapshot() if state is not None else {}
 
     def waiting_shares(self, key: str, within_s: float = 0.0) -> dict[str, tuple[float, int, int]]:
-        """The fairness keys with calls waiting for ``key`` (at its slots or its turn),
-        or that had some in the last ``within_s`` seconds:
+        """The fairness keys with calls waiting for ``key`` (anywhere before dispatch:
+        its slots, its turn, a fleet ticket), or that had some in the last ``within_s``
+        seconds:
         ``{fairness key: (weight, class, calls waiting)}``."""
         state = self._states.get(key)
         if state is None:
             return {}
-        found = dict(_fair(state.turn).active(within_s))
-        for fkey, (weight, priority, waiting) in _fair(state.gate).active(within_s).items():
-            before = found.get(fkey)
-            found[fkey] = (weight, priority, waiting + (before[2] if before else 0))
-        return found
+        now = self._clock()
+        since = now - within_s
+        for gone in [
+            k
+            for k, at in state.pending_at.items()
+            if not state.pending.get(k) and at < now - FORGET_SHARE_S
+        ]:
+            del state.pending_at[gone]
+            state.pending_share.pop(gone, None)
+        return {
+            fkey: (
+                # Its own weight (or one set while runs go), never the fleet's allotment
+                # here: that is computed from what this says.
+                self._share_weights.get(fkey) or share.weight,
+                share.priority,
+                state.pending.get(fkey, 0),
+            )
+            for fkey, share in state.pending_share.items()
+            if state.pending.get(fkey, 0) > 0 or state.pending_at.get(fkey, -math.inf) >= since
+        }
 
     def pacing_keys(self) -> list[str]:
         """Every key this governor has used or configured."""
         return sorted(self._states)
 
-    def set_fleet_part(self, key: str, part: float | None) -> None:
+    def set_fleet_part(
+        self, key: str, part: float | None, weights: dict[str, float] | None = None
+    ) -> None:
         """Pace ``key`` at ``part`` of its rate: this worker's due among the fleet's
-        waiting fairness keys (``None``: the whole rate)."""
+        waiting fairness keys (``None``: the whole rate), and weigh its own waiting keys
+        by ``weights`` (their fleet allotments here) so it splits its part as the fleet
+        would (``None``: by their own weights)."""
         state = self._state(key)
+        for gate in (state.gate, state.turn):
+            _fair(gate).set_fleet_weights(weights or {})
         if part is not None:
-            part = min(1.0, max(part, 0.02))
+            part = min(1.0, max(part, MIN_FLEET_PART))
         if part != state.fleet_part:
             state.fleet_part = part
             self._sync_limiter(state)
@@ -935,18 +982,19 @@ class Governor:
                 margin=_base_margin(policy),
                 search=RateSearch(policy.rps, policy.min_rps, self._search_config),
                 limiter=AdjustableLimiter(policy.rps, _local_burst(policy.burst)),
-                gate=ResizableGate(
-                    policy.max_concurrency, FairOrder(self._share_weights.get, self._clock)
-                ),
+                gate=ResizableGate(policy.max_concurrency, self._fair_order()),
                 concurrency=ConcurrencySearch(policy.max_concurrency),
                 windows=[WindowCap(limit, seconds) for seconds, limit in policy.windows().items()],
-                turn=ResizableGate(1, FairOrder(self._share_weights.get, self._clock)),
+                turn=ResizableGate(1, self._fair_order()),
             )
             self._states[key] = state
             self._sync_limiter(state)
             if self._fleet is not None:
                 self._fleet.key_created(key)
         return state
+
+    def _fair_order(self) -> FairOrder:
+        return FairOrder(self._share_weights.get, self._clock)
 
     def _sync_limiter(self, state: _KeyState) -> None:
         rate = state.pace_rate(self._clock())

@@ -17,7 +17,7 @@ import pytest
 from playline.cli.limits import add_limits_parser, run_limits
 from playline.pacing.fair import SHARE, Share
 from playline.pacing.fleet_store import FleetPacer, FleetShare
-from playline.pacing.fleet_sync import fleet_parts
+from playline.pacing.fleet_sync import Allotment, fleet_allotments, fleet_parts
 from playline.pacing.governor import Governor
 from playline.pacing.policy import PacingPolicy
 from tests.pg import pg_schema
@@ -45,6 +45,23 @@ def test_a_key_on_two_workers_splits_its_part_by_what_waits_on_each() -> None:
     ]
     assert fleet_parts(shares, "w1")["acme"] == pytest.approx(0.5 * 3 / 4)
     assert fleet_parts(shares, "w2")["acme"] == pytest.approx(0.5 * 1 / 4 + 0.5)
+
+
+def test_a_worker_splits_its_part_between_its_keys_as_the_fleet_would() -> None:
+    """Three runs of team A (one here, two on w2) beside team B's one run here: B is
+    owed half the provider, so this worker weighs B three times A's local third."""
+    shares = [
+        FleetShare("acme", "team-a", 1.0, 3, 2, worker="w1"),
+        FleetShare("acme", "team-b", 1.0, 3, 6, worker="w1"),
+        FleetShare("acme", "team-a", 1.0, 3, 4, worker="w2"),
+    ]
+    here = fleet_allotments(shares, "w1")["acme"]
+    assert here.part == pytest.approx((1 / 3 + 1) / 2)
+    assert here.weights == {"team-a": pytest.approx(1 / 3), "team-b": 1.0}
+    b_here = here.weights["team-b"] / sum(here.weights.values()) * here.part
+    assert b_here == pytest.approx(0.5)
+    # A worker with nothing waiting for a key is not held back: its first calls go.
+    assert fleet_allotments(shares[2:], "w1") == {"acme": Allotment(None)}
 
 
 def test_a_higher_class_anywhere_takes_the_key_first() -> None:
