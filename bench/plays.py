@@ -51,3 +51,36 @@ async def bench_one_call(ctx: PlayContext, input: OneCallInput) -> OneCallOutput
         rows=result.count,
         rows_failed=result.result.stats.rows_failed if result.result else 0,
     )
+
+
+# -- issue 19's fairness benchmark (bench/fairness.py) -------------------------------
+#: The acme path each ``tool`` of ``bench_fair`` calls: two tools of one provider, one
+#: pacing key, told apart in the provider server's per-call records.
+FAIR_PATHS = {"email": "/acme/v1/email/find", "person": "/acme/v1/person/enrich"}
+
+
+@resolver(tools=["person_enrich"])
+async def bench_person(row: Mapping[str, Any], rc: RowContext) -> Any:
+    email = f"{row['first_name']}.{row['last_name']}@{row['company_domain']}".lower()
+    person = await rc.tool("person_enrich", {"email": email})
+    return person.get("title")
+
+
+class FairInput(BaseModel):
+    csv_path: str
+    tool: str = "email"  # "email" (email_finder) or "person" (person_enrich)
+    dataset: str = "bench_fair"
+
+
+@play(name="bench_fair")
+async def bench_fair(ctx: PlayContext, input: FairInput) -> OneCallOutput:
+    """One acme call per row, by ``email_finder`` or ``person_enrich``."""
+    source = await ctx.csv("src", input.csv_path, required_columns=COLUMNS)
+    resolver_fn = bench_person if input.tool == "person" else bench_email
+    result = await (
+        ctx.dataset(input.dataset, source).with_column("value", resolver_fn).run(key="lead_id")
+    )
+    return OneCallOutput(
+        rows=result.count,
+        rows_failed=result.result.stats.rows_failed if result.result else 0,
+    )
