@@ -85,7 +85,7 @@ from playline.errors import (
     UnknownTool,
     format_validation_errors,
 )
-from playline.freshness import Freshness, freshness_of
+from playline.freshness import Freshness, dig, freshness_of
 from playline.pacing.policy import PacingPolicy
 
 _FIELD_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
@@ -384,16 +384,7 @@ class ToolSpec(BaseModel):
 
     def get(self, result: Any, name: str) -> Any:
         """Read a named value from a result through its getter (a dotted path)."""
-        path = self.getters.get(name, name)
-        value = result
-        for part in path.split("."):
-            if isinstance(value, Mapping):
-                value = value.get(part)
-            elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-                value = value[int(part)]
-            else:
-                return None
-        return value
+        return dig(result, self.getters.get(name, name))
 
 
 class Catalog(BaseModel):

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from playline.calls.catalog import JobSpec
+from playline.freshness import dig
 
 __all__ = ["MISSING", "Reading", "dig", "job_id_of", "member_results", "put", "read_state"]
 
@@ -18,18 +19,6 @@ __all__ = ["MISSING", "Reading", "dig", "job_id_of", "member_results", "put", "r
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 
 Reading = Literal["done", "running", "failed"]
-
-
-def dig(value: Any, path: str) -> Any:
-    """The value at a dotted path (``a.b.0.c``), or ``None``."""
-    for part in path.split("."):
-        if isinstance(value, Mapping):
-            value = value.get(part)
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
 
 
 def put(target: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
