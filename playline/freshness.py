@@ -42,6 +42,7 @@ __all__ = [
     "outcome_of",
     "parse_duration",
     "stricter",
+    "within_age",
 ]
 
 #: What a value turned out to be: something was found, or the answer was empty.
@@ -81,6 +82,12 @@ def parse_duration(value: DurationLike | None) -> float | None:
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"a duration must be a finite number of seconds >= 0, not {value!r}")
     return seconds
+
+
+def within_age(fetched_at: float | None, limit: float | None, now: float) -> bool:
+    """Whether an answer fetched at ``fetched_at`` is at most ``limit`` seconds old at
+    ``now`` (``None`` limit: any age; an answer of unknown date counts as very old)."""
+    return limit is None or (fetched_at or 0.0) >= now - limit
 
 
 def stricter(a: float | None, b: float | None) -> float | None:
@@ -211,21 +218,6 @@ class Freshness(BaseModel):
                 if seconds is not None:
                     return seconds
         return self.found if outcome == "found" else self.no_match
-
-    def is_fresh(
-        self,
-        value: Any,
-        fetched_at: float | None,
-        now: float,
-        *,
-        get: Callable[[Any, str], Any] = dig,
-        lookup: Callable[[str], Callable[..., Any]] | None = None,
-    ) -> bool:
-        """Whether ``value`` fetched at ``fetched_at`` is still fresh at ``now``."""
-        if fetched_at is None:
-            return False
-        limit = self.max_age(value, get=get, lookup=lookup)
-        return limit is None or fetched_at >= now - limit
 
 
 def freshness_of(given: Any) -> Freshness | None:

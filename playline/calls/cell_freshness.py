@@ -23,7 +23,7 @@ from typing import Any
 
 from playline.calls.provenance import ColumnCalls
 from playline.contract import ColumnSpec
-from playline.freshness import PreviousCell, outcome_of
+from playline.freshness import PreviousCell, outcome_of, within_age
 
 __all__ = [
     "ColumnPlan",
@@ -97,7 +97,7 @@ def plan_column(
     if entry.get("in") != digest:
         return ColumnPlan(False, previous, None, digest)  # new inputs: a new call anyway
     limit = rule.max_age(value)
-    if fetched_at is not None and (limit is None or fetched_at >= now - limit):
+    if fetched_at is not None and within_age(fetched_at, limit, now):
         return ColumnPlan(True, previous, None, digest)
     return ColumnPlan(False, previous, limit, digest)
 

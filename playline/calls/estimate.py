@@ -33,7 +33,7 @@ from playline.calls.billing import is_present
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.estimate_tally import BASIS_RECEIPTS, BASIS_WORST_CASE, Basis, EstimateTally
 from playline.calls.runner import REFRESH_OLDER_THAN, ToolResult
-from playline.freshness import stricter
+from playline.freshness import stricter, within_age
 from playline.stores.receipts import Receipt, receipt_key
 
 __all__ = [
@@ -326,14 +326,14 @@ class EstimatingRunner:
         limit = stale_after_s
         if tool.fresh_for is not None:
             limit = stricter(limit, tool.max_age(receipt.result))
-        return limit is None or (receipt.completed_at or 0) >= self._clock() - limit
+        return within_age(receipt.completed_at, limit, self._clock())
 
     def _young_enough(self, result: ToolResult, limit: float | None) -> bool:
         """Whether a call refusing answers older than ``limit`` may share ``result``
         (counted to pay: it will be fresh; a receipt's: if it is young enough)."""
-        if limit is None or isinstance(result, UnpaidResult):
+        if isinstance(result, UnpaidResult):
             return True
-        return (result.fetched_at or 0.0) >= self._clock() - limit
+        return within_age(result.fetched_at, limit, self._clock())
 
     def _raise_reach(self, key: str, reach: float) -> None:
         counted = self._counted.get(key)

@@ -37,7 +37,7 @@ from playline.calls.attempt import Attempt, CallSpan, CallStats, until_released
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.dispatch import ClaimedCall, Dispatcher, Settled
 from playline.errors import CallAmbiguous, LeaseLost
-from playline.freshness import stricter
+from playline.freshness import stricter, within_age
 from playline.stores.receipts import ClaimOutcome, ClaimRequest, ClaimStatus, receipt_key
 
 #: While a column past its freshness is recomputed, its calls (waterfall steps too)
@@ -65,7 +65,7 @@ async def _young_enough(led: asyncio.Future[ToolResult], limit: float | None) ->
         result = await asyncio.shield(led)
     except Exception:
         return True
-    return (result.fetched_at or 0.0) >= time.time() - limit
+    return within_age(result.fetched_at, limit, time.time())
 
 
 @dataclass(frozen=True)

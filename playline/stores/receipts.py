@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
-from playline.freshness import stricter
+from playline.freshness import stricter, within_age
 
 
 def canonical_json(value: Any) -> str:
@@ -408,8 +408,7 @@ def decide_claim(
                 return _hit(req.key, row)
         else:
             limit = req.age_limit(row.result)
-            fresh = limit is None or (row.completed_at or 0) >= now - limit
-            if fresh:
+            if within_age(row.completed_at, limit, now):
                 return _hit(req.key, row)
         return ClaimOutcome(
             req.key, ClaimStatus.CLAIMED, lease_expires_at=expires, generation=row.generation + 1
