@@ -192,6 +192,8 @@ def _show_shares(shares: list[FleetShare], weights: dict[str, float], out: TextI
     """Who waits for each key now, fleet-wide: each fairness key's class, weight, calls
     waiting and workers, and the part of the key it is owed (its weight's part of the
     highest class waiting; a lower class is owed nothing until that one is served)."""
+    from playline.pacing.fleet_sync import fleet_owed
+
     if weights:
         shown = ", ".join(f"{k} {w:g}" for k, w in sorted(weights.items()))
         print(f"\nweights set with `limits share`: {shown}", file=out)
@@ -201,24 +203,18 @@ def _show_shares(shares: list[FleetShare], weights: dict[str, float], out: TextI
             merged.setdefault((share.key, share.fairness_key), []).append(share)
     if not merged:
         return
-    weight_of = {k: weights.get(k[1], max(s.weight for s in found)) for k, found in merged.items()}
-    class_of = {k: min(s.priority for s in found) for k, found in merged.items()}
-    top: dict[str, int] = {}
-    for (key, _fkey), cls in class_of.items():
-        top[key] = min(top.get(key, cls), cls)
+    owed = fleet_owed(shares, weights)
     rows = [("KEY", "FAIRNESS_KEY", "CLASS", "WEIGHT", "WAITING", "WORKERS", "OWED")]
     for (key, fkey), found in sorted(merged.items()):
-        total = sum(w for k, w in weight_of.items() if k[0] == key and class_of[k] == top[key])
-        owed = weight_of[(key, fkey)] / total if class_of[(key, fkey)] == top[key] else 0.0
         rows.append(
             (
                 key,
                 fkey,
-                str(class_of[(key, fkey)]),
-                f"{weight_of[(key, fkey)]:g}",
+                str(min(s.priority for s in found)),
+                f"{weights.get(fkey, max(s.weight for s in found)):g}",
                 str(sum(s.waiting for s in found)),
                 str(len({s.worker for s in found})),
-                f"{owed:.0%}",
+                f"{owed[key][fkey]:.0%}",
             )
         )
     print("\nsharing now:", file=out)

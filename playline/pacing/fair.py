@@ -72,9 +72,6 @@ class _Flow:
     #: when its recent calls were served (monotonic), for its rate
     recent: deque[float] = field(default_factory=deque)
     seen_at: float = 0.0
-    #: when a call of it last queued (monotonic): recently waiting keys count as
-    #: waiting for the fleet's shares, which a momentary empty queue should not undo
-    waited_at: float = -1e18
 
 
 class FairOrder:
@@ -106,7 +103,6 @@ class FairOrder:
         flow = self._flow(share if isinstance(share, Share) else ANONYMOUS)
         entry = (priority, next(self._order), fut)
         heapq.heappush(flow.waiting, entry)
-        flow.waited_at = self._clock()
         return flow, entry
 
     def pop(self) -> asyncio.Future[None] | None:
@@ -215,16 +211,6 @@ class FairOrder:
             }
             for key, flow in sorted(self._flows.items())
             if flow.waiting or rates[key] > 0
-        }
-
-    def active(self, within_s: float = 0.0) -> dict[str, tuple[float, int, int]]:
-        """The fairness keys with calls waiting now, or that had some in the last
-        ``within_s`` seconds: ``{key: (weight, priority, calls waiting)}``."""
-        since = self._clock() - within_s
-        return {
-            k: (self._weight(f), f.priority, len(f.waiting))
-            for k, f in self._flows.items()
-            if f.waiting or (within_s > 0 and f.waited_at >= since)
         }
 
 

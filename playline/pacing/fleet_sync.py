@@ -37,7 +37,14 @@ from typing import Any, Protocol
 from playline.pacing.fleet_store import FleetKeyState, FleetPacer, FleetRate, FleetShare
 from playline.pacing.policy import PacingPolicy
 
-__all__ = ["Allotment", "FleetFollower", "FleetSync", "fleet_allotments", "fleet_parts"]
+__all__ = [
+    "Allotment",
+    "FleetFollower",
+    "FleetSync",
+    "fleet_allotments",
+    "fleet_owed",
+    "fleet_parts",
+]
 
 #: A worker's report of who waits on it is read while younger than this.
 SHARE_MAX_AGE_S = 3.0
@@ -99,36 +106,63 @@ class Allotment:
     weights: dict[str, float] = field(default_factory=dict)
 
 
+def _served_weights(
+    rows: Sequence[FleetShare], weights: dict[str, float]
+) -> tuple[list[FleetShare], dict[str, float]]:
+    """One pacing key's waiting rows in the highest class waiting anywhere (strict
+    priority across the fleet), and each of their fairness keys' weight in force (a
+    weight set with ``playline limits share`` wins over the runs')."""
+    top = min(row.priority for row in rows)
+    served = [row for row in rows if row.priority == top]
+    weight: dict[str, float] = {}
+    for row in served:
+        given = weights.get(row.fairness_key, row.weight)
+        weight[row.fairness_key] = max(weight.get(row.fairness_key, 0.0), given)
+    return served, weight
+
+
+def _waiting_by_key(shares: Sequence[FleetShare]) -> dict[str, list[FleetShare]]:
+    by_key: dict[str, list[FleetShare]] = {}
+    for share in shares:
+        if share.waiting > 0:
+            by_key.setdefault(share.key, []).append(share)
+    return by_key
+
+
+def fleet_owed(
+    shares: Sequence[FleetShare], weights: dict[str, float] | None = None
+) -> dict[str, dict[str, float]]:
+    """Per pacing key, the part of it each waiting fairness key is owed fleet-wide: its
+    weight's part of the highest class waiting; keys of lower classes are owed 0."""
+    owed: dict[str, dict[str, float]] = {}
+    for key, rows in _waiting_by_key(shares).items():
+        _served, weight = _served_weights(rows, weights or {})
+        total = sum(weight.values())
+        owed[key] = {row.fairness_key: 0.0 for row in rows}
+        owed[key].update({f: w / total for f, w in weight.items()})
+    return owed
+
+
 def fleet_allotments(
     shares: Sequence[FleetShare], worker: str, weights: dict[str, float] | None = None
 ) -> dict[str, Allotment]:
     """Per pacing key, what ``worker`` is owed (see :class:`Allotment`).
 
-    Only the highest class waiting anywhere counts (strict priority across the
-    fleet). Each waiting fairness key is owed its weight's part of the key; a
-    fairness key waiting on several workers splits its part between them by how
-    many calls wait on each. A worker with nothing in the class served is owed 0
-    (the governor keeps a trickle).
+    Each waiting fairness key is owed its part (:func:`fleet_owed`); a fairness key
+    waiting on several workers splits its part between them by how many calls wait on
+    each. A worker with nothing in the class served is owed 0 (the governor keeps a
+    trickle).
     """
-    weights = weights or {}
-    by_key: dict[str, list[FleetShare]] = {}
-    for share in shares:
-        if share.waiting > 0:
-            by_key.setdefault(share.key, []).append(share)
     out: dict[str, Allotment] = {}
-    for key, rows in by_key.items():
+    for key, rows in _waiting_by_key(shares).items():
         workers = {row.worker for row in rows}
         if worker not in workers or workers == {worker}:
             out[key] = Allotment(None)
             continue
-        top = min(row.priority for row in rows)
-        served = [row for row in rows if row.priority == top]
+        served, weight = _served_weights(rows, weights or {})
         waiting: dict[str, int] = {}
-        weight: dict[str, float] = {}
         for row in served:
             waiting[row.fairness_key] = waiting.get(row.fairness_key, 0) + row.waiting
-            given = weights.get(row.fairness_key, row.weight)
-            weight[row.fairness_key] = max(weight.get(row.fairness_key, 0.0), given)
         total = sum(weight.values())
         mine = {
             row.fairness_key: weight[row.fairness_key] * row.waiting / waiting[row.fairness_key]

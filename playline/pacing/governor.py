@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 from playline.pacing.budget import HeaderBudget, WindowCap
 from playline.pacing.concurrency import ConcurrencySearch, Refusal
-from playline.pacing.fair import ANONYMOUS, SHARE, FairOrder, Share
+from playline.pacing.fair import ANONYMOUS, FORGET_AFTER_S, SHARE, FairOrder, Share
 from playline.pacing.gate import WORK_STARTED, ResizableGate
 from playline.pacing.headers import RateLimitReport
 from playline.pacing.limiter import AdjustableLimiter
@@ -105,8 +105,6 @@ MARGIN_RELAX_S = 60.0
 #: The least part of a key's rate a worker keeps while the fleet's higher classes or
 #: other keys are owed the rest: a trickle, so its own calls are never starved.
 MIN_FLEET_PART = 0.02
-#: A fairness key that has not waited for a key this long is forgotten there.
-FORGET_SHARE_S = 600.0
 #: How long a key's other calls wait for its first call's answer at most.
 FIRST_ANSWER_WAIT_S = 1.0
 #: How soon a key blocked by a reported quota looks again while answers are due.
@@ -129,6 +127,9 @@ class _KeyState:
     search: RateSearch
     limiter: AdjustableLimiter
     gate: ResizableGate
+    #: the key's turn for a rate token: a one-wide gate in fair order (the
+    #: concurrency ``gate`` has a fair order of its own)
+    turn: ResizableGate
     concurrency: ConcurrencySearch
     windows: list[WindowCap]
     budget: HeaderBudget = field(default_factory=HeaderBudget)
@@ -148,9 +149,6 @@ class _KeyState:
     #: when its last call left (the event loop's clock): a key without a local burst
     #: spaces the next from then, not from its token (see ``Governor._wait_spacing``)
     sent_at: float = -math.inf
-    #: the key's turn for a rate token: a one-wide gate in fair order (the
-    #: concurrency ``gate`` has a fair order of its own)
-    turn: ResizableGate = field(default_factory=lambda: ResizableGate(1, FairOrder()))
     #: calls waiting to be dispatched, by fairness key (at the slots, the turn or a
     #: fleet ticket), the share they count for and when one last waited: what this
     #: worker tells the fleet (``Governor.waiting_shares``)
@@ -895,7 +893,7 @@ class Governor:
         for gone in [
             k
             for k, at in state.pending_at.items()
-            if not state.pending.get(k) and at < now - FORGET_SHARE_S
+            if not state.pending.get(k) and at < now - FORGET_AFTER_S
         ]:
             del state.pending_at[gone]
             state.pending_share.pop(gone, None)
