@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,7 +43,7 @@ from playline.cli.render import (
 )
 from playline.cli.run import PROVENANCE_HELP, RAW_HELP, export_format, export_result
 from playline.cli.setup import registered_search_attributes
-from playline.cli.spend import store_spend
+from playline.cli.spend import store_changes, store_spend
 from playline.config import Settings
 from playline.contract import (
     BudgetChange,
@@ -52,7 +51,6 @@ from playline.contract import (
     ControlState,
     PlayRunResult,
     PlayState,
-    merge_spend,
 )
 from playline.errors import PlaylineError, format_validation_errors
 from playline.services import Services
@@ -76,7 +74,6 @@ CHANGES_HELP = (
     "write only the rows the run changed in cells the dataset had before (for a CRM "
     "sync): the row key, then C__old and C__new for each changed column C"
 )
-logger = logging.getLogger("playline.cli")
 
 #: ``--status`` values of ``runs list`` (PlaylineStatus)
 STATUSES = ("running", "paused", "waiting", "cancelling", "completed", "failed", "cancelled")
@@ -370,22 +367,6 @@ async def export_done(
         )
     finally:
         await services.close()
-
-
-async def store_changes(settings: Settings, run_refs: list[str]) -> dict[str, Any] | None:
-    """What the dataset runs changed, summed from the workers' store; ``None`` when the
-    store cannot be opened from here (the play's result then tells)."""
-    if not run_refs:
-        return None
-    try:
-        async with await open_stores(settings, create=False) as stores:
-            total: dict[str, Any] = {}
-            for run_ref in run_refs:
-                total = merge_spend(total, dict(await stores.sheet.run_changes(run_ref)))
-            return total
-    except (PlaylineError, OSError) as err:
-        logger.debug("the changes are read from the play's result: %s", err)
-        return None
 
 
 async def export_changed(

@@ -9,7 +9,7 @@ back to the result's tally, saying so, when it cannot.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from playline.calls.provenance import run_spend
@@ -17,8 +17,9 @@ from playline.config import Settings
 from playline.contract import merge_spend
 from playline.errors import PlaylineError
 from playline.stores.backends import open_stores
+from playline.stores.sheet import SheetStore
 
-__all__ = ["store_spend"]
+__all__ = ["store_changes", "store_spend", "summed_from_store"]
 
 logger = logging.getLogger("playline.cli")
 
@@ -26,14 +27,39 @@ logger = logging.getLogger("playline.cli")
 async def store_spend(settings: Settings, run_refs: Sequence[str]) -> dict[str, Any] | None:
     """The dataset runs' spend summed from the store; ``None`` when the store cannot be
     opened from here (a client without access to the workers' store)."""
+
+    async def spend(sheet: SheetStore, run_ref: str) -> dict[str, Any]:
+        return (await run_spend(sheet, run_ref)).as_dict()
+
+    return await summed_from_store(settings, run_refs, spend, "spend")
+
+
+async def store_changes(settings: Settings, run_refs: Sequence[str]) -> dict[str, Any] | None:
+    """What the dataset runs changed (``{column: {"changed", "appeared",
+    "disappeared"}}``), summed from the store; ``None`` when it cannot be opened."""
+
+    async def changes(sheet: SheetStore, run_ref: str) -> dict[str, Any]:
+        return dict(await sheet.run_changes(run_ref))
+
+    return await summed_from_store(settings, run_refs, changes, "changes")
+
+
+async def summed_from_store(
+    settings: Settings,
+    run_refs: Sequence[str],
+    read: Callable[[SheetStore, str], Awaitable[dict[str, Any]]],
+    what: str,
+) -> dict[str, Any] | None:
+    """``read`` of every dataset run, summed (``merge_spend``); ``None`` when there is no
+    run or the store cannot be opened from here (the play's result then tells)."""
     if not run_refs:
         return None
     try:
         async with await open_stores(settings, create=False) as stores:
             total: dict[str, Any] = {}
             for run_ref in run_refs:
-                total = merge_spend(total, (await run_spend(stores.sheet, run_ref)).as_dict())
+                total = merge_spend(total, await read(stores.sheet, run_ref))
             return total
     except (PlaylineError, OSError) as err:
-        logger.debug("the spend is read from the play's result: %s", err)
+        logger.debug("the %s is read from the play's result: %s", what, err)
         return None
