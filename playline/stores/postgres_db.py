@@ -136,6 +136,15 @@ MIGRATIONS = (
             " (tool_id, completed_at) WHERE status = 'completed'",
         ),
     ),
+    Migration(
+        6,
+        "receipts: what each answer cost on its own, how often a call was sent again (audit)",
+        (
+            "ALTER TABLE playline_receipts ADD COLUMN IF NOT EXISTS paid_credits float8",
+            "ALTER TABLE playline_receipts ADD COLUMN IF NOT EXISTS resends integer"
+            " NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 
 

@@ -148,6 +148,10 @@ class ClaimOutcome:
     credits_source: str | None = None
     #: HIT: who paid for the answer (a dataset row, see ``complete``'s ``paid_by``)
     paid_by: str | None = None
+    #: CLAIMED: the call was sent before at this generation and never answered; this
+    #: claim sends it again (a provider that de-duplicates, or ``retry_ambiguous``).
+    #: Counted on the receipt (``resends``) so a run's audit can say so.
+    resent: bool = False
 
 
 class StoredState(NamedTuple):
@@ -218,6 +222,30 @@ class BatchClaim:
 def batch_sent_reason(owner: str | None) -> str:
     """Why a batch its sender never settled is ambiguous."""
     return f"bulk request sent by {owner}, which stopped before recording an answer"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReceipts:
+    """What one play run's rows did with one tool, as its receipts record it (the
+    audit's view; see :meth:`ReceiptStore.run_receipts`).
+
+    Attributes:
+        tool_id: the tool.
+        paid: receipts whose latest paid answer this run's rows paid for.
+        credits: what those answers were charged (each answer's own charge, not the
+            receipt's total over earlier generations).
+        ambiguous: receipts this run sent that may have been charged and have no answer.
+        resent: calls this run sent again after an earlier send went unanswered.
+        outside_rows: of ``credits``, what calls outside a dataset's rows paid
+            (``ctx.tool`` and ``ctx.waterfall`` in the play itself).
+    """
+
+    tool_id: str
+    paid: int
+    credits: float
+    ambiguous: int
+    resent: int
+    outside_rows: float = 0.0
 
 
 class ReceiptStore(Protocol):
@@ -354,6 +382,12 @@ class ReceiptStore(Protocol):
         members are ambiguous. False if the lease was lost."""
         ...
 
+    async def run_receipts(self, prefix: str) -> list[ToolReceipts]:
+        """Per tool, the receipts paid for (``paid_by``) or last sent (``owner``) by
+        rows and attempts whose id starts with ``prefix`` (a play run's workflow id and
+        ``/``): what the run paid, left ambiguous and re-sent."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -419,6 +453,7 @@ def decide_claim(
         lease_expires_at=expires,
         batch_key=row.batch_key,
         generation=row.generation,
+        resent=row.sent_at is not None or status == "ambiguous",
     )
 
 

@@ -40,6 +40,7 @@ from playline.stores.receipts import (
     ClaimStatus,
     Receipt,
     StoredState,
+    ToolReceipts,
     batch_sent_reason,
     decide_claim,
     stored_json,
@@ -92,11 +93,11 @@ _GRANT: LiteralString = (
     "UPDATE playline_receipts AS r SET status = 'running', owner = g.owner,"
     " lease_id = g.lease_id, lease_expires_at = g.expires, error = NULL, sent_at = NULL,"
     " attempts = r.attempts + g.claims, generation = g.generation, forced_by = g.forced_by,"
-    " batch_key = g.batch_key"
+    " batch_key = g.batch_key, resends = r.resends + g.resends"
     " FROM unnest(%(keys)s::text[], %(owners)s::text[], %(leases)s::text[],"
     " %(expires)s::float8[], %(claims)s::int[], %(generations)s::int[],"
-    " %(forced)s::text[], %(batches)s::text[])"
-    " AS g(key, owner, lease_id, expires, claims, generation, forced_by, batch_key)"
+    " %(forced)s::text[], %(batches)s::text[], %(resends)s::int[])"
+    " AS g(key, owner, lease_id, expires, claims, generation, forced_by, batch_key, resends)"
     " WHERE r.key = g.key"
 )
 #: Receipts a claim found sent and never settled (a tool that does not de-duplicate).
@@ -124,7 +125,8 @@ _SETTLE: LiteralString = (
     " credits = r.credits + v.credits, lease_expires_at = NULL,"
     " credits_source = CASE WHEN v.status = 'completed' THEN v.source"
     " ELSE r.credits_source END,"
-    " paid_by = CASE WHEN v.status = 'completed' THEN v.payer ELSE r.paid_by END"
+    " paid_by = CASE WHEN v.status = 'completed' THEN v.payer ELSE r.paid_by END,"
+    " paid_credits = CASE WHEN v.status = 'completed' THEN v.credits ELSE r.paid_credits END"
     " FROM v WHERE r.key = v.key AND r.lease_id = v.lease_id"
     " AND (r.status = 'running' OR (r.status = 'ambiguous' AND v.status = 'completed'))"
     " AND r.key IN (SELECT key FROM locked)"
@@ -148,7 +150,7 @@ _COMPLETE_MEMBERS: LiteralString = (
     " UPDATE playline_receipts AS r SET status = 'completed', result = v.result,"
     " error = NULL, completed_at = " + _NOW + ", lease_id = NULL,"
     " lease_expires_at = NULL, credits = r.credits + v.credits, credits_source = %(source)s,"
-    " paid_by = v.payer"
+    " paid_by = v.payer, paid_credits = v.credits"
     " FROM v WHERE r.key = v.key AND r.batch_key = %(agg)s"
     " AND r.status <> 'completed' AND r.key IN (SELECT key FROM locked)"
     " RETURNING v.credits"
@@ -173,6 +175,22 @@ _RENEW: LiteralString = (
 )
 
 
+#: A run's receipts per tool: paid by its rows, or last sent by its attempts.
+_RUN_RECEIPTS: LiteralString = (
+    "SELECT tool_id,"
+    " count(*) FILTER (WHERE status = 'completed' AND left(paid_by, %(n)s) = %(prefix)s),"
+    " COALESCE(sum(COALESCE(paid_credits, credits))"
+    " FILTER (WHERE status = 'completed' AND left(paid_by, %(n)s) = %(prefix)s), 0),"
+    " count(*) FILTER (WHERE status = 'ambiguous' AND left(owner, %(n)s) = %(prefix)s),"
+    " COALESCE(sum(resends), 0),"
+    " COALESCE(sum(COALESCE(paid_credits, credits)) FILTER (WHERE status = 'completed'"
+    " AND left(paid_by, %(n)s) = %(prefix)s AND strpos(paid_by, '#') = 0), 0)"
+    " FROM playline_receipts"
+    " WHERE (left(paid_by, %(n)s) = %(prefix)s OR left(owner, %(n)s) = %(prefix)s)"
+    " AND tool_id NOT LIKE '%%#batch' GROUP BY tool_id ORDER BY tool_id"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _Grant:
     owner: str
@@ -182,6 +200,7 @@ class _Grant:
     generation: int
     forced_by: str | None
     batch_key: str | None
+    resends: int = 0  # how many of those claims send an unanswered call again
 
 
 def _plan_claims(
@@ -213,6 +232,7 @@ def _plan_claims(
                     outcome.generation,
                     forced_by,
                     outcome.batch_key,
+                    (grants[req.key].resends if req.key in grants else 0) + int(outcome.resent),
                 )
                 base = row or StoredState(
                     "running", None, None, None, None, None, None, None, 0, None, None
@@ -294,6 +314,7 @@ class PostgresReceiptStore:
                         "generations": [grants[k].generation for k in granted],
                         "forced": [grants[k].forced_by for k in granted],
                         "batches": [grants[k].batch_key for k in granted],
+                        "resends": [grants[k].resends for k in granted],
                     },
                 )
             if ambiguous:
@@ -445,6 +466,17 @@ class PostgresReceiptStore:
             )
             for row in rows
         }
+
+    async def run_receipts(self, prefix: str) -> list[ToolReceipts]:
+        async with self._db.connection() as conn:
+            cur = await conn.execute(_RUN_RECEIPTS, {"prefix": prefix, "n": len(prefix)})
+            rows = await cur.fetchall()
+        return [
+            ToolReceipts(
+                row[0], int(row[1]), float(row[2]), int(row[3]), int(row[4]), float(row[5] or 0)
+            )
+            for row in rows
+        ]
 
     async def sample(self, tool_id: str, limit: int = 1000) -> list[tuple[Any, float | None]]:
         async with self._db.connection() as conn:

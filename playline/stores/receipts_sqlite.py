@@ -26,6 +26,7 @@ from playline.stores.receipts import (
     ClaimStatus,
     Receipt,
     StoredState,
+    ToolReceipts,
     batch_sent_reason,
     decide_claim,
     stored_json,
@@ -99,6 +100,14 @@ MIGRATIONS = (
             "(tool_id, completed_at) WHERE status = 'completed'",
         ),
     ),
+    Migration(
+        7,
+        "what each answer cost on its own and how often a call was sent again (a run's audit)",
+        (
+            "ALTER TABLE receipts ADD COLUMN paid_credits REAL",
+            "ALTER TABLE receipts ADD COLUMN resends INTEGER NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 
 
@@ -145,7 +154,8 @@ class SqliteReceiptStore:
                         "owner=excluded.owner, lease_id=excluded.lease_id, "
                         "lease_expires_at=excluded.lease_expires_at, error=NULL, sent_at=NULL, "
                         "attempts=receipts.attempts + 1, generation=?, "
-                        "forced_by=excluded.forced_by, batch_key=?",
+                        "forced_by=excluded.forced_by, batch_key=?, "
+                        "resends=receipts.resends + ?",
                         (
                             req.key,
                             req.tool_id,
@@ -156,6 +166,7 @@ class SqliteReceiptStore:
                             req.force_token if req.force else None,
                             outcome.generation,
                             outcome.batch_key,
+                            int(outcome.resent),
                         ),
                     )
                 elif outcome.became_ambiguous:
@@ -218,8 +229,9 @@ class SqliteReceiptStore:
             cur = conn.execute(
                 "UPDATE receipts SET status='completed', result=?, error=NULL, completed_at=?, "
                 "lease_id=NULL, lease_expires_at=NULL, credits=credits + ?, credits_source=?, "
-                "paid_by=? WHERE key=? AND lease_id=? AND status IN ('running', 'ambiguous')",
-                (payload, now, credits, credits_source, paid_by, key, lease_id),
+                "paid_by=?, paid_credits=? "
+                "WHERE key=? AND lease_id=? AND status IN ('running', 'ambiguous')",
+                (payload, now, credits, credits_source, paid_by, credits, key, lease_id),
             )
             return cur.rowcount == 1
 
@@ -385,8 +397,8 @@ class SqliteReceiptStore:
             conn.executemany(
                 "UPDATE receipts SET status='completed', result=?, error=NULL, "
                 "completed_at=?, lease_id=NULL, lease_expires_at=NULL, "
-                "credits=credits + ?, credits_source=?, paid_by=? WHERE key=? AND batch_key=? "
-                "AND status <> 'completed'",
+                "credits=credits + ?, credits_source=?, paid_by=?, paid_credits=? "
+                "WHERE key=? AND batch_key=? AND status <> 'completed'",
                 [
                     (
                         stored_json(results[key]),
@@ -394,6 +406,7 @@ class SqliteReceiptStore:
                         float(member_credits.get(key, 0.0)),
                         credits_source,
                         payers.get(key),
+                        float(member_credits.get(key, 0.0)),
                         key,
                         agg_key,
                     )
@@ -495,8 +508,36 @@ class SqliteReceiptStore:
 
         return await self._db.read(read)
 
+    async def run_receipts(self, prefix: str) -> list[ToolReceipts]:
+        def read(conn: sqlite3.Connection) -> list[ToolReceipts]:
+            return [
+                ToolReceipts(
+                    row[0], int(row[1]), float(row[2]), int(row[3]), int(row[4]), float(row[5] or 0)
+                )
+                for row in conn.execute(_RUN_RECEIPTS, {"prefix": prefix, "n": len(prefix)})
+            ]
+
+        return await self._db.read(read)
+
     async def close(self) -> None:
         await self._db.close()
+
+
+#: A run's receipts per tool: paid by its rows, or last sent by its attempts.
+_RUN_RECEIPTS = (
+    "SELECT tool_id,"
+    " SUM(CASE WHEN status = 'completed' AND substr(paid_by, 1, :n) = :prefix"
+    " THEN 1 ELSE 0 END),"
+    " SUM(CASE WHEN status = 'completed' AND substr(paid_by, 1, :n) = :prefix"
+    " THEN COALESCE(paid_credits, credits) ELSE 0 END),"
+    " SUM(CASE WHEN status = 'ambiguous' AND substr(owner, 1, :n) = :prefix THEN 1 ELSE 0 END),"
+    " SUM(CASE WHEN substr(owner, 1, :n) = :prefix OR substr(paid_by, 1, :n) = :prefix"
+    " THEN resends ELSE 0 END),"
+    " SUM(CASE WHEN status = 'completed' AND substr(paid_by, 1, :n) = :prefix"
+    " AND instr(paid_by, '#') = 0 THEN COALESCE(paid_credits, credits) ELSE 0 END)"
+    " FROM receipts WHERE (substr(paid_by, 1, :n) = :prefix OR substr(owner, 1, :n) = :prefix)"
+    " AND tool_id NOT LIKE '%#batch' GROUP BY tool_id ORDER BY tool_id"
+)
 
 
 def _unfinished_members(conn: sqlite3.Connection, agg_key: str, keys: list[str]) -> list[str]:
