@@ -215,6 +215,8 @@ class RunDocument(BaseModel):
     #: {"changed", "appeared", "disappeared"}}``, from the workers' store when this
     #: client can open it
     changes: dict[str, Any] | None = None
+    #: the run's money invariants (``playline runs audit``), when the store is reachable
+    audit: dict[str, Any] | None = None
 
     def completed(self, result: PlayRunResult) -> RunDocument:
         return self.model_copy(update={"status": "COMPLETED", "result": result})

@@ -33,6 +33,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from playline.cli.audit import read_audit
 from playline.cli.render import (
     RunDocument,
     console,
@@ -418,8 +419,12 @@ async def execute(
                 await watcher
     document = document.completed(result)
     document.spend = await store_spend(settings, [d.run_ref for d in result.datasets])
+    report = await read_audit(handle, await handle.describe(), settings)
+    document.audit = report.as_dict() if report is not None else None
     if not json_out:
         print_summary(result, settings, workflow_id, handle.result_run_id, document.spend)
+        for line in report.lines() if report is not None else []:
+            out().print(f"  {line}", markup=False, highlight=False)
     if out_path:
         count = await export_result(result, out_path, settings, raw=raw, provenance=provenance)
         document.exported = {"path": out_path, "rows": count}

@@ -1,4 +1,4 @@
-"""``playline runs get|export|list|pause|resume|window|budget|cancel|stop``: one run, or many.
+"""``playline runs get|export|list|pause|resume|window|budget|cancel|stop|audit``: runs.
 
 Controls are the play's Temporal updates (``pause``, ``resume``, ``set_window``): a
 request the play's validators reject (resume a play that is not paused, a window
@@ -30,6 +30,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from playline import search_attributes as sa
+from playline.cli.audit import read_audit
 from playline.cli.render import (
     RunDocument,
     console,
@@ -94,6 +95,7 @@ def add_runs_parser(
         ("cancel", "cancel gracefully: settle the chunks in flight, end cancelled"),
         ("stop", "request cancellation without waiting (or --terminate at once)"),
         ("budget", "raise or set the run's credit cap: held rows go on"),
+        ("audit", "check the run's money invariants against the stores (exit 1 if one fails)"),
     ):
         p = runs_sub.add_parser(name, help=text)
         common(p)
@@ -129,7 +131,7 @@ def add_runs_parser(
                 help="try the held rows again (after raising a named budget)",
             )
             p.add_argument("--provider", help="the capped provider (--max-credits-for)")
-        if name in ("get", "cancel", "pause", "resume", "window", "budget"):
+        if name in ("get", "cancel", "pause", "resume", "window", "budget", "audit"):
             p.add_argument("--json", action="store_true", help="print one JSON document")
     listing = runs_sub.add_parser("list", help="list plays, newest first")
     common(listing)
@@ -156,6 +158,8 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     command = args.runs_command
     if command == "get":
         return await get_run(handle, desc, args, settings)
+    if command == "audit":
+        return await audit(handle, desc, args, settings)
     if command == "export":
         if args.changes:
             if args.provenance:
@@ -329,12 +333,37 @@ async def get_run(
         if state is not None and state.current is not None:
             # The current dataset run's last report: the play's totals come with its result.
             print_accounts(state.current.stats.accounts)
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        report = await read_audit(handle, desc, settings)
+        for line in report.lines() if report is not None else []:
+            out().print(f"  {line}", markup=False, highlight=False)
     if desc.status == WorkflowExecutionStatus.FAILED:
         try:
             await handle.result()
         except WorkflowFailureError as err:
             print_failure(err)
     return 0
+
+
+async def audit(
+    handle: WorkflowHandle[Any, Any],
+    desc: WorkflowExecutionDescription,
+    args: argparse.Namespace,
+    settings: Settings,
+) -> int:
+    """``runs audit``: the four invariants; exit 1 when one does not hold."""
+    report = await read_audit(handle, desc, settings)
+    if report is None:
+        raise PlaylineError(
+            f"cannot audit {args.id}: the workers' store is not reachable from here "
+            "(set PLAYLINE_STORE_URL or PLAYLINE_HOME as the workers have it)"
+        )
+    if args.json:
+        print_json(report.as_dict())
+    else:
+        for line in report.lines():
+            out().print(line, markup=False, highlight=False)
+    return 0 if report.ok else 1
 
 
 async def export_done(
