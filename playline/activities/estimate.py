@@ -15,6 +15,12 @@ but did not call in that row are counted as dependent calls whose input is unkno
 (the worst case). One that raises with every answer known would fail the row in
 the run too: the row counts as failed and its later columns are not run.
 
+A column that ends without raising but met an unknown value (an unpaid answer, a
+row's unknown cell, a branch on either: ``if not found.get("email")``, ``a or b``,
+``== "valid"``) may have left a way untaken whose calls the run would make: its
+declared tools it did not call are counted the same way, in the worst case in full,
+expected at the chance the run goes another way (a measured miss rate, else 1).
+
 ``playline.estimate_tool`` and ``playline.estimate_waterfall`` do the same for a play's
 scalar ``ctx.tool`` and ``ctx.waterfall``.
 """
@@ -26,7 +32,7 @@ import contextlib
 import inspect
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -36,7 +42,14 @@ from playline import resolvers
 from playline.calls import estimate_waterfall as waterfalls
 from playline.calls.catalog import ToolSpec
 from playline.calls.cell_freshness import later_columns, plan_column
-from playline.calls.estimate import EstimatingRunner, Unknown, UnpaidResult, unknown_p
+from playline.calls.estimate import (
+    EstimatingRunner,
+    Unknown,
+    UnpaidResult,
+    note_read,
+    unknown_p,
+    watching_unknowns,
+)
 from playline.calls.estimate_tally import PLAY_COLUMN
 from playline.calls.fixtures import FIXTURE_SCOPE
 from playline.calls.runner import REFRESH_OLDER_THAN, ToolResult
@@ -114,6 +127,44 @@ def estimating_runner(
     return EstimatingRunner(
         services.catalog, services.receipts, services.provider.auth_scope, seen=seen, chunk=chunk
     )
+
+
+class RowReads(Mapping[str, Any]):
+    """A row as an estimated resolver sees it (read only, like the run's
+    ``MappingProxyType``): reading a cell that holds an unknown value is recorded on the
+    column being watched (:func:`~playline.calls.estimate.watching_unknowns`)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._data[key]
+        if unknown_p(value) is not None:
+            note_read()
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __or__(self, other: Mapping[str, Any]) -> dict[str, Any]:
+        return {**self, **other}
+
+    def __ror__(self, other: Mapping[str, Any]) -> dict[str, Any]:
+        return {**other, **self}
+
+    def copy(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __repr__(self) -> str:
+        return f"RowReads({self._data!r})"
 
 
 class EstimateRowCall:
@@ -260,7 +311,8 @@ class ChunkEstimate:
             data: dict[str, Any] = {**earlier[0], **row.data} if earlier else dict(row.data)
             meta: Mapping[str, Any] = earlier[1] if earlier else row.cell_meta
             view = MappingProxyType(data)
-            rc = EstimateRowCall(row.row_key, self.runner, view)
+            reads = RowReads(data)
+            rc = EstimateRowCall(row.row_key, self.runner, reads)
             failed = False
             now = time.time()
             for spec, skip in zip(self.input.columns, self._later, strict=True):
@@ -274,7 +326,8 @@ class ChunkEstimate:
                     self.cells_due += 1
                     token = REFRESH_OLDER_THAN.set(plan.refresh_older_than)
                     try:
-                        data[spec.name] = await _evaluate(spec, view, rc)
+                        with watching_unknowns() as met:
+                            data[spec.name] = await _evaluate(spec, reads, rc)
                     finally:
                         REFRESH_OLDER_THAN.reset(token)
                 except Exception as err:
@@ -286,13 +339,18 @@ class ChunkEstimate:
                         break
                     await self._count_uncalled(spec, rc, 1.0 if chance is None else chance)
                     data[spec.name] = Unknown(1.0 if chance is None else chance)
+                else:
+                    if rc.unpaid or met.any:
+                        # A way the estimate did not take (a fallback) may call the rest.
+                        await self._count_uncalled(spec, rc, met.fallback_chance())
             tally = self.runner.tally
             tally.rows += 1
             tally.rows_failed += int(failed)
             self.rows_done += 1
 
     async def _count_uncalled(self, spec: ColumnSpec, rc: EstimateRowCall, chance: float) -> None:
-        """The column's declared tools it did not reach: dependent calls, input unknown."""
+        """The column's declared tools it did not reach: dependent calls, input unknown,
+        each expected with ``chance``."""
         for tool_id in resolvers.declared_tools(spec.resolver):
             if tool_id not in rc.called:
                 await self.runner.count_unknown_input(spec.name, tool_id, chance)

@@ -19,13 +19,23 @@ provider. For each distinct call of a chunk:
 
 Identical calls of a chunk are counted once, as the run shares them. The figures go
 to an :class:`~playline.calls.estimate_tally.EstimateTally`.
+
+Code that branches on an ``Unknown`` runs one way only (it is truthy, and equals
+nothing but itself), so the calls on the other way (a fallback such as ``if not
+found.get("email"): ...``) never happen in the estimate. :func:`watching_unknowns`
+records every read of and branch on an ``Unknown`` while a column is estimated, and
+the chunk counts that column's declared tools it did not call as dependent calls (the
+worst case); their expected figure is weighted by the chance the run takes another
+way (:meth:`UnknownsMet.fallback_chance`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,8 +52,11 @@ __all__ = [
     "ReceiptReader",
     "ToolHistory",
     "Unknown",
+    "UnknownsMet",
     "UnpaidResult",
+    "note_read",
     "unknown_p",
+    "watching_unknowns",
 ]
 
 #: Completed receipts of a tool needed before its history gives the expected figures.
@@ -52,30 +65,125 @@ MIN_HISTORY = 20
 SAMPLE_SIZE = 1000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Unknown:
     """What an unpaid call would answer: not known before the run pays for it.
 
-    ``p`` is the chance it is a real (present) value. It is truthy, so code written
-    for a found value goes the worst-case way (``if found.get("email")`` proceeds, a
-    ``run_if`` passes); indexing it gives itself; ``str()`` is ``<unknown>``. Anything
-    else (string methods, arithmetic) raises, and the estimate then counts the
+    ``p`` is the chance it is a real (present) value; ``measured`` says whether ``p``
+    comes from receipts (a tool's history) or is a guess. It is truthy, so code written
+    for a found value goes that way (``if found.get("email")`` proceeds, a ``run_if``
+    passes), and it equals nothing but itself (``== "valid"`` is false); indexing it
+    gives itself; ``str()`` is ``<unknown>``. Anything else (string methods,
+    arithmetic, ordering, iteration) raises, and the estimate then counts the
     resolver's remaining declared tools in the worst case.
+
+    A branch on it cannot hide the other way: ``bool()``, ``==``, ``!=``, ``in`` and
+    ``hash()`` (a set or dict lookup) are recorded on the column being estimated
+    (:func:`watching_unknowns`), and so is every read of an unknown value; a column
+    that met one has its declared tools it did not call counted (a fallback such as
+    ``if not found.get("email"): ...`` or ``a or b`` is a call the run may make).
     """
 
     p: float = 1.0
+    measured: bool = False
 
     def __bool__(self) -> bool:
+        _branched(self, falsy=True)
         return True
 
+    def __eq__(self, other: object) -> bool:
+        _branched(self, falsy=False)
+        return self is other
+
+    def __hash__(self) -> int:
+        _branched(self, falsy=False)  # a set or dict lookup is an ``==`` in disguise
+        return object.__hash__(self)
+
+    def __contains__(self, _item: Any) -> bool:
+        _branched(self, falsy=False)
+        return False
+
+    def __iter__(self) -> Iterator[Any]:
+        # Without it, ``__getitem__`` would make ``for x in unknown`` loop for ever.
+        raise TypeError("an unpaid answer cannot be iterated: its items are not known")
+
     def __str__(self) -> str:
+        _read()
         return "<unknown>"
 
     def __getitem__(self, _name: Any) -> Unknown:
+        _read()
         return self
 
     def get(self, _name: Any, _default: Any = None) -> Unknown:
+        _read()
         return self
+
+
+@dataclass
+class UnknownsMet:
+    """What one column's ``run_if`` and resolver did with unknown values (estimated).
+
+    ``read``: it read one (an unpaid answer's value, a row's unknown cell...).
+    ``other_way``: per branch taken on an unknown (``bool``, ``==``, ``in``...), the
+    chance the run goes the other way: ``1 - p`` for a truth test on a measured value
+    (its miss rate), ``p`` for an equality (at most the chance it is present), 1 when
+    ``p`` is a guess.
+    """
+
+    read: bool = False
+    other_way: list[float] = field(default_factory=list)
+
+    @property
+    def any(self) -> bool:
+        return self.read or bool(self.other_way)
+
+    def fallback_chance(self) -> float:
+        """The chance the run takes some branch the estimate did not (1 with no branch
+        recorded: the value may have been tested in a way nothing sees, ``is None``)."""
+        if not self.other_way:
+            return 1.0
+        stays = 1.0
+        for chance in self.other_way:
+            stays *= 1.0 - min(max(chance, 0.0), 1.0)
+        return 1.0 - stays
+
+
+_MET: ContextVar[UnknownsMet | None] = ContextVar("playline_estimate_unknowns_met", default=None)
+
+
+@contextmanager
+def watching_unknowns() -> Iterator[UnknownsMet]:
+    """Record what the code run inside (one column, in this task and the tasks it
+    starts) does with unknown values."""
+    met = UnknownsMet()
+    token = _MET.set(met)
+    try:
+        yield met
+    finally:
+        _MET.reset(token)
+
+
+def note_read() -> None:
+    """An unknown value was read by the code being watched."""
+    _read()
+
+
+def _read() -> None:
+    met = _MET.get()
+    if met is not None:
+        met.read = True
+
+
+def _branched(value: Unknown, *, falsy: bool) -> None:
+    met = _MET.get()
+    if met is None:
+        return
+    met.read = True
+    if not value.measured:
+        met.other_way.append(1.0)
+    else:
+        met.other_way.append(1.0 - value.p if falsy else value.p)
 
 
 def unknown_p(value: Any) -> float | None:
@@ -146,8 +254,10 @@ class UnpaidResult(ToolResult):
     scale: float = 1.0
 
     def get(self, name: str, default: Any = None) -> Any:
-        chance = self.history.p(name) if self.history is not None else 1.0
-        return Unknown(self.scale * chance)
+        _read()
+        if self.history is None:
+            return Unknown(self.scale)
+        return Unknown(self.scale * self.history.p(name), measured=self.history.enough)
 
 
 class ReceiptReader(Protocol):

@@ -12,7 +12,9 @@ and the credits of the calls to pay come as two figures:
 
 ``worst_credits``     every call that may happen at the tool's highest price
                       (``ToolSpec.max_credits``): every waterfall step and validation,
-                      every ``run_if`` taken, every dependent call
+                      every ``run_if`` taken, every dependent call, and every declared
+                      tool of a column that met an unknown answer but did not call it
+                      (a fallback the run may take: ``if not found.get(...)``, ``a or b``)
 ``expected_credits``  what the receipts' history says such calls cost on average,
                       weighted by the chance the call happens at all; with fewer than
                       ``MIN_HISTORY`` receipts of a tool it is the worst case, and the

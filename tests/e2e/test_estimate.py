@@ -16,6 +16,7 @@ import pytest
 from playline import Estimate, estimate_play
 from playline.cli.estimate import credits_text
 from playline.contract import RunOptions
+from tests import plays_fallback  # noqa: F401  (registers the t_fallback play)
 from tests.conftest import LEADS_CSV, new_id
 from tests.e2e.test_cli import playline
 from tests.pg import pg_schema
@@ -263,3 +264,39 @@ async def test_a_play_whose_code_needs_a_skipped_step_still_ends_its_estimate(
         )
     assert found.total.to_pay == 1 and found.total.worst_credits > 0
     assert provider.ledger()["received"] == 0
+
+
+async def test_an_estimate_counts_a_resolvers_fallbacks_and_its_worst_case_covers_the_bill(
+    client, provider, worker, temporal_address, task_queue, home, tmp_path
+) -> None:
+    """``if not found.get("email"): <dearer tool>`` and ``== "valid"`` branches: the
+    estimate takes one way, the run pays for both; the worst case counts them all."""
+    rows = 40
+    csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(rows)])
+    common = ("--address", temporal_address, "--task-queue", task_queue)
+    async with worker():
+        shown = await playline(
+            "estimate", "t_fallback", "--csv", str(csv_path), "--json", *common, home=home
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert provider.ledger()["received"] == 0  # an estimate sends nothing
+        result = await run(client, "t_fallback", {"csv_path": str(csv_path)}, task_queue=task_queue)
+    ledger = provider.ledger()
+    estimate = Estimate.model_validate_json(shown.stdout)
+
+    assert estimate.rows == rows and estimate.rows_failed == 0
+    assert _line(estimate, "email", "mailfox_email").to_pay == rows
+    # The fallback and the call behind the "valid" branch: dependent calls in every row.
+    assert _line(estimate, "email", "prospectr_email").unknown_input == rows
+    assert _line(estimate, "title", "verifly_verify").unknown_input == rows
+    assert _line(estimate, "title", "person_enrich").unknown_input == rows
+    assert estimate.total.worst_credits == pytest.approx(rows * (1 + 2 + 0.5 + 2))
+
+    # The run paid on both sides of each branch, and the worst case covers its bill,
+    # provider by provider (person_enrich is acme's).
+    billed = ledger["credits_by_provider"]
+    assert billed.get("prospectr", 0) > 0 and billed.get("acme", 0) > 0, billed
+    assert result.stats.credits == pytest.approx(ledger["credits"])
+    assert estimate.total.worst_credits >= ledger["credits"]
+    for name, credits in billed.items():
+        assert estimate.by_provider[name].worst_credits >= credits - 1e-9, name

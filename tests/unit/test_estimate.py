@@ -370,3 +370,148 @@ def test_confirm_over_refuses_in_one_line_only_past_the_worst_case() -> None:
         "100; add --yes to run anyway"
     )
     assert credits_text(0.0) == "0" and credits_text(2.0) == "2" and credits_text(0.125) == "0.12"
+
+
+# -- fallbacks: the ways an estimate does not take (issue 28, G9) -------------------
+
+
+@resolver(name="t_estimate_if_not", tools=["finder", "dear"])
+async def _if_not(row: Mapping[str, Any], rc: Any) -> Any:
+    found = await rc.tool("finder", {"name": row["name"]})
+    if not found.get("email"):
+        found = await rc.tool("dear", {"name": row["name"]})
+    return found.get("email")
+
+
+@resolver(name="t_estimate_or", tools=["finder", "dear"])
+async def _or(row: Mapping[str, Any], rc: Any) -> Any:
+    a = await rc.tool("finder", {"name": row["name"]})
+    return a.get("email") or (await rc.tool("dear", {"name": row["name"]})).get("email")
+
+
+@resolver(name="t_estimate_equals", tools=["finder", "dear"])
+async def _equals(row: Mapping[str, Any], rc: Any) -> Any:
+    found = await rc.tool("finder", {"name": row["name"]})
+    if found.get("score") == "valid":  # only a verified value is worth the dear call
+        return (await rc.tool("dear", {"name": row["name"]})).get("email")
+    return found.get("email")
+
+
+@resolver(name="t_estimate_in_set", tools=["finder", "dear"])
+async def _in_set(row: Mapping[str, Any], rc: Any) -> Any:
+    found = await rc.tool("finder", {"name": row["name"]})
+    if found.get("score") in {"valid", "risky"}:
+        return (await rc.tool("dear", {"name": row["name"]})).get("email")
+    return found.get("email")
+
+
+@resolver(name="t_estimate_found", tools=["finder"])
+async def _found(row: Mapping[str, Any], rc: Any) -> Any:
+    return (await rc.tool("finder", {"name": row["name"]})).get("email")
+
+
+@resolver(name="t_estimate_cell_is_none", tools=["dear"])
+async def _cell_is_none(row: Mapping[str, Any], rc: Any) -> Any:
+    if row["e"] is None:  # an identity test: nothing on the value itself can see it
+        return (await rc.tool("dear", {"name": row["name"]})).get("email")
+    return row["e"]
+
+
+async def _per_row(columns: list[ColumnSpec], reader: Reader, names: list[str]) -> Estimate:
+    counting = runner(reader)
+    chunk = ChunkEstimate(
+        ChunkInput(
+            run_ref="r",
+            start=0,
+            end=len(names),
+            columns=columns,
+            on_row_error="isolate",
+            options=RunOptions(),
+        ),
+        counting,
+    )
+    for i, name in enumerate(names):
+        await chunk._row(RunRow(i, f"k{i}", {"name": name}, "pending", None))
+    return Estimate.from_tally(counting.tally.as_dict(), play="p")
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        [ColumnSpec(name="e", resolver="t_estimate_if_not")],
+        [ColumnSpec(name="e", resolver="t_estimate_or")],
+        [ColumnSpec(name="e", resolver="t_estimate_equals")],
+        [ColumnSpec(name="e", resolver="t_estimate_in_set")],
+        [
+            ColumnSpec(name="e", resolver="t_estimate_found"),
+            ColumnSpec(name="f", resolver="t_estimate_cell_is_none"),
+        ],
+    ],
+    ids=["if-not", "or", "equals", "in-set", "later-column-is-none"],
+)
+async def test_a_fallback_on_an_unpaid_answer_is_in_the_worst_case(
+    columns: list[ColumnSpec],
+) -> None:
+    """finder (1 credit per hit), then dear (2) on the way the estimate does not take:
+    the run may pay both in every row, so the worst case is 3 credits a row."""
+    estimate = await _per_row(columns, Reader(), ["ada", "bob"])
+    assert estimate.rows == 2 and estimate.rows_failed == 0
+    assert estimate.total.worst_credits == pytest.approx(2 * 3.0)
+    (dear,) = [x for x in estimate.lines if x.tool == "dear"]
+    assert (dear.calls, dear.unknown_input, dear.worst_credits) == (2, 2, 4.0)
+    # No receipts tell how often finder misses: the fallback is expected at its worst.
+    assert dear.expected_credits == pytest.approx(4.0)
+
+
+async def test_a_fallback_is_expected_at_the_first_calls_miss_rate_when_receipts_tell_it() -> None:
+    reader = Reader()
+    reader.samples["finder"] = [({"email": "a@x"}, 1.0)] * 8 + [({}, 0.0)] * 12  # 40 % found
+    estimate = await _per_row([ColumnSpec(name="e", resolver="t_estimate_if_not")], reader, ["ada"])
+    (dear,) = [x for x in estimate.lines if x.tool == "dear"]
+    assert dear.worst_credits == 2.0
+    assert dear.expected_credits == pytest.approx(0.6 * 2.0)  # finder misses 60 %
+    assert estimate.total.worst_credits == pytest.approx(3.0)
+
+
+async def test_a_fallback_its_receipts_rule_out_is_not_counted() -> None:
+    """Every answer known (a receipt holds finder's email): the estimate is exact."""
+    reader = Reader()
+    reader.complete("finder", {"name": "ada"}, {"email": "ada@x"})
+    estimate = await _per_row([ColumnSpec(name="e", resolver="t_estimate_if_not")], reader, ["ada"])
+    assert [x.tool for x in estimate.lines] == ["finder"]
+    assert (estimate.total.cached, estimate.total.worst_credits) == (1, 0.0)
+
+
+async def test_a_known_miss_takes_the_fallback_and_counts_it_once() -> None:
+    reader = Reader()
+    reader.complete("finder", {"name": "ada"}, {"email": ""})
+    estimate = await _per_row([ColumnSpec(name="e", resolver="t_estimate_or")], reader, ["ada"])
+    (dear,) = [x for x in estimate.lines if x.tool == "dear"]
+    assert (dear.calls, dear.to_pay, dear.unknown_input) == (1, 1, 0)
+    assert estimate.total.worst_credits == pytest.approx(2.0)
+
+
+def test_branches_on_an_unknown_are_recorded_with_the_chance_of_the_other_way() -> None:
+    from playline.calls.estimate import watching_unknowns
+
+    guessed, measured = Unknown(), Unknown(0.25, measured=True)
+    with watching_unknowns() as met:
+        assert bool(measured) is True
+    assert met.read and met.other_way == [0.75]
+    with watching_unknowns() as met:
+        assert (measured == "valid") is False and measured != "valid"
+        assert (measured in {"valid"}) is False and ("x" in measured) is False
+    assert met.other_way == [0.25] * 4
+    assert met.fallback_chance() == pytest.approx(1 - 0.75**4)
+    with watching_unknowns() as met:
+        assert guessed.get("x") is guessed
+    assert met.read and met.other_way == [] and met.fallback_chance() == 1.0
+    with watching_unknowns() as met:
+        assert (guessed is None) is False  # an identity test: nothing sees it
+    assert not met.any
+    with watching_unknowns() as met:
+        assert guessed
+    assert met.fallback_chance() == 1.0  # a guessed p: the other way at worst
+    with pytest.raises(TypeError):
+        list(Unknown())  # not an endless run of itself
+    assert guessed == guessed and guessed != Unknown()  # equal to itself only
