@@ -77,7 +77,9 @@ class BudgetActivities:
     async def end_run_budgets(self, input: EndRunBudgetsInput) -> RunBudgetsEnded:
         """Settle or release every reservation the run left open (idempotent)."""
         services = self._holder.services
-        end = await end_run_budgets(services.budgets, services.receipts, services.jobs, input.run)
+        end = await end_run_budgets(
+            services.budgets, services.receipts, services.jobs, input.run, services.catalog
+        )
         summary = end.line()
         if end.kept_worst:
             activity.logger.warning("%s ended (%s): %s", input.run, input.outcome, summary)

@@ -48,8 +48,9 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from playline.calls.attempt import Attempt
-from playline.calls.catalog import ToolSpec
+from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.dispatch import ClaimedCall, Dispatcher, Settled
+from playline.calls.job_status import MISSING, member_results
 from playline.contract import RunOptions
 from playline.errors import (
     BudgetReached,
@@ -391,15 +392,19 @@ def call_reservation_key(receipt_key: str, generation: int) -> str:
 
 
 def charge_at_run_end(
-    key: str, receipts: Mapping[str, Receipt], jobs: Mapping[str, Job]
+    key: str,
+    receipts: Mapping[str, Receipt],
+    jobs: Mapping[str, Job],
+    catalog: Catalog | None = None,
 ) -> tuple[bool, float | None]:
     """Whether the call of an open reservation (``<receipt>#<gen>``) was sent, and
     what it was charged if its receipt recorded it (``None``: may have been charged
     without an answer, so its worst case). ``receipts`` by receipt key, ``jobs`` by
     member ref (:func:`playline.stores.jobs.member_ref`).
 
-    Answered in that generation: its recorded charge. Ambiguous, or sent (its own
-    request, or a job submitted) with no answer recorded: its worst case. A receipt
+    Answered in that generation: its recorded charge. Its job finished (its answer
+    not read yet): what the job's answer for it is billed (``catalog`` given). Ambiguous,
+    or sent (its own request, or a job submitted) with no answer: its worst case. A receipt
     taken to a later generation: its worst case (never under). Nothing sent (no
     receipt, claimed and never sent, a job not submitted): released."""
     receipt_key, _, gen_text = key.rpartition("#")
@@ -408,21 +413,44 @@ def charge_at_run_end(
     except ValueError:
         return True, None  # not a call key this module made: never under
     receipt = receipts.get(receipt_key)
-    job = jobs.get(receipt_key if generation == 0 else f"{receipt_key}#{generation}")
+    ref = member_ref(receipt_key, generation)
+    job = jobs.get(ref)
     submitted = job is not None and job.state != "opened"
-    if receipt is None:
-        return submitted, None
-    if receipt.generation != generation:
+    if receipt is not None and receipt.generation != generation:
         return True, None
-    if receipt.status == "completed":
+    if receipt is not None and receipt.status == "completed":
         return True, receipt.credits
-    if receipt.status == "ambiguous" or receipt.sent_at is not None or submitted:
+    if receipt is not None and receipt.status == "ambiguous":
+        return True, None
+    if job is not None and job.state == "done" and catalog is not None:
+        return True, _job_charge(catalog, job, ref)
+    if submitted or (receipt is not None and receipt.sent_at is not None):
         return True, None
     return False, None
 
 
+def _job_charge(catalog: Catalog, job: Job, ref: str) -> float | None:
+    """What a finished job charged for member ``ref`` (its answer as the tool bills
+    it), ``None`` when that cannot be read (then its worst case)."""
+    try:
+        tool = catalog.tool(job.tool_id)
+        assert tool.job is not None
+        result = member_results(tool.job, job.status, len(job.members), done=True)[
+            job.members.index(ref)
+        ]
+        if result is MISSING:
+            return None
+        return float(tool.charge(result).credits)
+    except Exception:  # an unknown tool, an answer not as the catalog says: never under
+        return None
+
+
 async def end_run_budgets(
-    budgets: BudgetStore, receipts: ReceiptStore, jobs: JobStore, run: str
+    budgets: BudgetStore,
+    receipts: ReceiptStore,
+    jobs: JobStore,
+    run: str,
+    catalog: Catalog | None = None,
 ) -> RunEnd:
     """The rule "a run's reservations are settled or released when the run ends,
     however it ends", applied to ``run`` (``RunBudget.run``): each open call
@@ -444,7 +472,7 @@ async def end_run_budgets(
         members = await jobs.jobs_of(sorted(set(refs)))
     sent: dict[str, float | None] = {}
     for key in calls:
-        was_sent, charged = charge_at_run_end(key, found, members)
+        was_sent, charged = charge_at_run_end(key, found, members, catalog)
         if was_sent:
             sent[key] = charged
     return await budgets.end_run(run, sent)
