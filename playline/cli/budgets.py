@@ -138,7 +138,7 @@ async def _ended_run(given: str, settings: Settings) -> tuple[str, str]:
         if err.status == RPCStatusCode.NOT_FOUND:
             return given, "no play with this id in Temporal: taken as a run id"
         return given, f"Temporal could not be asked whether it still runs: {err}"
-    except (OSError, RuntimeError, TimeoutError) as err:
+    except (PlaylineError, OSError, RuntimeError, TimeoutError) as err:
         return given, f"Temporal could not be asked whether it still runs: {err or 'timeout'}"
     if desc.status == WorkflowExecutionStatus.RUNNING:
         raise PlaylineError(

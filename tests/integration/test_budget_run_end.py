@@ -139,3 +139,15 @@ async def test_an_old_ledger_is_migrated_in_place_and_its_reservations_still_wor
         assert [r.key for r in await store.open_reservations("new")] == ["L#0"]
     finally:
         await store.close()
+
+
+async def test_an_add_applied_as_the_play_sends_it_raises_the_cap_once_on_retry(
+    stores: Stores,
+) -> None:
+    # The play reads the cap, then sends ``set_to = cap + N`` (patch budget-add-once):
+    # the activity retried after a lost completion applies the same figure again.
+    await stores.budgets.adjust(RUN, set_to=100, create_with=100)
+    read = await _state(stores, RUN)
+    for _ in range(2):  # the first attempt and its retry
+        await stores.budgets.adjust(RUN, set_to=read.limit + 50)
+    assert (await _state(stores, RUN)).limit == 150
