@@ -90,6 +90,7 @@ class PlaylinePlugin(SimplePlugin):
             estimate.estimate_tool,
             estimate.estimate_waterfall,
             budgets.adjust_budget,
+            budgets.end_run_budgets,
             datasets.load_csv,
             datasets.load_rows,
             datasets.prepare_run,

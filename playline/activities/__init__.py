@@ -4,6 +4,7 @@
 * :mod:`~playline.activities.datasets` - loads, run preparation, finalize, peek, export;
 * :mod:`~playline.activities.scalar` - ``ctx.tool`` and ``ctx.step``;
 * :mod:`~playline.activities.budgets` - ``playline.adjust_budget``: a run's budget cap;
+  ``playline.end_run_budgets``: a run's reservations settled or released when it ends;
 * :mod:`~playline.activities.estimate` - ``playline.estimate_chunk`` (and scalar calls):
   what a run would cost, counted from receipts, nothing sent;
 * :mod:`~playline.activities.width` - the governor's dispatch width (a local activity);

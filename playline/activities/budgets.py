@@ -1,17 +1,47 @@
-"""``playline.adjust_budget``: change a run's budget in the store (the ``budget`` update).
+"""Activities on the budget ledger: a run's cap changed (the ``budget`` update), and a
+run's reservations settled or released when it ends.
 
-The play's ``budget`` update cannot touch the store itself (workflow code does no
-I/O), so it runs this activity: the new cap is written where every worker's
-reservations read it, then the play tells its dataset run to try the held rows again.
+The play's workflow code cannot touch the store itself (it does no I/O), so it runs
+these: ``playline.adjust_budget`` writes the new cap where every worker's reservations
+read it (then the play tells its dataset run to try the held rows again);
+``playline.end_run_budgets`` applies "a run's reservations are settled or released
+when the run ends, however it ends" (:func:`playline.calls.budget.end_run_budgets`).
 """
 
 from __future__ import annotations
 
+from pydantic import BaseModel
 from temporalio import activity
 
+from playline.calls.budget import end_run_budgets
 from playline.contract import AdjustBudgetInput, BudgetReport
 from playline.services import ServicesHolder
 from playline.stores.budgets import named_budget_ref, provider_budget_id, run_budget_id
+
+__all__ = ["BudgetActivities", "EndRunBudgetsInput", "RunBudgetsEnded"]
+
+
+class EndRunBudgetsInput(BaseModel):
+    """The play run whose open reservations are settled or released (``budget_run``),
+    and how it ended (for the log)."""
+
+    run: str
+    outcome: str
+
+
+class RunBudgetsEnded(BaseModel):
+    """What ending a run's budgets did (see ``playline.stores.budgets.RunEnd``):
+    ``kept_worst`` calls may have been charged without an answer (a job submitted and
+    not read, an ambiguous call) and count at their worst case."""
+
+    run: str
+    settled: int
+    settled_credits: float
+    kept_worst: int
+    kept_worst_credits: float
+    released: int
+    released_credits: float
+    summary: str
 
 
 class BudgetActivities:
@@ -41,4 +71,27 @@ class BudgetActivities:
             )
         return BudgetReport(
             budget=state.budget, limit=state.limit, spent=state.spent, reserved=state.reserved
+        )
+
+    @activity.defn(name="playline.end_run_budgets")
+    async def end_run_budgets(self, input: EndRunBudgetsInput) -> RunBudgetsEnded:
+        """Settle or release every reservation the run left open (idempotent)."""
+        services = self._holder.services
+        end = await end_run_budgets(
+            services.budgets, services.receipts, services.jobs, input.run, services.catalog
+        )
+        summary = end.line()
+        if end.kept_worst:
+            activity.logger.warning("%s ended (%s): %s", input.run, input.outcome, summary)
+        else:
+            activity.logger.info("%s ended (%s): %s", input.run, input.outcome, summary)
+        return RunBudgetsEnded(
+            run=end.run,
+            settled=end.settled,
+            settled_credits=end.settled_credits,
+            kept_worst=end.kept_worst,
+            kept_worst_credits=end.kept_worst_credits,
+            released=end.released,
+            released_credits=end.released_credits,
+            summary=summary,
         )

@@ -390,6 +390,12 @@ class ChunkRun:
             )
         todo = [r for r in rows if r.status == "pending"]
         self.stats.rows_resumed = len(rows) - len(todo)
+        if self._budget is not None and activity.info().attempt > 1:
+            # An earlier attempt may have written rows and failed (or died) before
+            # settling their reservations: their own budgets say what they used.
+            await self._budget.settle_rows(
+                f"{input.run_ref}#{r.seq}" for r in rows if r.status != "pending"
+            )
         details = activity.info().heartbeat_details
         if details:
             # The previous attempt's last heartbeat; the sheet's row statuses are

@@ -37,15 +37,20 @@ nothing).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from temporalio import activity
+
 from playline.calls.attempt import Attempt
-from playline.calls.catalog import ToolSpec
+from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.dispatch import ClaimedCall, Dispatcher, Settled
+from playline.calls.job_status import MISSING, member_results
 from playline.contract import RunOptions
 from playline.errors import (
     BudgetReached,
@@ -60,13 +65,27 @@ from playline.stores.budgets import (
     BudgetStore,
     Period,
     Refusal,
+    RunEnd,
     named_budget_ref,
     period_end,
     provider_budget_id,
+    row_budget_id,
     run_budget_id,
 )
+from playline.stores.jobs import Job, JobStore, member_ref
+from playline.stores.receipts import Receipt, ReceiptStore
 
-__all__ = ["RESERVATION_PATIENCE_S", "BudgetedDispatcher", "RunBudget"]
+__all__ = [
+    "RESERVATION_PATIENCE_S",
+    "BudgetedDispatcher",
+    "Overshoot",
+    "RunBudget",
+    "call_reservation_key",
+    "charge_at_run_end",
+    "end_run_budgets",
+]
+
+log = logging.getLogger(__name__)
 
 #: How long a call waits for reservations in flight to settle when none does.
 RESERVATION_PATIENCE_S = 15.0
@@ -117,8 +136,24 @@ class RunBudget:
         return [line.budget for line in self.lines(provider)]
 
 
+@dataclass(frozen=True, slots=True)
+class Overshoot:
+    """A settled charge above the call's reservation (the rule's worst case was not
+    an upper bound of what the provider charged)."""
+
+    tool_id: str
+    key: str
+    reserved: float
+    charged: float
+
+
 class BudgetedDispatcher:
     """Reserves before sending, settles after; see the module docstring.
+
+    A charge above its reservation (:class:`Overshoot`) is logged, counted
+    (``playline_budget_overshoots``) and kept in :attr:`overshoots`; the budget's
+    spend records it, so a cap it reached admits nothing more, and from then on this
+    dispatcher reserves that tool at the highest charge seen.
 
     Args:
         inner: the dispatcher that sends and records (live, bulk behind it).
@@ -139,6 +174,10 @@ class BudgetedDispatcher:
         #: budgets whose reservations did not settle for the whole patience, and how
         #: much was reserved then: the next call refused by them does not wait again
         self._stuck: dict[str, float] = {}
+        #: per tool, the highest charge seen above its worst case: reserved from then on
+        self._observed: dict[str, float] = {}
+        #: the charges above their reservation this dispatcher settled
+        self.overshoots: list[Overshoot] = []
 
     # -- rows: a row's worst case reserved before it starts -----------------------
 
@@ -157,7 +196,7 @@ class BudgetedDispatcher:
         lines = self.budget.lines(None)
         if worst <= 0 or not lines:
             return False
-        key = _row_budget(payer)
+        key = row_budget_id(payer)
         if await self._reserve(key, worst, lines) is not None:
             return False
         self._rows[payer] = BudgetLine(key, worst)
@@ -170,11 +209,27 @@ class BudgetedDispatcher:
         row = self._rows.pop(payer, None)
         if row is None or pending:
             return
-        state = await self._attempt.persist(self._store.state(row.budget))
+        await self._settle_row(payer)
+
+    async def settle_rows(self, payers: Iterable[str]) -> None:
+        """Settle the reservations of rows an earlier attempt finished (the sheet says
+        so) but may not have closed: a store error in its ``close_row``, a worker killed
+        between the row's write and it. Each settles at what its own budget used; one
+        already settled is left alone."""
+        for payer in payers:
+            await self._settle_row(payer)
+
+    async def _settle_row(self, payer: str) -> None:
+        budget = row_budget_id(payer)
+        # Read and settled with retries: a transient store error must not leave the
+        # row's worst case reserved for good.
+        state = await self._attempt.durably(
+            lambda: self._store.state(budget), what=f"budget of row {payer}"
+        )
         used = 0.0 if state is None else state.used
         refs = self.budget.refs(None)
         await self._attempt.durably(
-            lambda: self._store.settle(row.budget, used, refs), what=f"budget of row {payer}"
+            lambda: self._store.settle(budget, used, refs), what=f"budget of row {payer}"
         )
 
     def auth_scope(self, tool: ToolSpec) -> str:
@@ -185,6 +240,7 @@ class BudgetedDispatcher:
         worst = tool.max_credits
         if worst <= 0:
             return await self._inner.settle(call)
+        worst = max(worst, self._observed.get(tool.id, 0.0))
         key = f"{call.key}#{call.generation}"
         lines = self.budget.lines(tool.provider)
         attempt = self._attempt
@@ -237,7 +293,33 @@ class BudgetedDispatcher:
             await attempt.durably(
                 lambda: self._store.settle(key, credits, refs), what=f"budget of {call.key}"
             )
+            if credits > worst + TOLERANCE:
+                self._overshot(Overshoot(tool.id, call.key, worst, credits), refs)
         return settled
+
+    def _overshot(self, over: Overshoot, refs: list[str]) -> None:
+        """A charge above its reservation: say so, count it, and reserve the tool at
+        that figure from now on (its budgets already count it as spent)."""
+        self.overshoots.append(over)
+        self._observed[over.tool_id] = max(self._observed.get(over.tool_id, 0.0), over.charged)
+        log.warning(
+            "budget overshoot: %s charged %g credits for %s, %g were reserved (%s); "
+            "its further calls reserve %g",
+            over.tool_id,
+            over.charged,
+            over.key,
+            over.reserved,
+            ", ".join(refs),
+            over.charged,
+        )
+        if activity.in_activity():
+            with contextlib.suppress(Exception):
+                counter = activity.metric_meter().create_counter(
+                    "playline_budget_overshoots",
+                    "charges settled above their reservation",
+                    "calls",
+                )
+                counter.add(1, {"tool": over.tool_id})
 
     async def _reserve(self, key: str, worst: float, lines: list[BudgetLine]) -> Refusal | None:
         """Reserve, waiting while only reservations in flight stand in the way.
@@ -253,7 +335,9 @@ class BudgetedDispatcher:
         last_reserved: float | None = None
         waited_since = time.monotonic()
         while True:
-            refusal = await attempt.persist(self._store.reserve(key, worst, lines))
+            refusal = await attempt.persist(
+                self._store.reserve(key, worst, lines, run=self.budget.run)
+            )
             if refusal is None:
                 return None
             state = refusal.state
@@ -302,6 +386,93 @@ def _period_end(budget: str) -> float | None:
     return period_end(period, start.replace(tzinfo=UTC).timestamp())
 
 
-def _row_budget(payer: str) -> str:
-    """A row's own budget, and the key of its reservation against the run's."""
-    return f"row:{payer}"
+def call_reservation_key(receipt_key: str, generation: int) -> str:
+    """The key a call's reservations are held under: its receipt and generation."""
+    return f"{receipt_key}#{generation}"
+
+
+def charge_at_run_end(
+    key: str,
+    receipts: Mapping[str, Receipt],
+    jobs: Mapping[str, Job],
+    catalog: Catalog | None = None,
+) -> tuple[bool, float | None]:
+    """Whether the call of an open reservation (``<receipt>#<gen>``) was sent, and
+    what it was charged if its receipt recorded it (``None``: may have been charged
+    without an answer, so its worst case). ``receipts`` by receipt key, ``jobs`` by
+    member ref (:func:`playline.stores.jobs.member_ref`).
+
+    Answered in that generation: its recorded charge. Its job finished (its answer
+    not read yet): what the job's answer for it is billed (``catalog`` given). Ambiguous,
+    or sent (its own request, or a job submitted) with no answer: its worst case. A receipt
+    taken to a later generation: its worst case (never under). Nothing sent (no
+    receipt, claimed and never sent, a job not submitted): released."""
+    receipt_key, _, gen_text = key.rpartition("#")
+    try:
+        generation = int(gen_text)
+    except ValueError:
+        return True, None  # not a call key this module made: never under
+    receipt = receipts.get(receipt_key)
+    ref = member_ref(receipt_key, generation)
+    job = jobs.get(ref)
+    submitted = job is not None and job.state != "opened"
+    if receipt is not None and receipt.generation != generation:
+        return True, None
+    if receipt is not None and receipt.status == "completed":
+        return True, receipt.credits
+    if receipt is not None and receipt.status == "ambiguous":
+        return True, None
+    if job is not None and job.state == "done" and catalog is not None:
+        return True, _job_charge(catalog, job, ref)
+    if submitted or (receipt is not None and receipt.sent_at is not None):
+        return True, None
+    return False, None
+
+
+def _job_charge(catalog: Catalog, job: Job, ref: str) -> float | None:
+    """What a finished job charged for member ``ref`` (its answer as the tool bills
+    it), ``None`` when that cannot be read (then its worst case)."""
+    try:
+        tool = catalog.tool(job.tool_id)
+        assert tool.job is not None
+        result = member_results(tool.job, job.status, len(job.members), done=True)[
+            job.members.index(ref)
+        ]
+        if result is MISSING:
+            return None
+        return float(tool.charge(result).credits)
+    except Exception:  # an unknown tool, an answer not as the catalog says: never under
+        return None
+
+
+async def end_run_budgets(
+    budgets: BudgetStore,
+    receipts: ReceiptStore,
+    jobs: JobStore,
+    run: str,
+    catalog: Catalog | None = None,
+) -> RunEnd:
+    """The rule "a run's reservations are settled or released when the run ends,
+    however it ends", applied to ``run`` (``RunBudget.run``): each open call
+    reservation is judged on its receipt and job (:func:`charge_at_run_end`), then the
+    store settles or releases them all, and the rows' at what their budgets used
+    (:meth:`BudgetStore.end_run`). Safe to run again: what is settled stays so."""
+    opened = await budgets.open_reservations(run)
+    calls = [r.key for r in opened if r.what == "call"]
+    if not opened:
+        return RunEnd(run)
+    found: dict[str, Receipt] = {}
+    members: dict[str, Job] = {}
+    if calls:
+        parts = [key.rpartition("#") for key in calls]
+        found = await receipts.get(sorted({receipt for receipt, _, _ in parts}))
+        refs = [
+            member_ref(receipt, int(gen)) if gen.isdigit() else receipt for receipt, _, gen in parts
+        ]
+        members = await jobs.jobs_of(sorted(set(refs)))
+    sent: dict[str, float | None] = {}
+    for key in calls:
+        was_sent, charged = charge_at_run_end(key, found, members, catalog)
+        if was_sent:
+            sent[key] = charged
+    return await budgets.end_run(run, sent)

@@ -1,4 +1,5 @@
-"""``playline budgets set|list|get``: named budgets that every run naming them draws from.
+"""``playline budgets set|list|get|release``: named budgets that every run naming them
+draws from, and the reservations a run left open.
 
 A named budget (``RunOptions(budget="NAME")``) is a limit in credits per UTC day or
 month, shared by every run and worker using the store: each paid call reserves its
@@ -7,19 +8,27 @@ worst case against the current period before it is sent (see
 period has spent and holds reserved. They use the workers' store as every client
 command does (``open_stores(settings, create=False)``: the store must exist), and
 write only its budget ledger, which a client may create.
+
+``release --run ID`` settles or releases what a run left reserved (as the play does
+itself when it ends; a terminated run runs no code): the same rule,
+:func:`playline.calls.budget.end_run_budgets`. It refuses a run Temporal says is still
+running; when Temporal cannot be asked, it says so and goes on.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import math
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from playline.calls.budget import end_run_budgets
 from playline.cli.render import print_json
 from playline.config import Settings
-from playline.errors import InvalidBudget, UnknownBudget
+from playline.errors import InvalidBudget, PlaylineError, UnknownBudget
 from playline.stores.backends import open_stores
 from playline.stores.budgets import (
     BudgetState,
@@ -52,6 +61,12 @@ def add_budgets_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     get = actions.add_parser("get", help="one named budget and its current period")
     get.add_argument("name", help="budget name")
     get.add_argument("--json", action="store_true", help="print one JSON document")
+    release = actions.add_parser(
+        "release",
+        help="settle or release what a run that ended left reserved (a terminated run)",
+    )
+    release.add_argument("--run", required=True, metavar="ID", help="the play's id (or its run id)")
+    release.add_argument("--json", action="store_true", help="print one JSON document")
 
 
 class _Usage(Exception):
@@ -62,6 +77,8 @@ async def cmd_budgets(args: argparse.Namespace, settings: Settings) -> int:
     """Run ``budgets set|list|get``. Exit 0; 2 for a bad command line (one line on
     stderr); store errors and an unknown budget are ``PlaylineError`` s (exit 1)."""
     try:
+        if args.budgets_command == "release":
+            return await _release(args, settings)
         if args.budgets_command == "set":
             period, limit = _period_and_limit(args)
             name = check_name(args.name)
@@ -86,6 +103,49 @@ async def cmd_budgets(args: argparse.Namespace, settings: Settings) -> int:
     except (_Usage, InvalidBudget) as err:
         print(f"playline budgets {args.budgets_command}: {err}", file=sys.stderr)
         return 2
+
+
+#: How long ``release`` waits for Temporal before it goes on without asking it.
+TEMPORAL_CHECK_S = 10.0
+
+
+async def _release(args: argparse.Namespace, settings: Settings) -> int:
+    run, note = await _ended_run(args.run, settings)
+    async with await open_stores(settings, create=False) as stores:
+        end = await end_run_budgets(stores.budgets, stores.receipts, stores.jobs, run)
+    if args.json:
+        print_json({**dataclasses.asdict(end), "note": note})
+        return 0
+    print(end.line() + (f" ({note})" if note else ""))
+    return 0
+
+
+async def _ended_run(given: str, settings: Settings) -> tuple[str, str]:
+    """The run whose reservations ``release`` ends: a play's id is asked of Temporal
+    (still running: refused; else its run id), anything else is taken as the run id
+    reservations record. The second value says what could not be checked."""
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from playline.worker import connect
+
+    try:
+        client = await asyncio.wait_for(connect(settings=settings), TEMPORAL_CHECK_S)
+        desc = await asyncio.wait_for(
+            client.get_workflow_handle(given).describe(), TEMPORAL_CHECK_S
+        )
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return given, "no play with this id in Temporal: taken as a run id"
+        return given, f"Temporal could not be asked whether it still runs: {err}"
+    except (PlaylineError, OSError, RuntimeError, TimeoutError) as err:
+        return given, f"Temporal could not be asked whether it still runs: {err or 'timeout'}"
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        raise PlaylineError(
+            f"play {given} is still running: it settles its reservations when it ends "
+            f"(cancel it with `playline runs cancel {given}`)"
+        )
+    return desc.run_id, ""
 
 
 def _period_and_limit(args: argparse.Namespace) -> tuple[Period, float]:

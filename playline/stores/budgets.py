@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol, get_args
@@ -49,21 +49,29 @@ __all__ = [
     "BudgetStore",
     "Draw",
     "NamedBudget",
+    "OpenReservation",
     "Period",
     "Refusal",
+    "RunEnd",
     "adjusted_limit",
+    "call_end",
+    "carried",
     "check_adjustment",
     "check_amount",
     "check_budget_id",
     "check_name",
     "check_period",
     "creation_limit",
+    "ended",
     "first_refusal",
     "named_budget_ref",
     "named_name",
     "period_end",
     "period_id",
+    "period_start",
     "provider_budget_id",
+    "reservation_kind",
+    "row_budget_id",
     "run_budget_id",
     "tidy",
     "unique",
@@ -133,11 +141,115 @@ class NamedBudget:
     limit: float
 
 
+@dataclass(frozen=True, slots=True)
+class OpenReservation:
+    """A reservation not settled yet, as the ledger holds it (see ``open_reservations``).
+
+    ``what`` is ``"row"`` for a row's worst case (key ``row:<payer>``, settled at what
+    the row's own budget used) or ``"call"`` for one paid call (key ``<receipt>#<gen>``).
+    """
+
+    key: str
+    budget: str  # as the caller named it
+    drawn_on: str  # the budget row it counts in
+    credits: float
+    run: str | None
+    what: Literal["row", "call"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """What ``end_run`` did with a run's open reservations (counted per key; credits
+    per key too, not per budget line).
+
+    ``settled``: calls answered and rows, settled at what they used; ``kept_worst``:
+    calls that may have been charged without an answer (ambiguous, sent and unanswered,
+    a submitted job not read yet), settled at their worst case; ``released``: calls
+    never sent, given back.
+    """
+
+    run: str
+    settled: int = 0
+    settled_credits: float = 0.0
+    kept_worst: int = 0
+    kept_worst_credits: float = 0.0
+    released: int = 0
+    released_credits: float = 0.0
+
+    def line(self) -> str:
+        """One line, as ``playline budgets release`` and the run's log say it."""
+        if not (self.settled or self.kept_worst or self.released):
+            return f"run {self.run}: no open reservations"
+        return (
+            f"run {self.run}: released {self.released} reservation(s) "
+            f"({self.released_credits:g} credits), settled {self.settled} at what they used "
+            f"({self.settled_credits:g}), kept {self.kept_worst} at their worst case "
+            f"({self.kept_worst_credits:g}: may have been charged)"
+        )
+
+
+def call_end(reservation: OpenReservation, sent: Mapping[str, float | None]) -> float | None:
+    """The rule for a call's reservation left open when its run ends: settled at the
+    charge its receipt recorded (``sent[key]`` a figure), at its worst case when it may
+    have been charged without an answer (``sent[key] is None``: never under), released
+    when it was not sent (key absent): ``None`` means release."""
+    if reservation.key not in sent:
+        return None
+    charged = sent[reservation.key]
+    return reservation.credits if charged is None else charged
+
+
+def ended(run: str, steps: Iterable[tuple[OpenReservation, float | None, bool]]) -> RunEnd:
+    """What :meth:`BudgetStore.end_run` reports from its steps (each reservation, what
+    it settled at or ``None`` if released, and whether at its worst case for want of an
+    answer), counted once per key."""
+    seen: set[str] = set()
+    end = RunEnd(run)
+    settled = kept = released = 0
+    settled_credits = kept_credits = released_credits = 0.0
+    for reservation, amount, worst in steps:
+        if reservation.key in seen:
+            continue
+        seen.add(reservation.key)
+        if amount is None:
+            released += 1
+            released_credits += reservation.credits
+        elif worst:
+            kept += 1
+            kept_credits += amount
+        else:
+            settled += 1
+            settled_credits += amount
+    return RunEnd(end.run, settled, settled_credits, kept, kept_credits, released, released_credits)
+
+
+def carried(periods: Iterable[tuple[float, float, float]]) -> float:
+    """What periods of a named budget's former length count in the new current period
+    when its length changes: each period's ``(spent, carried, reserved)`` adds what it
+    spent on its own (not what was carried into it, counted where it came from) and what
+    it holds reserved (never under)."""
+    return tidy(sum(max(0.0, spent - carry) + reserved for spent, carry, reserved in periods))
+
+
+def row_budget_id(payer: str) -> str:
+    """A row's own budget, and the key of its reservation against the run's."""
+    return f"row:{payer}"
+
+
+def reservation_kind(key: str) -> Literal["row", "call"]:
+    return "row" if key.startswith("row:") else "call"
+
+
 class BudgetStore(Protocol):
     """The budget ledger. See the module docstring."""
 
     async def reserve(
-        self, key: str, credits: float, lines: Sequence[BudgetLine]
+        self,
+        key: str,
+        credits: float,
+        lines: Sequence[BudgetLine],
+        *,
+        run: str | None = None,
     ) -> Refusal | None:
         """All or nothing: for each line whose budget has no reservation under ``key``
         yet, check ``used + credits <= limit`` (tolerance :data:`TOLERANCE`); if every
@@ -145,7 +257,22 @@ class BudgetStore(Protocol):
         ``credits`` and add it to each budget's ``reserved``; else record nothing and
         return the :class:`Refusal`. A line already reserved (or settled) under ``key``
         is not drawn again. A line whose budget does not exist is created with
-        ``line.limit`` (``None`` and not named: ``UnknownBudget``)."""
+        ``line.limit`` (``None`` and not named: ``UnknownBudget``). ``run``: the play
+        run the reservation belongs to (its ``RunBudget.run``), so :meth:`end_run` finds
+        it."""
+        ...
+
+    async def open_reservations(self, run: str) -> list[OpenReservation]:
+        """The run's reservations not settled yet, by key then budget."""
+        ...
+
+    async def end_run(self, run: str, sent: Mapping[str, float | None]) -> RunEnd:
+        """The run ended: settle or release every open reservation it holds, in one
+        step. Calls first, by :func:`call_end` (``sent``: the call keys that were sent,
+        each with its recorded charge or ``None`` for "may have been charged, no
+        answer"); then each row's reservation at what its own budget
+        (``row:<payer>``) used. Reservations of runs recorded before runs were kept
+        (no run) are not found."""
         ...
 
     async def settle(self, key: str, credits: float, budgets: Sequence[str]) -> None:
@@ -273,6 +400,14 @@ def period_id(name: str, period: Period, now_epoch: float) -> str:
     ``named:NAME@YYYY-MM-DD`` per day, ``named:NAME@YYYY-MM`` per month."""
     stamp = _utc(now_epoch).strftime("%Y-%m-%d" if check_period(period) == "day" else "%Y-%m")
     return f"{NAMED_PREFIX}{check_name(name)}@{stamp}"
+
+
+def period_start(period: Period, now_epoch: float) -> float:
+    """When the period holding ``now_epoch`` started (epoch seconds, UTC)."""
+    moment = _utc(now_epoch).replace(hour=0, minute=0, second=0, microsecond=0)
+    if check_period(period) == "month":
+        moment = moment.replace(day=1)
+    return moment.timestamp()
 
 
 def period_end(period: Period, now_epoch: float) -> float:

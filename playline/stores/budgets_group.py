@@ -40,6 +40,8 @@ class LedgerOp:
     credits: float = 0.0
     lines: tuple[BudgetLine, ...] = ()
     budgets: tuple[str, ...] = ()
+    #: reserve: the play run the reservation belongs to
+    run: str | None = None
 
     def pairs(self) -> list[Pair]:
         names = [line.budget for line in self.lines] if self.kind == "reserve" else self.budgets
@@ -57,6 +59,7 @@ class Held:
     created_at: float
     charged: float | None = None
     settled_at: float | None = None
+    run: str | None = None
 
 
 class GroupLedger:
@@ -95,7 +98,8 @@ class GroupLedger:
             state = self._states[draw.drawn_on]
             self._put_state(replace(state, reserved=state.reserved + op.credits))
             self._put_held(
-                (op.key, draw.budget), Held(draw.drawn_on, op.credits, "open", self._now)
+                (op.key, draw.budget),
+                Held(draw.drawn_on, op.credits, "open", self._now, run=op.run),
             )
         return None
 
@@ -127,6 +131,10 @@ class GroupLedger:
             self._put_state(replace(state, reserved=tidy(state.reserved - held.credits)))
             del self._held[pair]
             self._touched.add(pair)
+
+    def state(self, budget: str) -> BudgetState | None:
+        """A budget row this group holds, as the calls so far left it."""
+        return self._states.get(budget)
 
     def _open(self, pair: Pair) -> Held | None:
         """The open reservation of ``pair`` on a row this group holds, else ``None``."""

@@ -26,7 +26,7 @@ Times come from the database server's clock unless a ``clock`` is given (tests).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -36,17 +36,24 @@ from playline.stores.budgets import (
     BudgetLine,
     BudgetState,
     NamedBudget,
+    OpenReservation,
     Period,
     Refusal,
+    RunEnd,
     adjusted_limit,
+    call_end,
+    carried,
     check_adjustment,
     check_amount,
     check_budget_id,
     check_name,
     check_period,
     creation_limit,
+    ended,
     named_name,
     period_id,
+    period_start,
+    reservation_kind,
     unique,
     unique_lines,
     unknown_budget,
@@ -76,6 +83,17 @@ MIGRATIONS = (
             "CREATE TABLE playline_named_budgets (name text PRIMARY KEY, period text NOT NULL,"
             " credit_limit float8 NOT NULL, created_at float8 NOT NULL,"
             " updated_at float8 NOT NULL)",
+        ),
+    ),
+    Migration(
+        2,
+        "the play run of each reservation (NULL before: not ended by run); what a "
+        "named budget's period took over from periods of another length",
+        (
+            "ALTER TABLE playline_budget_reservations ADD COLUMN run text",
+            "CREATE INDEX playline_budget_reservations_open_by_run"
+            " ON playline_budget_reservations (run) WHERE status = 'open'",
+            "ALTER TABLE playline_budgets ADD COLUMN carried float8 NOT NULL DEFAULT 0",
         ),
     ),
 )
@@ -123,10 +141,15 @@ class PostgresBudgetStore:
     # ---------------------------------------------------------------- reservations
 
     async def reserve(
-        self, key: str, credits: float, lines: Sequence[BudgetLine]
+        self,
+        key: str,
+        credits: float,
+        lines: Sequence[BudgetLine],
+        *,
+        run: str | None = None,
     ) -> Refusal | None:
         amount = check_amount("the credits to reserve", credits)
-        op = LedgerOp("reserve", key, amount, lines=tuple(unique_lines(lines)))
+        op = LedgerOp("reserve", key, amount, lines=tuple(unique_lines(lines)), run=run)
         await self._ready()
         return await self._ops.submit(op)
 
@@ -140,6 +163,52 @@ class PostgresBudgetStore:
         names = tuple(unique(check_budget_id(b) for b in budgets))
         await self._ready()
         await self._ops.submit(LedgerOp("release", key, budgets=names))
+
+    async def open_reservations(self, run: str) -> list[OpenReservation]:
+        await self._ready()
+        async with self._db.connection() as conn:
+            return await _open_of_run(conn, run)
+
+    async def end_run(self, run: str, sent: Mapping[str, float | None]) -> RunEnd:
+        figures = {k: None if v is None else check_amount("a charge", v) for k, v in sent.items()}
+        await self._ready()
+
+        async def tx(conn: _Conn) -> RunEnd:
+            now = await self._now(conn)
+            opened = await _open_of_run(conn, run)
+            rows = {r.drawn_on for r in opened} | {r.key for r in opened if r.what == "row"}
+            states = await _lock(conn, rows)
+            # Under the locks: the run's reservations as every other group left them.
+            opened = await _open_of_run(conn, run)
+            missing = {r.drawn_on for r in opened} - states.keys()
+            if missing:
+                states.update(await _lock(conn, missing))
+            pairs = [(r.key, r.budget) for r in opened]
+            ledger = GroupLedger(states, await _held(conn, pairs), now)
+            steps: list[tuple[OpenReservation, float | None, bool]] = []
+            for reservation in opened:  # calls first: the rows' budgets count them
+                if reservation.what != "call":
+                    continue
+                amount = call_end(reservation, figures)
+                names = (reservation.budget,)
+                if amount is None:
+                    ledger.release(LedgerOp("release", reservation.key, budgets=names))
+                else:
+                    ledger.settle(LedgerOp("settle", reservation.key, amount, budgets=names))
+                worst = reservation.key in figures and figures[reservation.key] is None
+                steps.append((reservation, amount, worst))
+            for reservation in opened:
+                if reservation.what != "row":
+                    continue
+                own = ledger.state(reservation.key)
+                used = 0.0 if own is None else own.used
+                names = (reservation.budget,)
+                ledger.settle(LedgerOp("settle", reservation.key, used, budgets=names))
+                steps.append((reservation, used, False))
+            await _write(conn, ledger, now)
+            return ended(run, steps)
+
+        return await self._db.transaction(tx)
 
     async def _group(self, ops: list[LedgerOp]) -> list[Refusal | Exception | None]:
         """One transaction for a group of calls: see the module docstring."""
@@ -242,6 +311,7 @@ class PostgresBudgetStore:
 
         async def tx(conn: _Conn) -> NamedBudget:
             now = await self._now(conn)
+            before = await _definition(conn, name, lock=True)
             await conn.execute(
                 "INSERT INTO playline_named_budgets"
                 " (name, period, credit_limit, created_at, updated_at)"
@@ -257,6 +327,13 @@ class PostgresBudgetStore:
                 " updated_at = EXCLUDED.updated_at",
                 {"id": period_id(name, checked.period, now), "limit": checked.limit, "now": now},
             )
+            if before is not None and before.period != checked.period:
+                carry = await _carry(conn, name, checked.period, now)
+                await conn.execute(
+                    "UPDATE playline_budgets SET spent = spent + %s, carried = carried + %s"
+                    " WHERE id = %s",
+                    [carry, carry, period_id(name, checked.period, now)],
+                )
             return checked
 
         return await self._db.transaction(tx)
@@ -374,15 +451,49 @@ async def _held(conn: _Conn, pairs: list[Pair]) -> dict[Pair, Held]:
         return {}
     cur = await conn.execute(
         "SELECT r.key, r.budget, r.drawn_on, r.credits, r.status, r.created_at, r.charged,"
-        " r.settled_at FROM playline_budget_reservations AS r"
+        " r.settled_at, r.run FROM playline_budget_reservations AS r"
         " JOIN unnest(%s::text[], %s::text[]) AS p(key, budget)"
         " ON r.key = p.key AND r.budget = p.budget",
         [[key for key, _ in pairs], [budget for _, budget in pairs]],
     )
     return {
-        (row[0], row[1]): Held(row[2], row[3], row[4], row[5], row[6], row[7])
+        (row[0], row[1]): Held(row[2], row[3], row[4], row[5], row[6], row[7], row[8])
         for row in await cur.fetchall()
     }
+
+
+async def _open_of_run(conn: _Conn, run: str) -> list[OpenReservation]:
+    cur = await conn.execute(
+        "SELECT key, budget, drawn_on, credits FROM playline_budget_reservations"
+        " WHERE run = %s AND status = 'open' ORDER BY key, budget",
+        [run],
+    )
+    return [
+        OpenReservation(key, budget, drawn_on, credits, run, reservation_kind(key))
+        for key, budget, drawn_on, credits in await cur.fetchall()
+    ]
+
+
+async def _carry(conn: _Conn, name: str, period: Period, now: float) -> float:
+    """As ``budgets_sqlite._carry``: what the named budget spent this ``period`` under
+    periods of the other length (the month's days; today's share of the month)."""
+    if period == "month":
+        prefix = period_id(name, "month", now) + "-"
+        cur = await conn.execute(
+            "SELECT spent, carried, reserved FROM playline_budgets"
+            " WHERE left(id, %s) = %s AND length(id) = %s FOR UPDATE",
+            [len(prefix), prefix, len(prefix) + 2],
+        )
+        return carried((r[0], r[1], r[2]) for r in await cur.fetchall())
+    cur = await conn.execute(
+        "SELECT COALESCE(SUM(CASE WHEN status = 'open' THEN credits ELSE 0 END), 0),"
+        " COALESCE(SUM(CASE WHEN status = 'settled' AND settled_at >= %s THEN charged"
+        " ELSE 0 END), 0) FROM playline_budget_reservations WHERE drawn_on = %s",
+        [period_start("day", now), period_id(name, "month", now)],
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return carried([(float(row[1]), 0.0, float(row[0]))])
 
 
 async def _create_rows(conn: _Conn, limits: dict[str, float], now: float) -> None:
@@ -413,9 +524,9 @@ async def _write(conn: _Conn, ledger: GroupLedger, now: float) -> None:
     if rows:
         await conn.execute(
             "INSERT INTO playline_budget_reservations (key, budget, drawn_on, credits, status,"
-            " created_at, charged, settled_at)"
+            " created_at, charged, settled_at, run)"
             " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::float8[],"
-            " %s::text[], %s::float8[], %s::float8[], %s::float8[])",
+            " %s::text[], %s::float8[], %s::float8[], %s::float8[], %s::text[])",
             [
                 [key for (key, _), _ in rows],
                 [budget for (_, budget), _ in rows],
@@ -425,6 +536,7 @@ async def _write(conn: _Conn, ledger: GroupLedger, now: float) -> None:
                 [held.created_at for _, held in rows],
                 [held.charged for _, held in rows],
                 [held.settled_at for _, held in rows],
+                [held.run for _, held in rows],
             ],
         )
     states = ledger.changed_states()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from playline.stores.budgets import (
@@ -26,18 +26,25 @@ from playline.stores.budgets import (
     BudgetState,
     Draw,
     NamedBudget,
+    OpenReservation,
     Period,
     Refusal,
+    RunEnd,
     adjusted_limit,
+    call_end,
+    carried,
     check_adjustment,
     check_amount,
     check_budget_id,
     check_name,
     check_period,
     creation_limit,
+    ended,
     first_refusal,
     named_name,
     period_id,
+    period_start,
+    reservation_kind,
     unique,
     unique_lines,
     unknown_budget,
@@ -82,6 +89,17 @@ MIGRATIONS = (
             )""",
         ),
     ),
+    Migration(
+        2,
+        "the play run of each reservation (NULL before: not ended by run); what a "
+        "named budget's period took over from periods of another length",
+        (
+            "ALTER TABLE budget_reservations ADD COLUMN run TEXT",
+            "CREATE INDEX budget_reservations_open_by_run ON budget_reservations (run)"
+            " WHERE status = 'open'",
+            "ALTER TABLE budgets ADD COLUMN carried REAL NOT NULL DEFAULT 0",
+        ),
+    ),
 )
 
 #: ``reserved`` less a reservation's credits, a float residue (or a negative) made 0.
@@ -116,7 +134,12 @@ class SqliteBudgetStore:
     # ---------------------------------------------------------------- reservations
 
     async def reserve(
-        self, key: str, credits: float, lines: Sequence[BudgetLine]
+        self,
+        key: str,
+        credits: float,
+        lines: Sequence[BudgetLine],
+        *,
+        run: str | None = None,
     ) -> Refusal | None:
         amount = check_amount("the credits to reserve", credits)
         wanted = unique_lines(lines)
@@ -143,8 +166,8 @@ class SqliteBudgetStore:
                     _create(conn, draw.drawn_on, draw.state.limit, now)
                 conn.execute(
                     "INSERT INTO budget_reservations (key, budget, drawn_on, credits, status, "
-                    "created_at) VALUES (?, ?, ?, ?, 'open', ?)",
-                    (key, draw.budget, draw.drawn_on, amount, now),
+                    "created_at, run) VALUES (?, ?, ?, ?, 'open', ?, ?)",
+                    (key, draw.budget, draw.drawn_on, amount, now, run),
                 )
                 conn.execute(
                     "UPDATE budgets SET reserved = reserved + ?, updated_at = ? WHERE id = ?",
@@ -161,20 +184,7 @@ class SqliteBudgetStore:
 
         def tx(conn: sqlite3.Connection) -> None:
             for budget in names:
-                found = _open_reservation(conn, key, budget)
-                if found is None:
-                    continue
-                drawn_on, reserved = found
-                conn.execute(
-                    f"UPDATE budgets SET {_GIVE_BACK}, spent = spent + :charged, "
-                    "updated_at = :now WHERE id = :id",
-                    {"credits": reserved, "charged": charged, "now": now, "id": drawn_on},
-                )
-                conn.execute(
-                    "UPDATE budget_reservations SET status = 'settled', charged = ?, "
-                    "settled_at = ? WHERE key = ? AND budget = ?",
-                    (charged, now, key, budget),
-                )
+                _settle(conn, key, budget, charged, now)
 
         await (await self._database()).write(tx)
 
@@ -184,19 +194,43 @@ class SqliteBudgetStore:
 
         def tx(conn: sqlite3.Connection) -> None:
             for budget in names:
-                found = _open_reservation(conn, key, budget)
-                if found is None:
-                    continue
-                drawn_on, reserved = found
-                conn.execute(
-                    f"UPDATE budgets SET {_GIVE_BACK}, updated_at = :now WHERE id = :id",
-                    {"credits": reserved, "now": now, "id": drawn_on},
-                )
-                conn.execute(
-                    "DELETE FROM budget_reservations WHERE key = ? AND budget = ?", (key, budget)
-                )
+                _release(conn, key, budget, now)
 
         await (await self._database()).write(tx)
+
+    async def open_reservations(self, run: str) -> list[OpenReservation]:
+        def read(conn: sqlite3.Connection) -> list[OpenReservation]:
+            return _open_of_run(conn, run)
+
+        return await (await self._database()).read(read)
+
+    async def end_run(self, run: str, sent: Mapping[str, float | None]) -> RunEnd:
+        figures = {k: None if v is None else check_amount("a charge", v) for k, v in sent.items()}
+        now = self._clock()
+
+        def tx(conn: sqlite3.Connection) -> RunEnd:
+            opened = _open_of_run(conn, run)
+            steps: list[tuple[OpenReservation, float | None, bool]] = []
+            for reservation in opened:  # calls first: the rows' budgets count them
+                if reservation.what != "call":
+                    continue
+                amount = call_end(reservation, figures)
+                if amount is None:
+                    _release(conn, reservation.key, reservation.budget, now)
+                else:
+                    _settle(conn, reservation.key, reservation.budget, amount, now)
+                worst = reservation.key in figures and figures[reservation.key] is None
+                steps.append((reservation, amount, worst))
+            for reservation in opened:
+                if reservation.what != "row":
+                    continue
+                own = _state(conn, reservation.key)
+                used = 0.0 if own is None else own.used
+                _settle(conn, reservation.key, reservation.budget, used, now)
+                steps.append((reservation, used, False))
+            return ended(run, steps)
+
+        return await (await self._database()).write(tx)
 
     # -------------------------------------------------------------------- limits
 
@@ -252,6 +286,7 @@ class SqliteBudgetStore:
         now = self._clock()
 
         def tx(conn: sqlite3.Connection) -> NamedBudget:
+            before = _definition(conn, name)
             conn.execute(
                 "INSERT INTO named_budgets (name, period, credit_limit, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
@@ -266,6 +301,12 @@ class SqliteBudgetStore:
                 "credit_limit = excluded.credit_limit, updated_at = excluded.updated_at",
                 (drawn_on, checked.limit, now, now),
             )
+            if before is not None and before.period != checked.period:
+                carry = _carry(conn, name, checked.period, now)
+                conn.execute(
+                    "UPDATE budgets SET spent = spent + ?, carried = carried + ? WHERE id = ?",
+                    (carry, carry, drawn_on),
+                )
             return checked
 
         return await (await self._database()).write(tx)
@@ -347,6 +388,71 @@ def _reserved(conn: sqlite3.Connection, key: str, budget: str) -> bool:
         ).fetchone()
         is not None
     )
+
+
+def _settle(conn: sqlite3.Connection, key: str, budget: str, charged: float, now: float) -> None:
+    """Settle ``(key, budget)`` at ``charged`` if it is open."""
+    found = _open_reservation(conn, key, budget)
+    if found is None:
+        return
+    drawn_on, reserved = found
+    conn.execute(
+        f"UPDATE budgets SET {_GIVE_BACK}, spent = spent + :charged, "
+        "updated_at = :now WHERE id = :id",
+        {"credits": reserved, "charged": charged, "now": now, "id": drawn_on},
+    )
+    conn.execute(
+        "UPDATE budget_reservations SET status = 'settled', charged = ?, "
+        "settled_at = ? WHERE key = ? AND budget = ?",
+        (charged, now, key, budget),
+    )
+
+
+def _release(conn: sqlite3.Connection, key: str, budget: str, now: float) -> None:
+    """Remove ``(key, budget)`` and give its credits back if it is open."""
+    found = _open_reservation(conn, key, budget)
+    if found is None:
+        return
+    drawn_on, reserved = found
+    conn.execute(
+        f"UPDATE budgets SET {_GIVE_BACK}, updated_at = :now WHERE id = :id",
+        {"credits": reserved, "now": now, "id": drawn_on},
+    )
+    conn.execute("DELETE FROM budget_reservations WHERE key = ? AND budget = ?", (key, budget))
+
+
+def _open_of_run(conn: sqlite3.Connection, run: str) -> list[OpenReservation]:
+    rows = conn.execute(
+        "SELECT key, budget, drawn_on, credits FROM budget_reservations"
+        " WHERE run = ? AND status = 'open' ORDER BY key, budget",
+        (run,),
+    ).fetchall()
+    return [
+        OpenReservation(key, budget, drawn_on, credits, run, reservation_kind(key))
+        for key, budget, drawn_on, credits in rows
+    ]
+
+
+def _carry(conn: sqlite3.Connection, name: str, period: Period, now: float) -> float:
+    """What a named budget spent this ``period`` under periods of the other length
+    (its length just changed to ``period``): per month, the month's days; per day,
+    today's share of the month (what its reservations settled today, and those open)."""
+    if period == "month":
+        prefix = period_id(name, "month", now) + "-"
+        rows = conn.execute(
+            "SELECT spent, carried, reserved FROM budgets"
+            " WHERE substr(id, 1, ?) = ? AND length(id) = ?",
+            (len(prefix), prefix, len(prefix) + 2),
+        ).fetchall()
+        return carried((r[0], r[1], r[2]) for r in rows)
+    month = period_id(name, "month", now)
+    row = conn.execute(
+        "SELECT COALESCE(SUM(CASE WHEN status = 'open' THEN credits ELSE 0 END), 0),"
+        " COALESCE(SUM(CASE WHEN status = 'settled' AND settled_at >= ? THEN charged"
+        " ELSE 0 END), 0) FROM budget_reservations WHERE drawn_on = ?",
+        (period_start("day", now), month),
+    ).fetchone()
+    return carried([(float(row[1]), 0.0, float(row[0]))])
 
 
 def _open_reservation(conn: sqlite3.Connection, key: str, budget: str) -> tuple[str, float] | None:

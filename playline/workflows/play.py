@@ -38,7 +38,11 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from playline.activities.budgets import BudgetActivities
+    from playline.activities.budgets import (
+        BudgetActivities,
+        EndRunBudgetsInput,
+        RunBudgetsEnded,
+    )
     from playline.activities.visibility import VisibilityActivities
     from playline.contract import (
         AdjustBudgetInput,
@@ -69,6 +73,10 @@ OutputT = TypeVar("OutputT", bound=BaseModel | None)
 PlayFn = Callable[[PlayContext, Any], Awaitable[BaseModel | None]]
 #: The longest a firing waits for its estimate before it runs without one.
 ESTIMATE_FIRST_TIMEOUT = timedelta(hours=1)
+#: Runs recorded before a run's reservations were settled when it ends replay without it.
+BUDGET_RUN_END_PATCH = "budget-run-end"
+#: Runs recorded before ``--add`` was turned into a ``set`` replay with the old command.
+BUDGET_ADD_ONCE_PATCH = "budget-add-once"
 
 
 class PlayWorkflow(Generic[InputT, OutputT]):
@@ -98,6 +106,8 @@ class PlayWorkflow(Generic[InputT, OutputT]):
         self._ctx: PlayContext | None = None
         self._controls = PlayControls(self.play_name)
         self._options: RunOptions | None = None
+        #: budget updates one at a time: each ``--add`` reads the cap it raises
+        self._budget_lock = asyncio.Lock()
 
     async def _execute(self, raw_input: Any, options: RunOptions | None) -> PlayRunResult:
         options = options or RunOptions()
@@ -147,20 +157,25 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             output = await self._play(ctx, play_input, options)
         except (ActivityError, ChildWorkflowError) as err:
             if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
+                await self._end_budgets(ctx, options, "cancelled")
                 ctx.end("cancelled")
                 raise
             # The play's failure says what went wrong (the root cause's type and
             # message), not "Activity task failed".
             failure = as_failure(err)
+            await self._end_budgets(ctx, options, "failed")
             ctx.end("failed", failure.message)
             raise failure from err
         except asyncio.CancelledError:
+            await self._end_budgets(ctx, options, "cancelled")
             if workflow.cancellation_reason() is not None:
                 ctx.end("cancelled")
             raise
         except (FailureError, PlaylineError) as err:
+            await self._end_budgets(ctx, options, "failed")
             ctx.end("failed", str(getattr(root_cause(err), "message", err)))
             raise
+        await self._end_budgets(ctx, options, "completed")
         ctx.end("completed")
         return PlayRunResult(
             play=self.play_name,
@@ -170,6 +185,35 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             integration_mode=options.integration_mode,
             budget_exhausted=ctx.stats.rows_skipped_budget > 0,
         )
+
+    async def _end_budgets(self, ctx: PlayContext, options: RunOptions, outcome: str) -> None:
+        """A run's reservations are settled or released when the run ends, however it
+        ends: the play that owns the run's budgets (not a child play drawing on them)
+        settles or releases what its rows and calls left open. Terminated runs run no
+        code: ``playline budgets release --run ID``. A failure here is logged and does
+        not change how the play ended."""
+        if (
+            not options.budgeted
+            or options.budget_run != workflow.info().run_id
+            or not workflow.patched(BUDGET_RUN_END_PATCH)
+        ):
+            return
+        try:
+            ended: RunBudgetsEnded = await workflow.execute_activity_method(
+                BudgetActivities.end_run_budgets,
+                EndRunBudgetsInput(run=options.budget_run, outcome=outcome),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=10),
+                summary=f"settle the run's budget reservations ({outcome})",
+            )
+        except ActivityError as err:
+            ctx.log(
+                f"the run's budget reservations were not settled ({as_failure(err).message}); "
+                f"`playline budgets release --run {options.budget_run}` frees them"
+            )
+            return
+        if ended.settled or ended.kept_worst or ended.released:
+            ctx.log(ended.summary)
 
     async def _estimate_first(self, ctx: PlayContext, raw_input: Any, options: RunOptions) -> None:
         """Record what is due (``state.due``) before paying for anything: the same play
@@ -313,20 +357,34 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             cap = options.max_credits_by_provider[change.provider]
         else:
             cap = None if change.retry else options.max_credits
-        report: BudgetReport = await workflow.execute_activity_method(
-            BudgetActivities.adjust_budget,
-            AdjustBudgetInput(
-                run=options.budget_run,
-                provider=change.provider,
-                named=options.budget if change.retry else None,
-                add=change.add,
-                set_to=change.set,
-                create_with=cap,
-            ),
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(maximum_attempts=5),
-            summary="budget " + (change.provider or options.budget or "of the run"),
+        adjust = AdjustBudgetInput(
+            run=options.budget_run,
+            provider=change.provider,
+            named=options.budget if change.retry else None,
+            add=change.add,
+            set_to=change.set,
+            create_with=cap,
         )
+        summary = "budget " + (change.provider or options.budget or "of the run")
+        async with self._budget_lock:
+            if change.add is not None and workflow.patched(BUDGET_ADD_ONCE_PATCH):
+                # ``--add N`` applied once however often the activity is retried: the
+                # cap is read first and set to what it was plus N.
+                read: BudgetReport = await workflow.execute_activity_method(
+                    BudgetActivities.adjust_budget,
+                    adjust.model_copy(update={"add": None}),
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(maximum_attempts=5),
+                    summary=summary + " (read)",
+                )
+                adjust = adjust.model_copy(update={"add": None, "set_to": read.limit + change.add})
+            report: BudgetReport = await workflow.execute_activity_method(
+                BudgetActivities.adjust_budget,
+                adjust,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=5),
+                summary=summary,
+            )
         await self._controlled(budget_epoch=self._controls.dispatch.budget_epoch + 1)
         return report
 

@@ -115,3 +115,20 @@ async def test_without_the_workers_store_it_says_where_it_looked(tmp_path: Path)
     assert result.returncode == 1
     assert "no playline store at" in result.stderr
     assert not (tmp_path / "none" / "budgets.db").exists()
+
+
+async def test_release_frees_what_an_ended_run_left_reserved(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    async with await open_stores(settings, create=True) as stores:
+        await stores.budgets.define("ops", period="month", limit=20)
+        ref = named_budget_ref("ops")
+        assert await stores.budgets.reserve("row:ref#1", 20, [BudgetLine(ref)], run="p9") is None
+
+    freed = await playline("budgets", "release", "--run", "p9", home=tmp_path)
+    assert freed.returncode == 0, freed.stderr
+    lines = freed.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("run p9: released 0"), lines
+    assert "settled 1 at what they used (0)" in lines[0]
+    async with await open_stores(settings, create=False) as stores:
+        state = await stores.budgets.state(named_budget_ref("ops"))
+    assert state is not None and (state.spent, state.reserved) == (0, 0)

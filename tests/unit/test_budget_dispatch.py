@@ -33,7 +33,9 @@ class FakeBudgets:
         self.in_flight = list(in_flight or [])
         self.calls: list[tuple[Any, ...]] = []
 
-    async def reserve(self, key: str, credits: float, lines: Sequence[BudgetLine]) -> Any:
+    async def reserve(
+        self, key: str, credits: float, lines: Sequence[BudgetLine], *, run: str | None = None
+    ) -> Any:
         self.calls.append(("reserve", key, credits, [line.budget for line in lines]))
         if self.in_flight:
             return Refusal(BudgetState(lines[0].budget, 10.0, 5.0, self.in_flight.pop(0)), credits)
