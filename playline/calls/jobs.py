@@ -149,6 +149,10 @@ class JobDispatcher:
         ref = member_ref(call.key, call.generation)
         found = await attempt.persist(self._jobs.jobs_of([ref]))
         job = found.get(ref)
+        if job is not None and job.state == "ambiguous" and self._submits_again(job):
+            # Given up unanswered (past max_wait_s) but the provider knows it: read it
+            # (it may have finished, and billed, since) before it is sent again.
+            job = await self._recheck(tool, job) if job.job_id is not None else job
         if job is None or self._submits_again(job):
             # In no job, or its last one (of an earlier run) ended without an answer:
             # it joins a submit, and its row leaves the chunk at once, so the submit
@@ -269,6 +273,16 @@ class JobDispatcher:
         if looking is None or (looking.done() and not self._fresh(tool, looking)):
             looking = asyncio.ensure_future(self._look_now(tool, job))
             self._looks[job.key] = looking
+            self._track(looking)
+        return await asyncio.shield(looking)
+
+    async def _recheck(self, tool: ToolSpec, job: Job) -> Job:
+        """One poll per attempt of a job given up ambiguous, shared by its members."""
+        key = f"{job.key}#recheck"
+        looking = self._looks.get(key)
+        if looking is None:
+            looking = asyncio.ensure_future(self._poll(tool, job))
+            self._looks[key] = looking
             self._track(looking)
         return await asyncio.shield(looking)
 

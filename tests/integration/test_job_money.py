@@ -178,8 +178,18 @@ async def test_a_job_still_running_past_max_wait_is_ambiguous_and_never_resubmit
             assert polls >= 1
             later = await call_all(h.runner("L", run="run-2"))
             assert all(isinstance(r, CallAmbiguous) for r in later), later
+            # The job then finishes (and bills) at the provider; a run asked to retry
+            # ambiguous calls reads it first instead of paying for the batch again.
+            provider.configure(job_stuck={})
+            await asyncio.to_thread(
+                provider.wait_ledger,
+                lambda lg: lg["jobs_by_provider"]["fullenrich"].get("jobs_finished", 0) >= 1,
+            )
+            retried = await call_all(h.runner("T", run="run-3", retry_ambiguous=True))
+            assert all(isinstance(r, ToolResult) for r in retried), retried
         ledger = fullenrich_ledger(provider)
         assert ledger["job_submits"] == 1 and ledger.get("duplicate_submits", 0) == 0
+        assert credits_of(retried) == ledger["credits"]
     finally:
         provider.configure(job_stuck={})
 
