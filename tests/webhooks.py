@@ -98,8 +98,10 @@ async def open_job(
     provider: str = "lateco",
     waiters: tuple[str, ...] = (),
     members: int = 2,
+    job_id: str = "remote",
 ) -> Job:
-    """A submitted (``running``) job of ``tool_id`` with its job id recorded."""
+    """A submitted (``running``) job of ``tool_id`` with its job id recorded (the one
+    :func:`finished` names by default)."""
     key = f"{tool_id}#job:{uuid.uuid4().hex[:16]}"
     refs = [f"{tool_id}:{uuid.uuid4().hex[:12]}" for _ in range(members)]
     job = await jobs.open(
@@ -113,7 +115,7 @@ async def open_job(
         )
     )
     assert job.token
-    return await jobs.submitted(key, f"remote-{uuid.uuid4().hex[:8]}")
+    return await jobs.submitted(key, job_id)
 
 
 def body_bytes(body: Any) -> bytes:
@@ -129,9 +131,9 @@ def signed(raw: bytes, secret: str = SECRET) -> dict[str, str]:
     }
 
 
-def finished(rows: int = 2) -> dict[str, Any]:
+def finished(rows: int = 2, job_id: str = "remote") -> dict[str, Any]:
     return {
-        "enrichment_id": "remote",
+        "enrichment_id": job_id,
         "status": "FINISHED",
         "datas": [{"custom": {"row": i}, "contact": {"email": f"p{i}@x.co"}} for i in range(rows)],
     }

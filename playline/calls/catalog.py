@@ -220,8 +220,11 @@ class JobSpec(BaseModel):
     a 200 is ``running`` by the same rule. The members' results are at
     ``results_field``; with ``partial`` (and ``id_field``) members listed while the job
     runs land at once. A job running longer than ``max_wait_s`` fails its calls.
-    ``max_jobs_in_flight`` is the provider's queue; ``poll_pacing`` paces polls on
-    their own key (``<provider>:poll``).
+    ``max_jobs_in_flight`` is the provider's queue. Polls are requests to the same
+    account: they are paced with the submits, on the provider's key, so the two
+    together stay within its limit; only a provider that documents a separate limit
+    for status requests sets ``poll_pacing``, which paces polls on their own key
+    (``<provider>:poll``, see :func:`poll_pacing_key`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -235,6 +238,9 @@ class JobSpec(BaseModel):
     #: fixed fields of every member item (e.g. which fields to enrich)
     item: dict[str, Any] = Field(default_factory=dict)
     job_id: str
+    #: where a status answer (a poll's, a webhook's) names the job's id, when not at
+    #: ``job_id`` (FullEnrich: ``id``); set, a webhook body must name its job there
+    status_job_id: str | None = None
     status_method: Literal["GET", "POST"] = "GET"
     status_path: str
     state_field: str
@@ -252,7 +258,8 @@ class JobSpec(BaseModel):
     first_poll_s: float | None = Field(default=None, ge=0)
     max_wait_s: float = Field(default=3600.0, gt=0)
     max_jobs_in_flight: int | None = Field(default=None, ge=1)
-    poll_pacing: PacingPolicy = PacingPolicy()
+    #: a separate limit for status polls (unset: polls share the provider's limit)
+    poll_pacing: PacingPolicy | None = None
     webhook: WebhookSpec | None = None
 
     @model_validator(mode="after")
@@ -270,8 +277,13 @@ class JobSpec(BaseModel):
         return self.poll_interval_s if self.first_poll_s is None else self.first_poll_s
 
 
-def poll_pacing_key(provider: str) -> str:
-    """The pacing key of an asynchronous provider's status polls."""
+def poll_pacing_key(provider: str, job: JobSpec | None = None) -> str:
+    """The pacing key of an asynchronous provider's status polls: the provider's own
+    key (the submits'), since a limit per account counts every request, unless the
+    tool's ``job`` gives polls a limit of their own (``poll_pacing``): then
+    ``<provider>:poll``."""
+    if job is not None and job.poll_pacing is None:
+        return provider
     return f"{provider}:poll"
 
 
@@ -481,8 +493,8 @@ class Catalog(BaseModel):
                 for env in envs:
                     policies[key_pacing_key(name, env)] = spec.key_pacing or spec.pacing
         for tool in self.tools.values():
-            if tool.job is not None:
-                policies.setdefault(poll_pacing_key(tool.provider), tool.job.poll_pacing)
+            if tool.job is not None and tool.job.poll_pacing is not None:
+                policies.setdefault(poll_pacing_key(tool.provider, tool.job), tool.job.poll_pacing)
         return policies
 
     def pacing_keys(self, provider: str) -> list[str]:

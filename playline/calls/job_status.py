@@ -13,7 +13,16 @@ from typing import Any, Literal
 from playline.calls.catalog import JobSpec
 from playline.freshness import dig
 
-__all__ = ["MISSING", "Reading", "dig", "job_id_of", "member_results", "put", "read_state"]
+__all__ = [
+    "MISSING",
+    "Reading",
+    "dig",
+    "job_id_of",
+    "member_results",
+    "named_job_id",
+    "put",
+    "read_state",
+]
 
 #: A member whose result is not (yet) in the answer.
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
@@ -35,10 +44,20 @@ def put(target: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 def job_id_of(spec: JobSpec, answer: Any) -> str | None:
     """The job id in a submit's answer (a string), or ``None`` when it has none."""
-    value = dig(answer, spec.job_id)
+    return _id_at(answer, spec.job_id)
+
+
+def _id_at(answer: Any, path: str) -> str | None:
+    value = dig(answer, path)
     if value is None or isinstance(value, bool | dict | list) or value == "":
         return None
     return str(value)
+
+
+def named_job_id(spec: JobSpec, answer: Any) -> str | None:
+    """The job id a status answer (a poll's or a webhook's body) names itself by, at
+    ``status_job_id`` (else at ``job_id``); ``None`` when it names none."""
+    return _id_at(answer, spec.status_job_id or spec.job_id)
 
 
 def read_state(spec: JobSpec, answer: Any) -> tuple[Reading, str | None]:

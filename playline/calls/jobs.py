@@ -25,13 +25,21 @@ without holding a chunk's slot while the job runs:
 3. Re-run, the call finds its job: ``done`` (polled or delivered by webhook, by
    any worker) gives the member's result, which completes its receipt with what the
    tool's billing rule says it cost; ``running`` is polled when a poll is due (one
-   poll per job per attempt, paced on the provider's own poll key), and a job past
-   ``max_wait_s`` fails its calls with the reason; ``failed`` fails them.
-   Members a provider reports while the job runs (``partial``) land at once.
+   poll per job per attempt, paced as :func:`~playline.calls.catalog.poll_pacing_key`
+   says: on the submits' key unless the tool gives polls a limit of their own).
+   **A job's answer is read before it may be expired**: a job past ``max_wait_s`` is
+   polled then, and only when that poll still says it runs is it given up, as
+   *ambiguous* (it may still finish and bill: never submitted again without
+   ``retry_ambiguous``). A job that ended part way (``failed``, out of credits,
+   cancelled; or given up) completes each member whose result its status holds, by
+   the billing rule; only the others fail. Members a provider reports while the job
+   runs (``partial``) land at once.
 
 A provider's cap on jobs in flight (``max_jobs_in_flight``) is counted in the
-ledger: a submit that would exceed it is not sent, and its rows submit again when
-they are re-run.
+ledger, over the live jobs young enough to still be looked at (an orphan of an
+ended run holds no place): a submit that would exceed it is not sent, and its rows
+submit again when they are re-run. Only the caller that moves a job from
+``opened`` to ``sending`` (a compare-and-set) sends its submit.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from playline.calls.attempt import Attempt
 from playline.calls.bulk import batch_idempotency_key
 from playline.calls.catalog import JobSpec, ToolSpec, poll_pacing_key
 from playline.calls.dispatch import ClaimedCall, Request, Settled
-from playline.calls.job_status import MISSING, job_id_of, member_results, put, read_state
+from playline.calls.job_status import MISSING, dig, job_id_of, member_results, put, read_state
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
 from playline.calls.settle import SingleReceipt, settle
 from playline.errors import JobFailed, JobPending, ProviderError
@@ -62,6 +70,9 @@ logger = logging.getLogger("playline.jobs")
 
 #: A pending call is looked at again no sooner than this (seconds).
 MIN_RECHECK_S = 1.0
+#: How long past ``max_wait_s`` (and a poll interval) a live job still counts against
+#: ``max_jobs_in_flight`` (seconds): the time its last poll takes to be made and kept.
+LIVE_MARGIN_S = 60.0
 
 
 class JobSender:
@@ -138,6 +149,10 @@ class JobDispatcher:
         ref = member_ref(call.key, call.generation)
         found = await attempt.persist(self._jobs.jobs_of([ref]))
         job = found.get(ref)
+        if job is not None and job.state == "ambiguous" and self._submits_again(job):
+            # Given up unanswered (past max_wait_s) but the provider knows it: read it
+            # (it may have finished, and billed, since) before it is sent again.
+            job = await self._recheck(tool, job) if job.job_id is not None else job
         if job is None or self._submits_again(job):
             # In no job, or its last one (of an earlier run) ended without an answer:
             # it joins a submit, and its row leaves the chunk at once, so the submit
@@ -201,12 +216,20 @@ class JobDispatcher:
                     )
                 )
             return self._answered(tool, result)
+        if job.state in ("failed", "ambiguous") and job.status is not None:
+            # Ended part way (out of credits, cancelled, given up past max_wait_s): a
+            # member whose result the status holds was enriched, and billed; it
+            # completes with that result, by the billing rule. Only the others fail.
+            result = _result_part_way(spec, job, at)
+            if result is not MISSING:
+                return self._answered(tool, result)
         if job.state == "failed":
             reason = job.error or "the provider reported the job failed"
             return Failed(JobFailed(f"{tool.provider} job {job.job_id}: {reason}", tool_id=tool.id))
         if job.state == "ambiguous":
+            reason = job.error or "its submit was sent, no job id came back"
             err = ProviderError(
-                job.error or f"{tool.provider} job submit sent, no job id came back",
+                f"{tool.provider} job {job.job_id or job.key}: {reason}",
                 tool_id=tool.id,
                 may_have_charged=True,
             )
@@ -253,6 +276,16 @@ class JobDispatcher:
             self._track(looking)
         return await asyncio.shield(looking)
 
+    async def _recheck(self, tool: ToolSpec, job: Job) -> Job:
+        """One poll per attempt of a job given up ambiguous, shared by its members."""
+        key = f"{job.key}#recheck"
+        looking = self._looks.get(key)
+        if looking is None:
+            looking = asyncio.ensure_future(self._poll(tool, job))
+            self._looks[key] = looking
+            self._track(looking)
+        return await asyncio.shield(looking)
+
     def _fresh(self, tool: ToolSpec, looked: asyncio.Future[Job]) -> bool:
         """Whether a finished look is still the news (no poll is due since)."""
         if looked.cancelled() or looked.exception() is not None:
@@ -272,20 +305,25 @@ class JobDispatcher:
             reason = "the job's submit was sent and no job id came back (a crash or a cut)"
             return await self._record(job, "ambiguous", job.status, reason)
         await self._wait_on([job])
-        now = self._clock()
-        if job.submitted_at is not None and now - job.submitted_at > spec.max_wait_s:
-            return await self._expired(tool, job)
-        if _poll_due(spec, job) > now:
+        if _poll_due(spec, job) > self._clock() and not _overdue(spec, job, self._clock()):
             return job  # polled recently (by any worker): its answer is the news
+        # Due, or past ``max_wait_s``: a job is expired only by a poll made now that
+        # still says it runs (never by its age alone: a job looked at late may well be
+        # finished, and billed); see _poll.
         return await self._poll(tool, job)
 
     async def _expired(self, tool: ToolSpec, job: Job) -> Job:
+        """A poll made now still says the job runs, past ``max_wait_s``: it is given up
+        *ambiguous* (it may yet finish, and bill: never submitted again without
+        ``retry_ambiguous``; a late webhook may still finish it). Members whose results
+        its last status already holds complete with them (see _verdict)."""
         assert tool.job is not None
         state = read_state(tool.job, job.status)[0] if job.status is not None else "submitted"
         reason = (
-            f"did not finish within max_wait_s = {tool.job.max_wait_s:g} s (last state: {state})"
+            f"did not finish within max_wait_s = {tool.job.max_wait_s:g} s (last state: {state});"
+            " it may still finish and bill: not submitted again without retry_ambiguous"
         )
-        return await self._record(job, "failed", job.status, reason)
+        return await self._record(job, "ambiguous", job.status, reason)
 
     async def _poll(self, tool: ToolSpec, job: Job) -> Job:
         """Ask the provider for the job's status and keep the answer."""
@@ -301,14 +339,14 @@ class JobDispatcher:
                 {},
                 idempotency_key=batch_idempotency_key(f"{job.key}#poll"),
                 lease_keys=(),
-                pacing_key=poll_pacing_key(tool.provider),
+                pacing_key=poll_pacing_key(tool.provider, spec),
                 before_send=_nothing,
                 poll=True,
             )
         )
         if isinstance(outcome, Answered):
             state, reason = read_state(spec, outcome.data)
-            if state == "running" and self._clock() - (job.submitted_at or 0) > spec.max_wait_s:
+            if state == "running" and _overdue(spec, job, self._clock()):
                 job.status = outcome.data
                 return await self._expired(tool, job)
             return await self._record(job, state, outcome.data, reason)
@@ -381,7 +419,9 @@ class JobDispatcher:
         attempt = self._attempt
         try:
             if spec.max_jobs_in_flight is not None:
-                live = await attempt.persist(self._jobs.live(tool.provider))
+                live = await attempt.persist(
+                    self._jobs.live(tool.provider, max_age_s=_live_age_s(spec))
+                )
                 if live >= spec.max_jobs_in_flight:
                     logger.info("%s: %d jobs in flight, the queue's cap", tool.provider, live)
                     return  # nothing sent: the rows submit again when re-run
@@ -436,20 +476,34 @@ class JobDispatcher:
         spec = tool.job
         assert spec is not None
 
+        won = job.state == "sending"  # a re-send (resend_safe): already this caller's
+
         async def mark() -> None:
-            await attempt.persist(self._jobs.mark_submitting(job.key))
+            # A compare-and-set: only the caller that moves the job to ``sending`` sends
+            # (each retry of that caller's send passes here again and goes on).
+            nonlocal won
+            if not won:
+                won = await attempt.persist(self._jobs.mark_submitting(job.key))
+                if not won:
+                    raise _LostRace
 
         submit_tool = tool.model_copy(update={"method": job.request.get("method", tool.method)})
-        outcome = await self._sender.send(
-            Request(
-                submit_tool,
-                job.request["body"],
-                idempotency_key=batch_idempotency_key(job.key),
-                lease_keys=tuple(lease_keys),
-                path=job.request.get("path"),
-                before_send=mark,
+        try:
+            outcome = await self._sender.send(
+                Request(
+                    submit_tool,
+                    job.request["body"],
+                    idempotency_key=batch_idempotency_key(job.key),
+                    lease_keys=tuple(lease_keys),
+                    path=job.request.get("path"),
+                    before_send=mark,
+                )
             )
-        )
+        except _LostRace:
+            # Another caller marked it first and sends it: this one treats the job as
+            # ``sending`` (not sent from here) and reads what the ledger says now.
+            stored = await attempt.persist(self._jobs.get(job.key))
+            return stored if stored is not None else job
         if isinstance(outcome, Answered):
             job_id = job_id_of(spec, outcome.data)
             if job_id is None:
@@ -467,6 +521,40 @@ class JobDispatcher:
             return await self._record(job, "ambiguous", None, str(outcome.error))
         assert isinstance(outcome, Failed)
         return await self._record(job, "failed", None, str(outcome.error))
+
+
+def _result_part_way(spec: JobSpec, job: Job, at: int) -> Any:
+    """Member ``at``'s result in the last status of a job that ended without finishing
+    (``failed``/``ambiguous``), or :data:`MISSING`. Only where a result is unmistakably
+    that member's: matched by ``id_field``, or, in submit order, when the status lists
+    exactly one entry per member; an absent or null entry is MISSING (not known to be a
+    miss: the provider never said so)."""
+    count = len(job.members)
+    if spec.id_field is not None:
+        result = member_results(spec, job.status, count, done=False)[at]
+    elif isinstance(found := dig(job.status, spec.results_field), list) and len(found) == count:
+        result = found[at]
+    else:
+        return MISSING
+    return MISSING if result is None else result
+
+
+def _live_age_s(spec: JobSpec) -> float:
+    """The oldest a live job may be and still count against ``max_jobs_in_flight``: a
+    job whose rows still look at it is polled, and expired (or read), by then; one
+    older is an orphan (its run ended with it in flight) and holds no place. (Were it
+    still queued at the provider, the provider's own cap answers 429: nothing is
+    charged, the rows park and submit again.)"""
+    return spec.first_poll + spec.max_wait_s + spec.poll_interval_s + LIVE_MARGIN_S
+
+
+def _overdue(spec: JobSpec, job: Job, now: float) -> bool:
+    """Whether a running job is past its longest wait (``max_wait_s`` after its submit)."""
+    return job.submitted_at is not None and now - job.submitted_at > spec.max_wait_s
+
+
+class _LostRace(Exception):
+    """Another caller moved the job to ``sending`` first (:meth:`JobStore.mark_submitting`)."""
 
 
 def _poll_due(spec: JobSpec, job: Job) -> float:

@@ -134,9 +134,13 @@ class JobStore(Protocol):
         indexes the members) and the other gets its job."""
         ...
 
-    async def mark_submitting(self, key: str) -> None:
-        """``opened`` -> ``sending``, just before the submit is sent (a job in any
-        other state is left as it is). :class:`UnknownJob` if there is no such job."""
+    async def mark_submitting(self, key: str) -> bool:
+        """``opened`` -> ``sending``, just before the submit is sent: a compare-and-set.
+
+        True when this caller moved the job to ``sending`` (it, and only it, sends the
+        submit); False when the job was in any other state, left as it is (another
+        caller won, or it is past sending: the loser treats it as ``sending`` and does
+        not send). :class:`UnknownJob` if there is no such job."""
         ...
 
     async def submitted(self, key: str, job_id: str) -> Job:
@@ -189,8 +193,12 @@ class JobStore(Protocol):
         body). True the first time; False for a duplicate delivery."""
         ...
 
-    async def live(self, provider: str) -> int:
-        """How many of ``provider``'s jobs are live (opened, sending or running)."""
+    async def live(self, provider: str, *, max_age_s: float | None = None) -> int:
+        """How many of ``provider``'s jobs are live (opened, sending or running); with
+        ``max_age_s``, only those opened at most that long ago (the store's clock): a
+        live job older than its longest wait is one whose rows are gone (a run ended
+        with it in flight), not one the provider still queues, so it must not hold
+        a place in ``max_jobs_in_flight`` for ever."""
         ...
 
     async def counts(self, waiter: str | None = None) -> list[JobCounts]:

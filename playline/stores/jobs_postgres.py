@@ -150,18 +150,23 @@ class PostgresJobStore:
 
         return await self._db.transaction(tx)
 
-    async def mark_submitting(self, key: str) -> None:
+    async def mark_submitting(self, key: str) -> bool:
         await self._ready()
 
-        async def tx(conn: _Conn) -> None:
+        async def tx(conn: _Conn) -> bool:
+            # One row updated under its row lock: of two callers, the second waits for
+            # the first's commit, then finds the job no longer ``opened`` (0 rows).
             cur = await conn.execute(
                 "UPDATE playline_jobs SET state = 'sending' WHERE key = %s AND state = 'opened'",
                 [key],
             )
-            if not cur.rowcount and await _job(conn, key) is None:
+            if cur.rowcount:
+                return True
+            if await _job(conn, key) is None:
                 raise unknown_job(key)
+            return False
 
-        await self._db.transaction(tx)
+        return await self._db.transaction(tx)
 
     async def submitted(self, key: str, job_id: str) -> Job:
         await self._ready()
@@ -262,11 +267,14 @@ class PostgresJobStore:
             row = await cur.fetchone()
         return None if row is None else job_from_row(row)
 
-    async def live(self, provider: str) -> int:
+    async def live(self, provider: str, *, max_age_s: float | None = None) -> int:
         await self._ready()
         async with self._db.connection() as conn:
+            since = float("-inf") if max_age_s is None else await self._now(conn) - max_age_s
             cur = await conn.execute(
-                f"SELECT count(*) FROM playline_jobs WHERE provider = %s AND {_LIVE}", [provider]
+                f"SELECT count(*) FROM playline_jobs WHERE provider = %s AND {_LIVE}"
+                " AND opened_at >= %s",
+                [provider, since],
             )
             row = await cur.fetchone()
         assert row is not None

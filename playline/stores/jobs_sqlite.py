@@ -152,15 +152,17 @@ class SqliteJobStore:
 
         return await (await self._database()).write(tx)
 
-    async def mark_submitting(self, key: str) -> None:
-        def tx(conn: sqlite3.Connection) -> None:
+    async def mark_submitting(self, key: str) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
             if _job(conn, key) is None:
                 raise unknown_job(key)
-            conn.execute(
-                "UPDATE jobs SET state = 'sending' WHERE key = ? AND state = 'opened'", (key,)
+            return bool(
+                conn.execute(
+                    "UPDATE jobs SET state = 'sending' WHERE key = ? AND state = 'opened'", (key,)
+                ).rowcount
             )
 
-        await (await self._database()).write(tx)
+        return await (await self._database()).write(tx)
 
     async def submitted(self, key: str, job_id: str) -> Job:
         now = self._clock()
@@ -282,10 +284,13 @@ class SqliteJobStore:
 
         return await (await self._database()).read(read)
 
-    async def live(self, provider: str) -> int:
+    async def live(self, provider: str, *, max_age_s: float | None = None) -> int:
+        since = float("-inf") if max_age_s is None else self._clock() - max_age_s
+
         def read(conn: sqlite3.Connection) -> int:
             row = conn.execute(
-                f"SELECT count(*) FROM jobs WHERE provider = ? AND {_LIVE}", (provider,)
+                f"SELECT count(*) FROM jobs WHERE provider = ? AND {_LIVE} AND opened_at >= ?",
+                (provider, since),
             ).fetchone()
             return int(row[0])
 

@@ -11,7 +11,11 @@ order:
    receiver's environment (``500`` naming the variable otherwise);
 3. the body is read (at most :data:`MAX_BODY_BYTES`, else ``413``), its signature
    checked in constant time (``401``), and parsed as JSON (``400``);
-4. :func:`~playline.calls.job_status.read_state` says what the body means (done,
+4. the body must be this job's: the job id it names (the tool's ``status_job_id``,
+   else ``job_id``) must be the job's, and a tool whose bodies name their job must
+   name it (``409``, nothing recorded: a body captured for another job, even validly
+   signed with the account's key, is refused); then
+   :func:`~playline.calls.job_status.read_state` says what the body means (done,
    running, failed), with the same rule as a poll's answer;
 5. providers send no delivery id, so a delivery is de-duplicated by its job and the
    digest of its state and canonical body (:meth:`JobStore.record_delivery`): a
@@ -46,8 +50,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from playline.calls.catalog import Catalog, ToolSpec
-from playline.calls.job_status import Reading, read_state
+from playline.calls.catalog import Catalog, JobSpec, ToolSpec
+from playline.calls.job_status import Reading, named_job_id, read_state
 from playline.config import Settings
 from playline.errors import UnknownJob
 from playline.stores.jobs import JobState, JobStore
@@ -119,6 +123,21 @@ async def _read_body(request: Request, limit: int) -> bytes:
         if len(body) > limit:
             raise _TooLarge
     return bytes(body)
+
+
+def _names_another_job(spec: JobSpec, body: Any, job_id: str | None) -> str | None:
+    """Why a delivery's body is not this job's (None: it may be): the job id it names
+    (:func:`named_job_id`) must be the job's; a tool whose bodies name their job
+    (``status_job_id``) must name it. (The URL's token names a job, the signature only
+    the account: a body captured for another job, validly signed, is refused here.)"""
+    named = named_job_id(spec, body)
+    if named is None:
+        if spec.status_job_id is not None:
+            return "the body names no job"
+        return None
+    if job_id is None or named != job_id:
+        return "the body names another job than this URL's"
+    return None
 
 
 def _reject_constant(name: str) -> Any:
@@ -209,6 +228,10 @@ def webhook_app(
         except (ValueError, RecursionError):
             return _error("the body is not JSON", 400)
 
+        refused = _names_another_job(spec, body, job.job_id)
+        if refused is not None:
+            logger.warning("webhook: job %s: a delivery was refused: %s", job.key, refused)
+            return _error(refused, 409)
         reading, reason = read_state(spec, body)
         state = _STATES[reading]
         try:

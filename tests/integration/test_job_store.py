@@ -320,6 +320,33 @@ async def test_live_counts_the_providers_jobs_in_flight(jobs: JobStore) -> None:
     assert await jobs.live("mailfox") == 0
 
 
+async def test_live_leaves_out_jobs_older_than_the_longest_wait(
+    jobs: JobStore, clock: Clock
+) -> None:
+    """G8: with ``max_age_s``, live jobs opened longer ago than that (orphans of ended
+    runs) are not counted against the provider's jobs in flight."""
+    clock.now = 1_000.0
+    old = [(await jobs.open(_job(f"t#job:old{n}", [f"r:old{n}"]))).key for n in range(3)]
+    await jobs.submitted(old[0], "J-old")
+    clock.now = 9_000.0
+    await jobs.open(_job("t#job:new", ["r:new"]))
+    clock.now = 9_050.0
+    assert await jobs.live("acme") == 4
+    assert await jobs.live("acme", max_age_s=100.0) == 1
+    assert await jobs.live("acme", max_age_s=10_000.0) == 4
+
+
+async def test_mark_submitting_is_a_compare_and_set(jobs: JobStore) -> None:
+    """G13: of callers racing to mark one opened job ``sending``, exactly one wins."""
+    job = await jobs.open(_job())
+    won = await asyncio.gather(*(jobs.mark_submitting(job.key) for _ in range(6)))
+    assert sorted(won) == [False] * 5 + [True]
+    assert (await _stored(jobs, job.key)).state == "sending"
+    assert await jobs.mark_submitting(job.key) is False  # sending: nobody else wins
+    await jobs.submitted(job.key, "J-1")
+    assert await jobs.mark_submitting(job.key) is False  # running: left as it is
+
+
 async def test_counts_per_provider_with_a_waiter_filter(jobs: JobStore, clock: Clock) -> None:
     assert await jobs.counts() == []
     clock.now = 100.0

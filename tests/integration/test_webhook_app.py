@@ -12,9 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+from playline.calls.catalog import Catalog
 from playline.stores.jobs import Job, JobStore
 from playline.stores.jobs_sqlite import SqliteJobStore
-from playline.webhook import webhook_app
+from playline.webhook import sign, webhook_app
 from tests.webhooks import (
     SECRET,
     SECRET_ENV,
@@ -335,3 +336,95 @@ async def test_health_and_logs_that_hold_no_secret(
     assert job.key in logged
     for secret in (job.token, SECRET, signed(raw)[SIGNATURE_HEADER], marker):
         assert secret not in logged
+
+
+# ------------------------------------------------- G16: the body must be the URL's job
+
+
+def _fullenrich_body(job_id: str, email: str) -> dict[str, Any]:
+    """A FullEnrich finished job's webhook body, in the provider's shape (``id``)."""
+    return {
+        "id": job_id,
+        "name": "playline",
+        "status": "FINISHED",
+        "datas": [
+            {"custom": {"playline_id": "0"}, "contact": {"most_probable_email": email}},
+        ],
+        "cost": {"credits": 1},
+    }
+
+
+async def test_a_signed_fullenrich_body_of_another_job_is_refused_and_nothing_recorded(
+    jobs: SqliteJobStore, notified: Notified
+) -> None:
+    """G16: job A's body, validly signed with the account's key (FullEnrich signs with
+    the API key), posted to job B's URL is refused; B's own body then lands."""
+    key = "fullenrich-account-key"
+    preset = Catalog.model_validate({"include": ["fullenrich"]})
+    job_a = await open_job(
+        jobs, tool_id="fullenrich_contact", provider="fullenrich", members=1, job_id="E-A"
+    )
+    job_b = await open_job(
+        jobs,
+        tool_id="fullenrich_contact",
+        provider="fullenrich",
+        members=1,
+        job_id="E-B",
+        waiters=("run-b",),
+    )
+    app = webhook_app(jobs, preset, notified, {"FULLENRICH_API_KEY": key})
+
+    def fullenrich_signed(raw: bytes) -> dict[str, str]:
+        return {"X-Signature-SHA1": sign("hmac-sha1", key.encode(), raw)}
+
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://hooks"
+    ) as client:
+        raw_a = body_bytes(_fullenrich_body("E-A", "someone.else@a.example"))
+        crossed = await post(client, job_b, raw_a, headers=fullenrich_signed(raw_a))
+        no_id = {k: v for k, v in _fullenrich_body("E-B", "b@b.example").items() if k != "id"}
+        raw_none = body_bytes(no_id)
+        unnamed = await post(client, job_b, raw_none, headers=fullenrich_signed(raw_none))
+        assert (crossed.status_code, unnamed.status_code) == (409, 409), crossed.text
+        assert "another job" in crossed.json()["error"]
+        stored = await jobs.get(job_b.key)
+        assert stored is not None
+        assert (stored.state, stored.status, stored.polled_at) == ("running", None, None)
+        assert notified.calls == []
+        # Nothing was recorded: A's body to A's URL, and B's own body, are first deliveries.
+        assert (await post(client, job_a, raw_a, headers=fullenrich_signed(raw_a))).json() == {
+            "ok": True
+        }
+        raw_b = body_bytes(_fullenrich_body("E-B", "b@b.example"))
+        answer = await post(client, job_b, raw_b, headers=fullenrich_signed(raw_b))
+    assert answer.json() == {"ok": True}
+    stored = await jobs.get(job_b.key)
+    assert stored is not None
+    assert stored.state == "done"
+    assert stored.status["datas"][0]["contact"]["most_probable_email"] == "b@b.example"
+    assert notified.calls == ["run-b"]
+
+
+async def test_an_unsigned_body_naming_another_job_is_refused(
+    jobs: SqliteJobStore, notified: Notified
+) -> None:
+    """G16, unsigned (the URL's token its only secret): a body naming another job id is
+    refused and nothing recorded; a body that names none is the token's job's."""
+    job = await open_job(
+        jobs, tool_id="plain_enrich", provider="plainco", waiters=("run-p",), job_id="R-1"
+    )
+    other = {"success": True, "request_id": "R-2", "data": [{"email": "x@other.example"}]}
+    own = {"success": True, "request_id": "R-1", "data": [{"email": "a@x.co"}]}
+    async with http(jobs, notified, environ={}) as client:
+        refused = await post(client, job, other, headers={})
+        assert refused.status_code == 409
+        stored = await jobs.get(job.key)
+        assert stored is not None
+        assert (stored.state, stored.status) == ("running", None)
+        assert notified.calls == []
+        answer = await post(client, job, own, headers={})
+    assert answer.json() == {"ok": True}
+    stored = await jobs.get(job.key)
+    assert stored is not None
+    assert (stored.state, stored.status) == ("done", own)
+    assert notified.calls == ["run-p"]
