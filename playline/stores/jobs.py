@@ -206,6 +206,17 @@ class JobStore(Protocol):
         every job, or only of those ``waiter`` (a dataset run's workflow id) waits on."""
         ...
 
+    async def unread(self, waiters: Sequence[str]) -> list[str]:
+        """Jobs the dataset runs ``waiters`` waited on that are still live at the
+        provider (it bills them when they finish; nobody has read them): one line each,
+        ``"<provider> job <id>: <state>"`` (a run's audit)."""
+        ...
+
+    async def submitted_twice(self, waiters: Sequence[str]) -> list[str]:
+        """Members of the jobs ``waiters`` waited on that were submitted in more than one
+        job the provider took (neither failed nor never sent): a run's audit."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -304,6 +304,39 @@ class PostgresJobStore:
             for provider, pending, done, failed, oldest in rows
         ]
 
+    async def unread(self, waiters: Sequence[str]) -> list[str]:
+        if not waiters:
+            return []
+        await self._ready()
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT DISTINCT provider, coalesce(job_id, key), state FROM playline_jobs"
+                " JOIN playline_job_waiters AS w ON w.job = playline_jobs.key"
+                " WHERE w.workflow_id = ANY(%s::text[]) AND state IN ('sending', 'running')"
+                " ORDER BY 1, 2",
+                [list(waiters)],
+            )
+            rows = await cur.fetchall()
+        return [f"{provider} job {job}: {state}" for provider, job, state in rows]
+
+    async def submitted_twice(self, waiters: Sequence[str]) -> list[str]:
+        if not waiters:
+            return []
+        await self._ready()
+        async with self._db.connection() as conn:
+            cur = await conn.execute(
+                "SELECT m.member FROM playline_job_members AS m"
+                " JOIN playline_jobs AS j ON j.key = m.job"
+                " WHERE j.state NOT IN ('opened', 'failed') AND m.member IN ("
+                " SELECT m2.member FROM playline_job_members AS m2"
+                " JOIN playline_job_waiters AS w ON w.job = m2.job"
+                " WHERE w.workflow_id = ANY(%s::text[]))"
+                " GROUP BY m.member HAVING count(DISTINCT m.job) > 1 ORDER BY m.member",
+                [list(waiters)],
+            )
+            rows = await cur.fetchall()
+        return [row[0] for row in rows]
+
     async def close(self) -> None:
         """Nothing of its own to close: the database is the stores' (closed with them)."""
 

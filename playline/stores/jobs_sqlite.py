@@ -318,6 +318,35 @@ class SqliteJobStore:
 
         return await (await self._database()).read(read)
 
+    async def unread(self, waiters: Sequence[str]) -> list[str]:
+        def read(conn: sqlite3.Connection) -> list[str]:
+            marks = ",".join("?" * len(waiters))
+            rows = conn.execute(
+                "SELECT DISTINCT provider, coalesce(job_id, key), state FROM jobs"
+                " JOIN job_waiters AS w ON w.job = jobs.key"
+                f" WHERE w.workflow_id IN ({marks}) AND state IN ('sending', 'running')"
+                " ORDER BY 1, 2",
+                list(waiters),
+            )
+            return [f"{provider} job {job}: {state}" for provider, job, state in rows]
+
+        return await (await self._database()).read(read) if waiters else []
+
+    async def submitted_twice(self, waiters: Sequence[str]) -> list[str]:
+        def read(conn: sqlite3.Connection) -> list[str]:
+            marks = ",".join("?" * len(waiters))
+            rows = conn.execute(
+                "SELECT m.member FROM job_members AS m JOIN jobs AS j ON j.key = m.job"
+                f" WHERE j.state NOT IN ('opened', 'failed') AND m.member IN ("
+                " SELECT m2.member FROM job_members AS m2 JOIN job_waiters AS w"
+                f" ON w.job = m2.job WHERE w.workflow_id IN ({marks}))"
+                " GROUP BY m.member HAVING count(DISTINCT m.job) > 1 ORDER BY m.member",
+                list(waiters),
+            )
+            return [row[0] for row in rows]
+
+        return await (await self._database()).read(read) if waiters else []
+
     async def close(self) -> None:
         async with self._opening:
             if self._db is not None:
