@@ -201,6 +201,27 @@ class DatasetRunWorkflow:
                 self._refreshed_at = self._launched
             self._launch(input)
             self._show()
+            if (
+                not pending
+                and work.holding is not None
+                and work.parking is not None
+                and not self._cancelling
+                and workflow.patched("parked-before-budget")
+            ):
+                # Rows parked on a job or a quota hold reservations the held rows may be
+                # waiting for: wait for the parked rows first, never for a raise.
+                work.holding = None
+            if (
+                not pending
+                and work.holding is None
+                and work.parking is None
+                and work.held
+                and not self._cancelling
+            ):
+                # Held while parked rows held reservations: those settled, run them again.
+                work.redo, work.held = [*work.redo, *work.held], []
+                self._resumed += 1
+                continue
             if not pending and work.holding is not None and not self._cancelling:
                 # Everything in flight settled: wait, durably, for more budget.
                 try:

@@ -393,3 +393,60 @@ async def test_a_budget_caps_async_jobs_and_the_spend_is_the_providers_bill(
     assert of(ledger, "duplicate_submits") == 0
     spend = await spend_of(home, result)
     assert spend.by_provider["fullenrich"] == pytest.approx(billed)
+
+
+async def _budget_waiting(handle: Any, timeout_s: float) -> Any:
+    """The play's state once its dataset run waits for budget (None: it completed)."""
+    from playline.contract import PlayState
+
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        state = await handle.query("state", result_type=PlayState)
+        if state.budget_wait and state.status == "waiting":
+            return state
+        if state.status in ("completed", "failed", "cancelled"):
+            return None
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"neither completed nor waiting for budget: {state}")
+
+
+async def test_rows_parked_on_jobs_are_read_before_a_budget_wait_and_it_waits_only_when_spent(
+    client, jobs_provider, worker, task_queue, home, tmp_path
+) -> None:
+    # 20 rows reserve the cap and submit; the other 40 meet a budget full of the parked
+    # rows' reservations. The run reads the jobs first (settling them), re-runs the held
+    # rows, and waits for a raise only once what is spent leaves no room.
+    import re
+
+    from playline.contract import BudgetChange
+
+    csv_path = leads(tmp_path, 60)
+    play_id = f"t_async-budget-{uuid.uuid4().hex[:8]}"
+    async with worker(catalog_path=str(catalog(tmp_path))):
+        handle = await client.start_workflow(
+            "t_async",
+            args=[{"csv_path": str(csv_path)}, RunOptions(max_credits=20)],
+            id=play_id,
+            task_queue=task_queue,
+            result_type=PlayRunResult,
+        )
+        state = await _budget_waiting(handle, 300)
+        if state is not None:
+            said = re.match(r"budget: ([\d.]+) of 20 credits spent", state.budget_wait)
+            assert said, state.budget_wait
+            # Honest: what is spent leaves no room for one more row (worst case 1).
+            assert float(said.group(1)) + 1 > 20 + 1e-9, state.budget_wait
+            ledger = jobs_provider.ledger()
+            assert ledger["credits_by_provider"]["fullenrich"] == pytest.approx(
+                float(said.group(1))
+            )
+            await handle.execute_update("budget", BudgetChange(add=100))
+        result = await asyncio.wait_for(handle.result(), 240)
+    ledger = jobs_provider.ledger()
+    # Every row read its job's answer: none left unread, nothing submitted twice.
+    assert result.stats.rows_ok == 60 and result.stats.rows_failed == 0
+    assert_submitted_once(ledger, 60)
+    billed = ledger["credits_by_provider"]["fullenrich"]
+    assert result.stats.credits == pytest.approx(billed)
+    spend = await spend_of(home, result)
+    assert spend.by_provider["fullenrich"] == pytest.approx(billed)
