@@ -450,3 +450,38 @@ async def test_rows_parked_on_jobs_are_read_before_a_budget_wait_and_it_waits_on
     assert result.stats.credits == pytest.approx(billed)
     spend = await spend_of(home, result)
     assert spend.by_provider["fullenrich"] == pytest.approx(billed)
+
+
+async def test_a_job_step_in_a_waterfall_parks_the_row_and_the_next_step_pays_only_for_misses(
+    client, jobs_provider, worker, task_queue, home, tmp_path
+) -> None:
+    from tests.e2e.test_waterfalls import _provenance
+
+    csv_path = leads(tmp_path, 20)
+    async with worker(catalog_path=str(catalog(tmp_path))):
+        result = await run(
+            client,
+            "t_async_waterfall",
+            {"csv_path": str(csv_path)},
+            task_queue=task_queue,
+            timeout_s=180,
+        )
+    ledger = jobs_provider.ledger()
+    assert result.stats.rows_ok == 20 and result.stats.rows_failed == 0
+    rows, spend = await _provenance(home, result.datasets[0].run_ref)
+    first = [row["email"]["steps"][0] for row in rows]
+    # The job step answered from its job (read, not skipped as "unavailable")...
+    assert {step["outcome"] for step in first} <= {"hit", "no_match"}, first
+    assert all(step["tool"] == "fullenrich_contact" for step in first)
+    assert_submitted_once(ledger, 20)
+    # ...and the second provider was asked only for the rows the first missed.
+    missed = sum(step["outcome"] == "no_match" for step in first)
+    assert of(ledger, "job_members", "dropcontact") == missed, ledger
+    for row in rows:
+        steps = row["email"]["steps"]
+        assert len(steps) == (2 if steps[0]["outcome"] == "no_match" else 1), steps
+    billed = ledger["credits_by_provider"]
+    assert sum(step["credits"] for step in first) == pytest.approx(billed["fullenrich"])
+    for vendor in ("fullenrich", "dropcontact"):
+        assert spend.by_provider.get(vendor, 0.0) == pytest.approx(billed.get(vendor, 0.0))
+    assert result.stats.credits == pytest.approx(sum(billed.values()))
