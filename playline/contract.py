@@ -469,6 +469,9 @@ class ToolCallInput(BaseModel):
     force: bool = False
     stale_after_seconds: float | None = None
     options: RunOptions
+    #: the call this one looks at again after its job was pending (``JobPending``'s
+    #: details say it): the first call's force token, so its job counts as this run's
+    call_token: str | None = None
 
 
 class WaterfallCallInput(BaseModel):
@@ -477,6 +480,23 @@ class WaterfallCallInput(BaseModel):
     name: str
     input: dict[str, Any]
     options: RunOptions
+    #: as ``ToolCallInput.call_token``
+    call_token: str | None = None
+
+
+#: The type of the error a scalar call (``ctx.tool``, ``ctx.waterfall``) fails with while
+#: its provider job runs; its details are one :class:`JobPendingDetails`.
+JOB_PENDING_ERROR = "JobPending"
+
+
+class JobPendingDetails(BaseModel):
+    """What a scalar call's ``JobPending`` failure tells its workflow: when to call again
+    (epoch seconds) and the token that makes the next call the same call."""
+
+    resume_at: float
+    call_token: str
+    provider: str = ""
+    job_id: str | None = None
 
 
 class StepInput(BaseModel):

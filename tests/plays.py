@@ -362,8 +362,8 @@ async def t_async_waterfall(ctx: PlayContext, input: AsyncInput) -> None:
 
 
 class AsyncScalarOutput(BaseModel):
-    email: Any = None
-    found: dict[str, Any] = Field(default_factory=dict)
+    found: Any = None
+    waterfall: dict[str, Any] | None = None
 
 
 @play(name="t_async_scalar")
@@ -372,7 +372,7 @@ async def t_async_scalar(ctx: PlayContext, input: AsyncInput) -> AsyncScalarOutp
     answer = await ctx.tool(
         "fullenrich_contact", {"firstname": "Ada", "lastname": "Lovelace", "domain": "co1.example"}
     )
-    return AsyncScalarOutput(email=(answer.get("data") or {}).get("contact"), found=answer)
+    return AsyncScalarOutput(found=answer)
 
 
 # -- helpers for the test modules (never called by a workflow) -------------

@@ -485,3 +485,23 @@ async def test_a_job_step_in_a_waterfall_parks_the_row_and_the_next_step_pays_on
     for vendor in ("fullenrich", "dropcontact"):
         assert spend.by_provider.get(vendor, 0.0) == pytest.approx(billed.get(vendor, 0.0))
     assert result.stats.credits == pytest.approx(sum(billed.values()))
+
+
+async def test_ctx_tool_on_a_job_tool_waits_for_the_job_and_returns_its_answer(
+    client, jobs_provider, worker, task_queue, tmp_path
+) -> None:
+    # The job runs for longer than the scalar call's retries last (1+2+4+8 s): the play
+    # waits on durable timers and calls again until the job's answer is read.
+    jobs_provider.configure(job_latency_s={"fullenrich": [18.0, 20.0]})
+    async with worker(catalog_path=str(catalog(tmp_path, poll=2.0, first_poll=2.0))):
+        result = await run(
+            client, "t_async_scalar", {"csv_path": "-"}, task_queue=task_queue, timeout_s=120
+        )
+    ledger = jobs_provider.ledger()
+    found = result.output["found"]
+    assert isinstance(found, dict) and "contact" in found, found
+    assert_submitted_once(ledger, 1)
+    assert of(ledger, "jobs_finished") == 1
+    # Polled at the job's pace, not in a loop: about one poll per 2 s of the job's run.
+    assert 1 <= of(ledger, "polls") <= 20, ledger
+    assert ledger["credits_by_provider"].get("fullenrich", 0.0) <= 1.0
