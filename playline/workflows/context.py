@@ -178,7 +178,7 @@ class PlayContext:
             prepared=prepared,
             columns=columns,
             on_row_error=on_row_error,
-            options=self.options,
+            options=self._bounded_options(),
             control=self.controls.dispatch,
             source_path=self._sources.get(source.id),
         )
@@ -469,6 +469,15 @@ class PlayContext:
         self.stats.add(ChunkStats(estimate=estimated.estimate))
         return estimated.data
 
+    def _bounded_options(self) -> RunOptions:
+        """The options a dataset run gets: a bound on budget waits (``budget_wait_s``, a
+        scheduled firing's interval) becomes the time it ends, from the play's start."""
+        options = self.options
+        if options.budget_wait_s is None or options.budget_wait_until is not None:
+            return options
+        until = workflow.info().start_time + timedelta(seconds=options.budget_wait_s)
+        return options.model_copy(update={"budget_wait_until": until})
+
     def _priority(self) -> Priority:
         """Temporal's priority of this play's dataset runs and paid (or estimated) calls:
         the key, weight and class the governor paces them by (see
@@ -494,6 +503,9 @@ class PlayContext:
         """The dataset run in flight reported its progress (``playline.progress``)."""
         if self.state.current_child_id is None:
             return  # a late report of a run already accounted for
+        current = self.state.current
+        if current is not None and report.seq and current.seq > report.seq:
+            return  # two reports sent at once arrived in the other order: keep the later
         self.state.current = report
         self.state.budget_wait = report.budget_wait
         self.publish()
