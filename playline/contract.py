@@ -78,6 +78,13 @@ class RunOptions(BaseModel):
     #: When a budget is reached: ``wait`` (rows left pending, the run waits durably for
     #: ``playline runs budget ID --add N``) or ``stop`` (rows skipped, the play completes).
     on_budget: OnBudget = "wait"
+    #: How long a budget wait may last, from the play run's start (a scheduled firing
+    #: sets it to its schedule's interval, less a margin: the wait ends before the next
+    #: firing). Past it the held rows are skipped as with ``on_budget="stop"`` and the
+    #: run ends. None: a wait lasts until the budget is raised (or its period ends).
+    budget_wait_s: float | None = Field(default=None, gt=0)
+    #: When that wait ends (the play sets it from ``budget_wait_s``); leave it unset.
+    budget_wait_until: datetime | None = None
     #: The play run whose budget the calls draw on: set by the play itself (its run id);
     #: leave it unset.
     budget_run: str | None = None
@@ -424,6 +431,8 @@ class DatasetRunInput(BaseModel):
     source_path: str | None = None
     #: the work still to do, carried across continue-as-new (None: ``[offset, admitted)``)
     outstanding: Outstanding | None = None
+    #: progress reports sent so far (their ``seq`` goes on across continue-as-new)
+    reports_sent: int = 0
 
 
 class FinalizeInput(BaseModel):
@@ -469,6 +478,9 @@ class ToolCallInput(BaseModel):
     force: bool = False
     stale_after_seconds: float | None = None
     options: RunOptions
+    #: the call this one looks at again after its job was pending (``JobPending``'s
+    #: details say it): the first call's force token, so its job counts as this run's
+    call_token: str | None = None
 
 
 class WaterfallCallInput(BaseModel):
@@ -477,6 +489,23 @@ class WaterfallCallInput(BaseModel):
     name: str
     input: dict[str, Any]
     options: RunOptions
+    #: as ``ToolCallInput.call_token``
+    call_token: str | None = None
+
+
+#: The type of the error a scalar call (``ctx.tool``, ``ctx.waterfall``) fails with while
+#: its provider job runs; its details are one :class:`JobPendingDetails`.
+JOB_PENDING_ERROR = "JobPending"
+
+
+class JobPendingDetails(BaseModel):
+    """What a scalar call's ``JobPending`` failure tells its workflow: when to call again
+    (epoch seconds) and the token that makes the next call the same call."""
+
+    resume_at: float
+    call_token: str
+    provider: str = ""
+    job_id: str | None = None
 
 
 class StepInput(BaseModel):

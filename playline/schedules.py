@@ -23,6 +23,11 @@ Defaults and why:
   skip (counted as skipped), never two runs of one play over the same rows;
 * ``pause_on_failure=True``: a firing that failed (the input file gone, a key
   revoked) pauses the schedule with Temporal's note instead of failing every week;
+* a firing's budget wait ends before the next firing at the latest: its options carry
+  ``budget_wait_s``, the shortest gap between firings less a margin (a tenth of it, at
+  most 5 minutes); past it the firing skips the rows its budget cannot cover (as with
+  ``on_budget="stop"``) and ends, so the next firing is never skipped for it, and
+  ``describe`` says "waiting for budget until ..." while it waits;
 * ``catchup_window=10 minutes``: after Temporal was unavailable, a firing missed by
   less than that still runs; older ones are dropped (the next firing re-runs the
   play anyway), so an outage never releases a burst of paid runs. Temporal's own
@@ -34,9 +39,10 @@ Errors are one-line ``PlaylineError`` s (``InvalidPlayInput`` for a bad input).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from collections.abc import AsyncIterator, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -54,13 +60,15 @@ from temporalio.client import (
     SchedulePolicy,
     ScheduleSpec,
     ScheduleState,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from playline import search_attributes as sa
 from playline.client import DEFAULT_TASK_QUEUE, _validated
-from playline.contract import RunOptions
+from playline.contract import PlayState, RunOptions
 from playline.errors import PlaylineError
 from playline.freshness import DurationLike, parse_duration
 from playline.workflows.play import PlayWorkflow
@@ -104,6 +112,10 @@ OVERLAP_POLICIES: dict[str, ScheduleOverlapPolicy] = {
     "terminate_other": ScheduleOverlapPolicy.TERMINATE_OTHER,
 }
 _OVERLAP_NAMES = {policy: name for name, policy in OVERLAP_POLICIES.items()}
+#: A firing's budget wait ends this far before the next firing (at most)...
+BUDGET_WAIT_MARGIN = timedelta(minutes=5)
+#: ...and at most this fraction of the gap between firings.
+BUDGET_WAIT_MARGIN_PART = 0.1
 #: Schedule names: they are also the firings' workflow id prefix and go in UI links.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -144,6 +156,9 @@ class ScheduleView(BaseModel):
     recent_actions: list[ScheduleFiring] = Field(default_factory=list)
     #: workflow ids of the firings running now
     running: list[str] = Field(default_factory=list)
+    #: running firings that wait for budget: ``{workflow id: what it says}``, with
+    #: "waiting for budget until <next firing>"
+    budget_waits: dict[str, str] = Field(default_factory=dict)
     num_actions: int = 0
     num_actions_skipped_overlap: int = 0
     num_actions_missed_catchup_window: int = 0
@@ -208,12 +223,24 @@ def overlap_policy(overlap: str) -> ScheduleOverlapPolicy:
     return policy
 
 
-def scheduled_options(name: str, options: RunOptions | None) -> RunOptions:
+def scheduled_options(
+    name: str, options: RunOptions | None, gap: timedelta | None = None
+) -> RunOptions:
     """A firing's options: estimate first, named by its schedule, its own budget run
-    (``max_credits`` caps each firing, not the schedule's lifetime)."""
-    return (options or RunOptions()).model_copy(
-        update={"estimate_first": True, "schedule": name, "budget_run": None}
-    )
+    (``max_credits`` caps each firing, not the schedule's lifetime) and, given the
+    shortest ``gap`` between firings, a budget wait that ends before the next one."""
+    update: dict[str, Any] = {"estimate_first": True, "schedule": name, "budget_run": None}
+    if gap is not None and gap > timedelta(0):
+        margin = min(BUDGET_WAIT_MARGIN, gap * BUDGET_WAIT_MARGIN_PART)
+        update["budget_wait_s"] = max((gap - margin).total_seconds(), 0.5)
+        update["budget_wait_until"] = None
+    return (options or RunOptions()).model_copy(update=update)
+
+
+def _shortest_gap(times: list[datetime]) -> timedelta | None:
+    """The shortest time between consecutive firings (None: fewer than two known)."""
+    gaps = [b - a for a, b in itertools.pairwise(times) if b > a]
+    return min(gaps) if gaps else None
 
 
 def _play_and_input(
@@ -280,7 +307,8 @@ async def create_schedule(
         pause_on_failure=pause_on_failure,
     )
     play_name, payload = _play_and_input(play, input)
-    run_options = scheduled_options(name, options)
+    gap = spec.intervals[0].every if spec.intervals else None
+    run_options = scheduled_options(name, options, gap)
     summary, details = play_static(play_name, payload, run_options)
     attributes = (
         TypedSearchAttributes([SearchAttributePair(sa.PLAY, play_name)])
@@ -309,7 +337,7 @@ async def create_schedule(
         }
     }
     try:
-        return await client.create_schedule(
+        handle = await client.create_schedule(
             name,
             Schedule(
                 action=action,
@@ -319,6 +347,11 @@ async def create_schedule(
             ),
             memo=memo,
         )
+        if gap is None:
+            # A cron's firings are known once Temporal has read it: bound the budget
+            # wait by the shortest gap between the next ones.
+            await _bound_budget_wait(handle, name, options)
+        return handle
     except ScheduleAlreadyRunningError:
         raise ScheduleExists(
             f"a schedule named {name!r} exists already; see it with "
@@ -330,6 +363,25 @@ async def create_schedule(
         if err.status == RPCStatusCode.INVALID_ARGUMENT:
             raise PlaylineError(f"Temporal refused schedule {name!r}: {_one_line(err)}") from None
         raise
+
+
+async def _bound_budget_wait(handle: ScheduleHandle, name: str, options: RunOptions | None) -> None:
+    """Set the firings' budget wait bound from the schedule's next action times."""
+    desc = await handle.describe()
+    gap = _shortest_gap(list(desc.info.next_action_times))
+    if gap is None:
+        return
+    bounded = scheduled_options(name, options, gap)
+
+    def update(given: ScheduleUpdateInput) -> ScheduleUpdate | None:
+        schedule = given.description.schedule
+        action = schedule.action
+        if not isinstance(action, ScheduleActionStartWorkflow) or len(action.args) != 2:
+            return None
+        action.args = [action.args[0], bounded]
+        return ScheduleUpdate(schedule=schedule)
+
+    await handle.update(update)
 
 
 def _one_line(err: RPCError) -> str:
@@ -402,10 +454,35 @@ def _spec_text(spec: ScheduleSpec) -> str:
 
 
 async def describe_schedule(client: Client, name: str) -> ScheduleView:
-    """The schedule ``name``: its play, spec, policies, state, next and recent firings."""
+    """The schedule ``name``: its play, spec, policies, state, next and recent firings,
+    and what its running firings that wait for budget say."""
     async with _known(name):
         desc = await client.get_schedule_handle(name).describe()
-    return await _view(name, desc)
+    view = await _view(name, desc)
+    view.budget_waits = await _budget_waits(client, view)
+    return view
+
+
+async def _budget_waits(client: Client, view: ScheduleView) -> dict[str, str]:
+    """The running firings waiting for budget, each with until when (the next firing)."""
+    waits: dict[str, str] = {}
+    for workflow_id in view.running:
+        try:
+            state = await client.get_workflow_handle(workflow_id).query(
+                "state", result_type=PlayState
+            )
+        except Exception:  # a firing that cannot answer now: nothing to say about it
+            continue
+        if not state.budget_wait:
+            continue
+        nxt = view.next_action_times[0] if view.next_action_times else None
+        until = (
+            f"waiting for budget until {nxt.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC (next firing)"
+            if nxt is not None
+            else "waiting for budget"
+        )
+        waits[workflow_id] = f"{until}: {state.budget_wait}"
+    return waits
 
 
 async def list_schedules(client: Client) -> list[ScheduleView]:

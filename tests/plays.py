@@ -332,6 +332,49 @@ async def t_async(ctx: PlayContext, input: AsyncInput) -> None:
     await dataset.run(key="lead_id")
 
 
+@resolver(tools=["fullenrich_contact", "dropcontact_contact"])
+async def t_async_waterfall_email(row: Mapping[str, Any], rc: RowContext) -> Any:
+    """A waterfall whose first step is a job tool (FullEnrich), then Dropcontact."""
+    found = await rc.waterfall(
+        steps=["fullenrich_contact", "dropcontact_contact"],
+        value="email",
+        input={
+            "firstname": row["first_name"],
+            "lastname": row["last_name"],
+            "domain": row["company_domain"],
+            "first_name": row["first_name"],
+            "last_name": row["last_name"],
+            "website": row["company_domain"],
+        },
+    )
+    return found.value
+
+
+@play(name="t_async_waterfall")
+async def t_async_waterfall(ctx: PlayContext, input: AsyncInput) -> None:
+    """A waterfall over two job tools: a pending step parks the row."""
+    source = await ctx.csv("src", input.csv_path)
+    await (
+        ctx.dataset(input.dataset, source)
+        .with_column("email", t_async_waterfall_email)
+        .run(key="lead_id")
+    )
+
+
+class AsyncScalarOutput(BaseModel):
+    found: Any = None
+    waterfall: dict[str, Any] | None = None
+
+
+@play(name="t_async_scalar")
+async def t_async_scalar(ctx: PlayContext, input: AsyncInput) -> AsyncScalarOutput:
+    """``ctx.tool`` on a job tool outside a dataset: the play waits for the job."""
+    answer = await ctx.tool(
+        "fullenrich_contact", {"firstname": "Ada", "lastname": "Lovelace", "domain": "co1.example"}
+    )
+    return AsyncScalarOutput(found=answer)
+
+
 # -- helpers for the test modules (never called by a workflow) -------------
 
 LEAD_COLUMNS = ["lead_id", "first_name", "last_name", "company_domain"]

@@ -7,14 +7,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from playline import resolvers
 from playline.activities.chunk import make_runner
 from playline.activities.width import share_of
-from playline.calls.runner import ToolResult
+from playline.calls.runner import ToolResult, ToolRunner
 from playline.calls.upkeep import AttemptUpkeep
 from playline.calls.waterfall import run_waterfall
-from playline.contract import StepInput, ToolCallInput, WaterfallCallInput
+from playline.contract import (
+    JOB_PENDING_ERROR,
+    JobPendingDetails,
+    StepInput,
+    ToolCallInput,
+    WaterfallCallInput,
+)
+from playline.errors import JobPending
 from playline.pacing.fair import SHARE
 from playline.services import ServicesHolder
 
@@ -37,19 +45,23 @@ class ScalarActivities:
         await services.settle_journal()
         info = activity.info()
         SHARE.set(share_of(input.options, info.workflow_id or ""))
+        token = input.call_token or f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
         runner = make_runner(
             services,
             input.options,
             lease_ttl_s=input.options.heartbeat_timeout_s,
-            force_token=f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}",
+            force_token=token,
         )
         async with AttemptUpkeep(runner.attempt, beat=activity.heartbeat):
-            result = await runner.call(
-                input.tool_id,
-                input.input,
-                force=input.force,
-                stale_after_s=input.stale_after_seconds,
-            )
+            try:
+                result = await runner.call(
+                    input.tool_id,
+                    input.input,
+                    force=input.force,
+                    stale_after_s=input.stale_after_seconds,
+                )
+            except JobPending as pending:
+                raise await _job_pending(runner, pending, token) from pending
         return result.data
 
     @activity.defn(name="playline.call_waterfall")
@@ -60,11 +72,12 @@ class ScalarActivities:
         await services.settle_journal()
         info = activity.info()
         SHARE.set(share_of(input.options, info.workflow_id or ""))
+        token = input.call_token or f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
         runner = make_runner(
             services,
             input.options,
             lease_ttl_s=input.options.heartbeat_timeout_s,
-            force_token=f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}",
+            force_token=token,
         )
         payer = f"{info.workflow_id}/{info.activity_id}"
 
@@ -73,9 +86,12 @@ class ScalarActivities:
 
         spec = services.catalog.waterfall(input.name)
         async with AttemptUpkeep(runner.attempt, beat=activity.heartbeat):
-            result = await run_waterfall(
-                call, services.catalog, spec, input.input, {}, name=input.name
-            )
+            try:
+                result = await run_waterfall(
+                    call, services.catalog, spec, input.input, {}, name=input.name
+                )
+            except JobPending as pending:
+                raise await _job_pending(runner, pending, token) from pending
         return {
             "value": result.value,
             "step": result.step,
@@ -92,3 +108,20 @@ class ScalarActivities:
         if inspect.isawaitable(value):
             value = await value
         return value
+
+
+async def _job_pending(runner: ToolRunner, pending: JobPending, token: str) -> ApplicationError:
+    """A call whose provider job runs, as its workflow reads it: not retried here (a
+    retry in seconds would find the job running again), typed ``JobPending`` with when
+    to call again; the workflow waits on a durable timer and calls with ``token``.
+    A submit still queued is sent (and its job recorded) before the attempt ends."""
+    await runner.dispatcher.aclose()
+    details = JobPendingDetails(
+        resume_at=pending.resume_at,
+        call_token=token,
+        provider=pending.provider,
+        job_id=pending.job_id,
+    )
+    return ApplicationError(
+        str(pending), details.model_dump(), type=JOB_PENDING_ERROR, non_retryable=True
+    )

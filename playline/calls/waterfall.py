@@ -17,6 +17,11 @@ What became of each step is one of :data:`~playline.calls.waterfall_spec.STEP_OU
                       ``on_unavailable = "skip"`` the next step is tried, with
                       ``"wait"`` the row parks and the whole waterfall is re-run after
                       the reset (the steps before are receipt hits, free)
+``pending``           not an outcome: a step on an asynchronous (job) tool whose job
+                      runs raises ``JobPending`` whatever ``on_unavailable`` says. The
+                      job is submitted and will be billed, so the row parks and the
+                      waterfall re-runs when the job is looked at again: that step then
+                      answers from its job, and the next step is paid only on a miss
 ``error``             the call failed after its retries, or was ambiguous (may have
                       been charged, never re-sent): typed in the reason
 ``skipped_budget``    the step could cost more than the row's ``max_credits`` left
@@ -46,6 +51,7 @@ from playline.errors import (
     CallAmbiguous,
     FixtureMissing,
     InvalidPlayInput,
+    JobPending,
     ProviderError,
     ProviderQuotaExhausted,
 )
@@ -246,6 +252,8 @@ async def _try_step(
     step_input = _step_input(step, input, row, done, tool.input)
     try:
         result = await call(tool.id, step_input)
+    except JobPending:
+        raise  # submitted (or queued): the row parks, never skips a step it pays for
     except ProviderQuotaExhausted as err:
         if spec.on_unavailable == "wait":
             raise
@@ -298,6 +306,8 @@ async def _validate(call: CallTool, check: ValidateSpec, value: Any) -> tuple[st
     """The verifier's refusal (``None``: valid) and what the verification cost."""
     try:
         verdict = await call(check.tool, {check.input: value})
+    except JobPending:
+        raise  # a verifier on a job: the row parks until its answer is read
     except (ProviderError, CallAmbiguous, FixtureMissing) as err:
         # Unverified is not accepted: the next step may find a value that verifies.
         return f"{check.tool} failed: {type(err).__name__}", 0.0

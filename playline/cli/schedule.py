@@ -263,6 +263,8 @@ def _print_view(view: ScheduleView, settings: Settings) -> None:
     )
     if view.running:
         lines.append(f"  running: {', '.join(view.running)}")
+    for waiting, said in view.budget_waits.items():
+        lines.append(f"  {waiting}: {said}")
     if view.next_action_times and not view.paused:
         lines.append("  next: " + ", ".join(_when(t) for t in view.next_action_times[:3]))
     if view.recent_actions:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from playline.activities.scalar import ScalarActivities
     from playline.contract import (
         ESTIMATE_DATASET_SUFFIX,
+        JOB_PENDING_ERROR,
         ChunkStats,
         ColumnSpec,
         DatasetRef,
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         DatasetRunState,
         EstimatedCall,
         FinalizeInput,
+        JobPendingDetails,
         LoadCsvInput,
         LoadRowsInput,
         OnRowError,
@@ -176,7 +178,7 @@ class PlayContext:
             prepared=prepared,
             columns=columns,
             on_row_error=on_row_error,
-            options=self.options,
+            options=self._bounded_options(),
             control=self.controls.dispatch,
             source_path=self._sources.get(source.id),
         )
@@ -352,25 +354,27 @@ class PlayContext:
             if workflow.patched("scalar-tool-heartbeat")
             else None
         )
-        try:
-            data = await workflow.execute_activity_method(
-                ScalarActivities.call_tool,
-                ToolCallInput(
-                    tool_id=tool_id,
-                    input=input,
-                    force=force,
-                    stale_after_seconds=stale_after_seconds,
-                    options=self.options,
-                ),
-                start_to_close_timeout=SHORT_ACTIVITY,
-                heartbeat_timeout=heartbeat,
-                retry_policy=SETUP_RETRY,
-                summary=f"tool {tool_id}",
-                priority=self._priority(),
-            )
-        except ActivityError as err:
-            raise _failure_or_cancel(err) from err
-        return data
+        token: str | None = None
+        while True:
+            try:
+                return await workflow.execute_activity_method(
+                    ScalarActivities.call_tool,
+                    ToolCallInput(
+                        tool_id=tool_id,
+                        input=input,
+                        force=force,
+                        stale_after_seconds=stale_after_seconds,
+                        options=self.options,
+                        call_token=token,
+                    ),
+                    start_to_close_timeout=SHORT_ACTIVITY,
+                    heartbeat_timeout=heartbeat,
+                    retry_policy=SETUP_RETRY,
+                    summary=f"tool {tool_id}",
+                    priority=self._priority(),
+                )
+            except ActivityError as err:
+                token = await _wait_for_job(err, f"tool {tool_id}")
 
     async def waterfall(self, name: str, input: dict[str, Any]) -> dict[str, Any]:
         """One of the catalog's named waterfalls, run once for the play (through
@@ -386,19 +390,23 @@ class PlayContext:
                 f"estimate waterfall {name}",
             )
             return found
-        try:
-            result: dict[str, Any] = await workflow.execute_activity_method(
-                ScalarActivities.call_waterfall,
-                WaterfallCallInput(name=name, input=input, options=self.options),
-                start_to_close_timeout=SHORT_ACTIVITY,
-                heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout_s),
-                retry_policy=SETUP_RETRY,
-                summary=f"waterfall {name}",
-                priority=self._priority(),
-            )
-        except ActivityError as err:
-            raise _failure_or_cancel(err) from err
-        return result
+        token: str | None = None
+        while True:
+            try:
+                result: dict[str, Any] = await workflow.execute_activity_method(
+                    ScalarActivities.call_waterfall,
+                    WaterfallCallInput(
+                        name=name, input=input, options=self.options, call_token=token
+                    ),
+                    start_to_close_timeout=SHORT_ACTIVITY,
+                    heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout_s),
+                    retry_policy=SETUP_RETRY,
+                    summary=f"waterfall {name}",
+                    priority=self._priority(),
+                )
+                return result
+            except ActivityError as err:
+                token = await _wait_for_job(err, f"waterfall {name}")
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a registered function once as an activity; replays return its stored result.
@@ -461,6 +469,15 @@ class PlayContext:
         self.stats.add(ChunkStats(estimate=estimated.estimate))
         return estimated.data
 
+    def _bounded_options(self) -> RunOptions:
+        """The options a dataset run gets: a bound on budget waits (``budget_wait_s``, a
+        scheduled firing's interval) becomes the time it ends, from the play's start."""
+        options = self.options
+        if options.budget_wait_s is None or options.budget_wait_until is not None:
+            return options
+        until = workflow.info().start_time + timedelta(seconds=options.budget_wait_s)
+        return options.model_copy(update={"budget_wait_until": until})
+
     def _priority(self) -> Priority:
         """Temporal's priority of this play's dataset runs and paid (or estimated) calls:
         the key, weight and class the governor paces them by (see
@@ -486,6 +503,9 @@ class PlayContext:
         """The dataset run in flight reported its progress (``playline.progress``)."""
         if self.state.current_child_id is None:
             return  # a late report of a run already accounted for
+        current = self.state.current
+        if current is not None and report.seq and current.seq > report.seq:
+            return  # two reports sent at once arrived in the other order: keep the later
         self.state.current = report
         self.state.budget_wait = report.budget_wait
         self.publish()
@@ -565,6 +585,29 @@ class PlayContext:
 
 def _file_name(path: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+#: A scalar call whose job runs is called again this long after the job's next look.
+JOB_MARGIN = timedelta(seconds=1)
+
+
+async def _wait_for_job(err: ActivityError, what: str) -> str:
+    """A scalar call failed: while its provider job runs (``JobPending``), wait on a
+    durable timer until the job is looked at again and return the call's token to call
+    with; any other failure (or a history from before these waits) is raised."""
+    cause = err.cause
+    if (
+        not isinstance(cause, ApplicationError)
+        or cause.type != JOB_PENDING_ERROR
+        or not cause.details
+        or not workflow.patched("scalar-job-waits")
+    ):
+        raise _failure_or_cancel(err) from err
+    pending = JobPendingDetails.model_validate(cause.details[0])
+    until = datetime.fromtimestamp(pending.resume_at, tz=UTC) + JOB_MARGIN
+    delay = max(until - workflow.now(), timedelta(seconds=1))
+    await workflow.sleep(delay, summary=f"{what}: {pending.provider} job runs")
+    return pending.call_token
 
 
 def _failure_or_cancel(err: ActivityError | ChildWorkflowError) -> BaseException:

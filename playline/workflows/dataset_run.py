@@ -126,6 +126,9 @@ class DatasetRunWorkflow:
         self._reported_at: datetime | None = None
         self._reported_status: RunStatus | None = None
         self._reports: list[asyncio.Task[None]] = []
+        #: reports sent: each carries its number, so the play keeps the latest even when
+        #: two sent at once arrive in the other order
+        self._report_seq = 0
         self._sizer = ChunkSizer(5.0)
         self._sized_by_time = False
         self._adaptive = False
@@ -134,6 +137,7 @@ class DatasetRunWorkflow:
         self._refreshed_at: int | None = None
         self._resumed = 0  # provider resets waited for by this run
         self._jobs_ready = False  # a webhook said a job finished since the last wait
+        self._budget_stop = False  # the options' budget wait ended: held rows are skipped
 
     @workflow.signal(name=CONTROL_SIGNAL)
     def control(self, control: DispatchControl) -> None:
@@ -166,6 +170,7 @@ class DatasetRunWorkflow:
         self._stats = input.stats.model_copy()
         self._control = input.control
         self._started_at = input.started_at or workflow.now()
+        self._report_seq = input.reports_sent
         prepared = input.prepared
         # Histories from before time-sized chunks ran every chunk at the old default.
         self._sized_by_time = input.options.chunk_size is None and workflow.patched(
@@ -201,6 +206,27 @@ class DatasetRunWorkflow:
                 self._refreshed_at = self._launched
             self._launch(input)
             self._show()
+            if (
+                not pending
+                and work.holding is not None
+                and work.parking is not None
+                and not self._cancelling
+                and workflow.patched("parked-before-budget")
+            ):
+                # Rows parked on a job or a quota hold reservations the held rows may be
+                # waiting for: wait for the parked rows first, never for a raise.
+                work.holding = None
+            if (
+                not pending
+                and work.holding is None
+                and work.parking is None
+                and work.held
+                and not self._cancelling
+            ):
+                # Held while parked rows held reservations: those settled, run them again.
+                work.redo, work.held = [*work.redo, *work.held], []
+                self._resumed += 1
+                continue
             if not pending and work.holding is not None and not self._cancelling:
                 # Everything in flight settled: wait, durably, for more budget.
                 try:
@@ -338,30 +364,47 @@ class DatasetRunWorkflow:
                 started_at=self._started_at,
                 source_path=input.source_path,
                 outstanding=work,
+                reports_sent=self._report_seq,
             )
         )
 
     async def _wait_for_budget(self, hold: BudgetHold) -> None:
         """Wait (no timer, no activity) until the play raises the budget; a named
-        budget's next period also ends the wait."""
+        budget's next period also ends the wait, and so does the options' bound on it
+        (``budget_wait_until``: a scheduled firing's next one), after which the held
+        rows are skipped as with ``on_budget="stop"``."""
+        assert self._input is not None
+        bound = self._input.options.budget_wait_until
+        if bound is not None and workflow.now() >= bound:
+            self._budget_stop = True
+            return
         epoch = self._control.budget_epoch
-        self._budget_wait = budget_wait_message(hold, self._play_id())
+        self._budget_wait = budget_wait_message(hold, self._play_id(), bound)
         self._show()
         self._report(force=True)
         try:
-            raised = lambda: self._control.budget_epoch != epoch  # noqa: E731
-            if hold.resets_at is None:
+
+            def raised() -> bool:
+                return self._control.budget_epoch != epoch
+
+            ends: list[tuple[timedelta, str]] = []
+            if hold.resets_at is not None:
+                delay = datetime.fromtimestamp(hold.resets_at, tz=UTC) - workflow.now()
+                ends.append((max(delay, timedelta(seconds=1)) + RESET_MARGIN, "next period"))
+            if bound is not None:
+                ends.append((max(bound - workflow.now(), timedelta(seconds=1)), "wait bound"))
+            if not ends:
                 await workflow.wait_condition(raised)
             else:
-                delay = datetime.fromtimestamp(hold.resets_at, tz=UTC) - workflow.now()
+                timeout, why = min(ends, key=lambda end: end[0])
                 with contextlib.suppress(TimeoutError):
                     await workflow.wait_condition(
-                        raised,
-                        timeout=max(delay, timedelta(seconds=1)) + RESET_MARGIN,
-                        timeout_summary=f"{hold.budget}: next period",
+                        raised, timeout=timeout, timeout_summary=f"{hold.budget}: {why}"
                     )
         finally:
             self._budget_wait = None
+        if bound is not None and self._control.budget_epoch == epoch and workflow.now() >= bound:
+            self._budget_stop = True
         self._show()
 
     def _play_id(self) -> str:
@@ -436,6 +479,9 @@ class DatasetRunWorkflow:
     ) -> asyncio.Task[ChunkStats]:
         named_by_rows = self._visible
         activity_id = f"rows-{start}-{end - 1}" + (f"-resumed-{resumed}" if resumed else "")
+        options = input.options
+        if self._budget_stop:  # the budget wait's bound passed: skip what it cannot cover
+            options = options.model_copy(update={"on_budget": "stop"})
         # An estimate counts its rows' calls instead of making them (RunOptions.estimate).
         chunk = (
             EstimateActivities.estimate_chunk
@@ -451,7 +497,7 @@ class DatasetRunWorkflow:
                     end=end,
                     columns=input.columns,
                     on_row_error=input.on_row_error,
-                    options=input.options,
+                    options=options,
                     row_concurrency=self._width.row_concurrency,
                 ),
                 start_to_close_timeout=timedelta(hours=2),
@@ -503,7 +549,9 @@ class DatasetRunWorkflow:
         assert parent is not None  # _reporting says so
         self._reported_at, self._reported_status = now, status
         handle = workflow.get_external_workflow_handle(parent.workflow_id)
-        self._reports.append(asyncio.ensure_future(handle.signal(PROGRESS_SIGNAL, self.state())))
+        self._report_seq += 1
+        report = self.state().model_copy(update={"seq": self._report_seq})
+        self._reports.append(asyncio.ensure_future(handle.signal(PROGRESS_SIGNAL, report)))
 
     async def _reports_sent(self) -> None:
         """Wait for the reports in flight: the play has them before this run ends."""

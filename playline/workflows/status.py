@@ -339,8 +339,19 @@ def play_current_details(
     return "\n".join(lines)
 
 
-def budget_wait_message(hold: BudgetHold, play_id: str) -> str:
-    """What a run waiting for budget says, and the command that lets it go on."""
+def budget_wait_message(hold: BudgetHold, play_id: str, until: datetime | None = None) -> str:
+    """What a run waiting for budget says, and the command that lets it go on; with
+    ``until`` (a scheduled firing's bound), when the wait ends by itself."""
+    said = _budget_wait_message(hold, play_id)
+    if until is None:
+        return said
+    return (
+        f"{said}; waiting for budget until {until.strftime('%Y-%m-%d %H:%M:%S UTC')} "
+        "(the next firing), then the rows left are skipped"
+    )
+
+
+def _budget_wait_message(hold: BudgetHold, play_id: str) -> str:
     settled = hold.used if hold.spent is None else hold.spent
     reserved = hold.used - settled
     spent = f"{settled:g} of {hold.limit:g} credits spent"

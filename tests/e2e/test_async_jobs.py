@@ -393,3 +393,115 @@ async def test_a_budget_caps_async_jobs_and_the_spend_is_the_providers_bill(
     assert of(ledger, "duplicate_submits") == 0
     spend = await spend_of(home, result)
     assert spend.by_provider["fullenrich"] == pytest.approx(billed)
+
+
+async def _budget_waiting(handle: Any, timeout_s: float) -> Any:
+    """The play's state once its dataset run waits for budget (None: it completed)."""
+    from playline.contract import PlayState
+
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        state = await handle.query("state", result_type=PlayState)
+        if state.budget_wait and state.status == "waiting":
+            return state
+        if state.status in ("completed", "failed", "cancelled"):
+            return None
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"neither completed nor waiting for budget: {state}")
+
+
+async def test_rows_parked_on_jobs_are_read_before_a_budget_wait_and_it_waits_only_when_spent(
+    client, jobs_provider, worker, task_queue, home, tmp_path
+) -> None:
+    # 20 rows reserve the cap and submit; the other 40 meet a budget full of the parked
+    # rows' reservations. The run reads the jobs first (settling them), re-runs the held
+    # rows, and waits for a raise only once what is spent leaves no room.
+    import re
+
+    from playline.contract import BudgetChange
+
+    csv_path = leads(tmp_path, 60)
+    play_id = f"t_async-budget-{uuid.uuid4().hex[:8]}"
+    async with worker(catalog_path=str(catalog(tmp_path))):
+        handle = await client.start_workflow(
+            "t_async",
+            args=[{"csv_path": str(csv_path)}, RunOptions(max_credits=20)],
+            id=play_id,
+            task_queue=task_queue,
+            result_type=PlayRunResult,
+        )
+        state = await _budget_waiting(handle, 300)
+        if state is not None:
+            said = re.match(r"budget: ([\d.]+) of 20 credits spent", state.budget_wait)
+            assert said, state.budget_wait
+            # Honest: what is spent leaves no room for one more row (worst case 1).
+            assert float(said.group(1)) + 1 > 20 + 1e-9, state.budget_wait
+            ledger = jobs_provider.ledger()
+            assert ledger["credits_by_provider"]["fullenrich"] == pytest.approx(
+                float(said.group(1))
+            )
+            await handle.execute_update("budget", BudgetChange(add=100))
+        result = await asyncio.wait_for(handle.result(), 240)
+    ledger = jobs_provider.ledger()
+    # Every row read its job's answer: none left unread, nothing submitted twice.
+    assert result.stats.rows_ok == 60 and result.stats.rows_failed == 0
+    assert_submitted_once(ledger, 60)
+    billed = ledger["credits_by_provider"]["fullenrich"]
+    assert result.stats.credits == pytest.approx(billed)
+    spend = await spend_of(home, result)
+    assert spend.by_provider["fullenrich"] == pytest.approx(billed)
+
+
+async def test_a_job_step_in_a_waterfall_parks_the_row_and_the_next_step_pays_only_for_misses(
+    client, jobs_provider, worker, task_queue, home, tmp_path
+) -> None:
+    from tests.e2e.test_waterfalls import _provenance
+
+    csv_path = leads(tmp_path, 20)
+    async with worker(catalog_path=str(catalog(tmp_path))):
+        result = await run(
+            client,
+            "t_async_waterfall",
+            {"csv_path": str(csv_path)},
+            task_queue=task_queue,
+            timeout_s=180,
+        )
+    ledger = jobs_provider.ledger()
+    assert result.stats.rows_ok == 20 and result.stats.rows_failed == 0
+    rows, spend = await _provenance(home, result.datasets[0].run_ref)
+    first = [row["email"]["steps"][0] for row in rows]
+    # The job step answered from its job (read, not skipped as "unavailable")...
+    assert {step["outcome"] for step in first} <= {"hit", "no_match"}, first
+    assert all(step["tool"] == "fullenrich_contact" for step in first)
+    assert_submitted_once(ledger, 20)
+    # ...and the second provider was asked only for the rows the first missed.
+    missed = sum(step["outcome"] == "no_match" for step in first)
+    assert of(ledger, "job_members", "dropcontact") == missed, ledger
+    for row in rows:
+        steps = row["email"]["steps"]
+        assert len(steps) == (2 if steps[0]["outcome"] == "no_match" else 1), steps
+    billed = ledger["credits_by_provider"]
+    assert sum(step["credits"] for step in first) == pytest.approx(billed["fullenrich"])
+    for vendor in ("fullenrich", "dropcontact"):
+        assert spend.by_provider.get(vendor, 0.0) == pytest.approx(billed.get(vendor, 0.0))
+    assert result.stats.credits == pytest.approx(sum(billed.values()))
+
+
+async def test_ctx_tool_on_a_job_tool_waits_for_the_job_and_returns_its_answer(
+    client, jobs_provider, worker, task_queue, tmp_path
+) -> None:
+    # The job runs for longer than the scalar call's retries last (1+2+4+8 s): the play
+    # waits on durable timers and calls again until the job's answer is read.
+    jobs_provider.configure(job_latency_s={"fullenrich": [18.0, 20.0]})
+    async with worker(catalog_path=str(catalog(tmp_path, poll=2.0, first_poll=2.0))):
+        result = await run(
+            client, "t_async_scalar", {"csv_path": "-"}, task_queue=task_queue, timeout_s=120
+        )
+    ledger = jobs_provider.ledger()
+    found = result.output["found"]
+    assert isinstance(found, dict) and "contact" in found, found
+    assert_submitted_once(ledger, 1)
+    assert of(ledger, "jobs_finished") == 1
+    # Polled at the job's pace, not in a loop: about one poll per 2 s of the job's run.
+    assert 1 <= of(ledger, "polls") <= 20, ledger
+    assert ledger["credits_by_provider"].get("fullenrich", 0.0) <= 1.0

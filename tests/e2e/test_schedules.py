@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
@@ -332,3 +333,54 @@ async def test_a_failed_estimate_does_not_stop_the_firing(client, worker, task_q
         line.startswith("estimate first failed (this play cannot be estimated)")
         for line in state.log
     ), state.log
+
+
+async def test_a_firing_that_reaches_its_budget_waits_until_the_next_firing_at_the_latest(
+    client, provider, worker, task_queue, tmp_path
+) -> None:
+    # Each firing may spend 2 credits over 6 leads: it pays for 2, waits for budget
+    # (``describe`` says until when), skips the rest when the bound passes and ends, so
+    # the next firing is not skipped for ever; together they pay for every lead once.
+    from playline import create_schedule
+
+    csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(6)])
+    name = new_name()
+    async with worker(), cleaned_up(client, name):
+        await create_schedule(
+            client,
+            name,
+            PLAY_NAME,
+            {"csv_path": str(csv_path)},
+            every="15s",
+            options=RunOptions(max_credits=2),
+            task_queue=task_queue,
+        )
+        waiting = await eventually(
+            lambda: describe_schedule(client, name),
+            lambda v: bool(v.budget_waits),
+            "a firing waiting for budget",
+            timeout_s=60,
+        )
+        firing, said = next(iter(waiting.budget_waits.items()))
+        assert said.startswith("waiting for budget until "), said
+        # The firing itself says it waits (its play state, not only its dataset run's).
+        state = await state_of(client, firing)
+        assert state.budget_wait and "waiting for budget until" in state.budget_wait, state
+        view = await eventually(
+            lambda: describe_schedule(client, name),
+            lambda v: v.num_actions >= 3,
+            "later firings",
+            timeout_s=120,
+        )
+        await delete_schedule(client, name)
+        firings = [f.workflow_id for f in view.recent_actions] + view.running
+        results = []
+        for workflow_id in dict.fromkeys(firings):
+            handle = client.get_workflow_handle(workflow_id, result_type=PlayRunResult)
+            results.append(await asyncio.wait_for(handle.result(), 60))
+    assert view.num_actions >= 3
+    first = results[0]
+    assert first.budget_exhausted and first.stats.rows_skipped_budget > 0
+    ledger = provider.ledger()
+    assert sum(r.stats.credits for r in results) == pytest.approx(ledger["credits"])
+    assert ledger["charged"] <= 6  # no lead paid for twice
