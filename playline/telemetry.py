@@ -133,11 +133,15 @@ class ProviderMetrics:
         self._requests: MetricCounter | None = None
         self._replays: MetricCounter | None = None
         self._saved: MetricHistogramFloat | None = None
+        self._overshoots: MetricCounter | None = None
         self._tracer = _tracer()
         if activity.in_activity():
             meter = activity.metric_meter()
             self._calls = meter.create_counter(
                 "playline_provider_calls", "provider requests by outcome", "requests"
+            )
+            self._overshoots = meter.create_counter(
+                "playline_budget_overshoots", "charges settled above their reservation", "calls"
             )
             self._latency = meter.create_histogram_float(
                 "playline_provider_latency_seconds", "provider request latency", "s"
@@ -192,6 +196,10 @@ class ProviderMetrics:
     def saved(self, provider: str, tool: str, credits: float) -> None:
         if self._saved is not None:
             self._saved.record(credits, {"provider": provider, "tool": tool})
+
+    def overshoot(self, tool: str) -> None:
+        if self._overshoots is not None:
+            self._overshoots.add(1, {"tool": tool})
 
     def governor_wait(self, provider: str, waited_s: float) -> None:
         if self._wait is not None:

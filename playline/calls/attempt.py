@@ -112,6 +112,10 @@ class CallMetrics(Protocol):
         """A completed receipt answered a call free; it had cost ``credits``."""
         ...
 
+    def overshoot(self, tool: str) -> None:
+        """A call settled above what its budget reserved for it."""
+        ...
+
     def governor_wait(self, provider: str, waited_s: float) -> None:
         """A request waited ``waited_s`` for the governor's permit."""
         ...
@@ -145,6 +149,9 @@ class NoMetrics:
         return None
 
     def saved(self, provider: str, tool: str, credits: float) -> None:
+        return None
+
+    def overshoot(self, tool: str) -> None:
         return None
 
     def governor_wait(self, provider: str, waited_s: float) -> None:

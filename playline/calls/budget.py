@@ -37,15 +37,12 @@ nothing).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-
-from temporalio import activity
 
 from playline.calls.attempt import Attempt
 from playline.calls.catalog import Catalog, ToolSpec
@@ -312,14 +309,7 @@ class BudgetedDispatcher:
             ", ".join(refs),
             over.charged,
         )
-        if activity.in_activity():
-            with contextlib.suppress(Exception):
-                counter = activity.metric_meter().create_counter(
-                    "playline_budget_overshoots",
-                    "charges settled above their reservation",
-                    "calls",
-                )
-                counter.add(1, {"tool": over.tool_id})
+        self._attempt.metrics.overshoot(over.tool_id)
 
     async def _reserve(self, key: str, worst: float, lines: list[BudgetLine]) -> Refusal | None:
         """Reserve, waiting while only reservations in flight stand in the way.
