@@ -387,6 +387,11 @@ class RowRange(BaseModel):
     start: int
     end: int
     rows: int
+    #: every row still to do waits on a provider job (none on a quota or a budget):
+    #: a cancelled run still reads them, its jobs are paid for
+    jobs: bool = False
+    #: when those jobs are looked at again (epoch seconds)
+    until: float | None = None
 
 
 class Outstanding(BaseModel):
@@ -538,6 +543,8 @@ class DatasetRunState(BaseModel):
     ranges: list[tuple[int, int]] = Field(default_factory=list)
     #: while rows wait for budget: what the UI and ``runs get`` say about it
     budget_wait: str | None = None
+    #: what a cancelling run still does ("cancelling: reading N submitted jobs")
+    note: str | None = None
     #: the report's number within the run (a play keeps the latest)
     seq: int = 0
 

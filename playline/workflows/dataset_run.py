@@ -138,6 +138,7 @@ class DatasetRunWorkflow:
         self._resumed = 0  # provider resets waited for by this run
         self._jobs_ready = False  # a webhook said a job finished since the last wait
         self._budget_stop = False  # the options' budget wait ended: held rows are skipped
+        self._note: str | None = None  # what a cancelling run still does
 
     @workflow.signal(name=CONTROL_SIGNAL)
     def control(self, control: DispatchControl) -> None:
@@ -249,6 +250,8 @@ class DatasetRunWorkflow:
                 work.redo, work.parked, work.parking = [*work.redo, *work.parked], [], None
                 self._resumed += 1
                 continue
+            if not pending and self._cancelling and await self._read_jobs_on_cancel(input):
+                continue  # rows whose jobs are paid for are read before the run ends
             if not pending and (
                 work.empty(total) or self._cancelling or (self._handing_over() and not work.redo)
             ):
@@ -315,7 +318,16 @@ class DatasetRunWorkflow:
             held = chunk.parked
             left = 0
             if held is not None:
-                work.parked.append(RowRange(start=span.start, end=span.end, rows=held.rows))
+                on_jobs = held.jobs and chunk.over_budget is None
+                work.parked.append(
+                    RowRange(
+                        start=span.start,
+                        end=span.end,
+                        rows=held.rows,
+                        jobs=on_jobs,
+                        until=held.until if on_jobs else None,
+                    )
+                )
                 work.parking = merge_parked(work.parking, held)
                 chunk = chunk.model_copy(update={"parked": None})
                 left += held.rows
@@ -449,6 +461,42 @@ class DatasetRunWorkflow:
             self._waits = []
         self._show()
 
+    async def _read_jobs_on_cancel(self, input: DatasetRunInput) -> bool:
+        """Cancelled with rows waiting on provider jobs already submitted (paid for when
+        they finish): wait for those jobs and re-run only those rows, until none is left
+        (a job ends within its ``max_wait_s``); rows parked on a quota or held for
+        budget are not run. Whether chunks were started (the loop goes on)."""
+        work = self._work
+        reading = [span for span in work.parked if span.jobs]
+        if not reading or not workflow.patched("cancel-reads-jobs"):
+            self._note = None
+            return False
+        work.parked = [span for span in work.parked if not span.jobs]
+        rows = sum(span.rows for span in reading)
+        self._note = f"cancelling: reading {self._jobs_pending(rows)} submitted jobs ({rows} rows)"
+        soonest = min((span.until for span in reading if span.until is not None), default=None)
+        if soonest is not None:
+            parking = ParkedRows(provider=self._job_provider(), until=soonest, rows=rows, jobs=True)
+            # A second cancellation request changes nothing: the run is ending already.
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._wait_for_reset(parking)
+        for span in reading:
+            again = RowRange(start=span.start, end=span.end, rows=span.rows)
+            self._pending[self._start_chunk(input, span.start, span.end, self._resumed)] = again
+        self._resumed += 1
+        return True
+
+    def _jobs_pending(self, rows: int) -> int:
+        """Jobs still running as the chunks last counted them (else the rows' count)."""
+        counted = sum(int(p.get("pending", 0)) for p in self._stats.jobs.values())
+        return counted or rows
+
+    def _job_provider(self) -> str:
+        providers = list(self._stats.jobs) or (
+            self._input.prepared.providers if self._input else []
+        )
+        return providers[0] if providers else "provider"
+
     def _on_cancel(self, err: BaseException) -> None:
         """A cancellation request becomes "stop dispatching"; anything else is raised."""
         if not is_cancelled_exception(err) or workflow.cancellation_reason() is None:
@@ -575,4 +623,5 @@ class DatasetRunWorkflow:
             waits=self._waits,
             ranges=sorted((span.start, span.end) for span in self._pending.values()),
             budget_wait=self._budget_wait,
+            note=self._note,
         )

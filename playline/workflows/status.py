@@ -285,6 +285,8 @@ def dataset_current_details(state: DatasetRunState, now: datetime) -> str:
         lines.append("- dispatch paused: chunks in flight finish, no new ones start (resume)")
     if state.budget_wait:
         lines.append(f"- {state.budget_wait}")
+    if state.note:
+        lines.append(f"- {state.note}")
     if s.rows_skipped_budget:
         lines.append(f"- {s.rows_skipped_budget} rows skipped: budget reached")
     if s.first_error:

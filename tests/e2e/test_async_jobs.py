@@ -505,3 +505,73 @@ async def test_ctx_tool_on_a_job_tool_waits_for_the_job_and_returns_its_answer(
     # Polled at the job's pace, not in a loop: about one poll per 2 s of the job's run.
     assert 1 <= of(ledger, "polls") <= 20, ledger
     assert ledger["credits_by_provider"].get("fullenrich", 0.0) <= 1.0
+
+
+async def test_a_cancelled_run_reads_the_jobs_it_submitted_before_it_ends(
+    client, jobs_provider, worker, task_queue, home, tmp_path
+) -> None:
+    # Cancelled while its rows wait on submitted jobs (paid for when they finish), the
+    # run re-runs only those rows until their jobs are read, then ends cancelled: every
+    # member the provider billed has its answer in the sheet, and a later run submits
+    # none of them again.
+    from temporalio.client import WorkflowFailureError
+
+    from playline.contract import PlayState
+    from tests.e2e.test_crash_recovery import wait_for
+
+    jobs_provider.configure(job_latency_s={"fullenrich": [3.0, 5.0]})
+    rows = 60
+    csv_path = leads(tmp_path, rows)
+    path = catalog(tmp_path, poll=1.0, first_poll=1.0)
+    async with worker(catalog_path=str(path)):
+        handle = await client.start_workflow(
+            "t_async",
+            args=[{"csv_path": str(csv_path)}, RunOptions()],
+            id=f"t_async-cancel-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+            result_type=PlayRunResult,
+        )
+        await wait_for(
+            lambda: of(jobs_provider.ledger(), "job_submits") >= 1, 60, "a submitted job"
+        )
+        await handle.cancel()
+        child = client.get_workflow_handle(f"{handle.id}/dataset/t_async")
+        notes: set[str] = set()
+        for _ in range(100):
+            try:
+                said = await child.query("state")
+            except Exception:  # ended
+                break
+            if said.get("status") != "cancelling":
+                await asyncio.sleep(0.1)
+                continue
+            if said.get("note"):
+                notes.add(said["note"])
+                break
+            await asyncio.sleep(0.1)
+        assert any(note.startswith("cancelling: reading ") for note in notes), notes
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 120)
+        state = await handle.query("state", result_type=PlayState)
+        run_ref = state.run_refs[0]
+        ledger = jobs_provider.ledger()
+        # Nothing still running at the provider that the run did not read.
+        assert of(ledger, "jobs_finished") == of(ledger, "jobs"), ledger
+        services = await Services.open(Settings.from_env(home=home))
+        try:
+            sheet_rows = await services.sheet.read_run_rows(run_ref, 0, rows)
+            spend = await run_spend(services.sheet, run_ref)
+        finally:
+            await services.close()
+        answered = [row for row in sheet_rows if row.status != "pending"]
+        assert len(answered) == of(ledger, "job_members"), ledger
+        assert answered
+        billed = ledger["credits_by_provider"]["fullenrich"]
+        assert spend.by_provider["fullenrich"] == pytest.approx(billed)
+        # The same rows again: what was submitted is answered from receipts.
+        again = await run(
+            client, "t_async", {"csv_path": str(csv_path)}, task_queue=task_queue, timeout_s=180
+        )
+    after = jobs_provider.ledger()
+    assert again.stats.rows_ok == rows
+    assert_submitted_once(after, rows)
