@@ -98,6 +98,7 @@ async def audit_run(
     retry_ambiguous: bool = False,
     resend_safe: Mapping[str, bool] | None = None,
     waiters: Sequence[str] = (),
+    budget_run: str | None = None,
 ) -> RunAudit:
     """Audit the play run ``run`` (its workflow id) from the stores.
 
@@ -111,15 +112,18 @@ async def audit_run(
         resend_safe: per tool id, whether its provider de-duplicates re-sends (the
             catalog's idempotency contract); a tool not named is judged by the store.
         waiters: the run's dataset-run workflow ids (whose provider jobs are its own).
+        budget_run: the id its reservations carry (the play's Temporal run id);
+            default ``run``.
     """
+    budget_run = budget_run or run
     prefix = f"{run}/"
     receipts = await stores.receipts.run_receipts(prefix)
     spend: float = 0.0
     for ref in run_refs:
         spend += (await run_spend(stores.sheet, ref)).credits
     checks = (
-        await _reservations(stores, run, ended),
-        await _credits(stores, run, spend, receipts),
+        await _reservations(stores, budget_run, ended),
+        await _credits(stores, budget_run, spend, receipts),
         await _unread(stores, receipts, waiters, ended),
         await _sent_twice(stores, receipts, waiters, retry_ambiguous, resend_safe or {}),
     )

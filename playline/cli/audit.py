@@ -48,6 +48,7 @@ async def read_audit(
                 retry_ambiguous=options.retry_ambiguous if options is not None else False,
                 resend_safe=_contracts(settings),
                 waiters=waiters,
+                budget_run=desc.run_id,
             )
     except (PlaylineError, OSError) as err:
         logger.debug("no audit: the store cannot be opened from here: %s", err)

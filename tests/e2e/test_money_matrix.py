@@ -220,8 +220,10 @@ async def check_invariants(
     ledger = provider.ledger()
     async with await open_stores(settings, create=False) as stores:
         waiters = [f"{workflow_id}/dataset/t_money"]
-        audit = await audit_run(stores, workflow_id, refs, ended=True, waiters=waiters)
-        budget = await stores.budgets.state(run_budget_id(workflow_id))
+        audit = await audit_run(
+            stores, workflow_id, refs, ended=True, waiters=waiters, budget_run=desc.run_id
+        )
+        budget = await stores.budgets.state(run_budget_id(desc.run_id))
         named = await stores.budgets.state(f"named:m{case.id.replace('_', '')[:40]}")
     report = "\n".join(audit.lines())
     # 1. nothing reserved is left open, in the store's own totals too
