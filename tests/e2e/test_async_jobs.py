@@ -575,3 +575,48 @@ async def test_a_cancelled_run_reads_the_jobs_it_submitted_before_it_ends(
     after = jobs_provider.ledger()
     assert again.stats.rows_ok == rows
     assert_submitted_once(after, rows)
+
+
+async def test_with_a_named_budget_rows_parked_on_jobs_are_read_before_the_period_wait(
+    client, jobs_provider, worker, task_queue, home, tmp_path
+) -> None:
+    # As with a run cap: the run never waits for the period's end while only its own
+    # parked rows reserve the budget; it waits once what is spent leaves no room.
+    import re
+
+    from playline.contract import BudgetChange
+
+    name = f"team-{uuid.uuid4().hex[:6]}"
+    services = await Services.open(Settings.from_env(home=home))
+    try:
+        await services.budgets.define(name, period="month", limit=20)
+    finally:
+        await services.close()
+    csv_path = leads(tmp_path, 60)
+    async with worker(catalog_path=str(catalog(tmp_path))):
+        handle = await client.start_workflow(
+            "t_async",
+            args=[{"csv_path": str(csv_path)}, RunOptions(budget=name)],
+            id=f"t_async-named-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+            result_type=PlayRunResult,
+        )
+        state = await _budget_waiting(handle, 300)
+        if state is not None:
+            said = re.match(
+                rf"budget {name} \(\S+\): ([\d.]+) of 20 credits spent", state.budget_wait
+            )
+            assert said, state.budget_wait
+            assert float(said.group(1)) + 1 > 20 + 1e-9, state.budget_wait
+            services = await Services.open(Settings.from_env(home=home))
+            try:
+                await services.budgets.define(name, period="month", limit=500)
+            finally:
+                await services.close()
+            await handle.execute_update("budget", BudgetChange(retry=True))
+        result = await asyncio.wait_for(handle.result(), 240)
+    ledger = jobs_provider.ledger()
+    assert result.stats.rows_ok == 60 and result.stats.rows_failed == 0
+    assert_submitted_once(ledger, 60)
+    billed = ledger["credits_by_provider"]["fullenrich"]
+    assert result.stats.credits == pytest.approx(billed)
