@@ -180,8 +180,9 @@ def start_worker_process(
     env: dict[str, str] | None = None,
     *,
     verbose: bool = False,
+    plays: str = "tests.plays",
 ) -> subprocess.Popen[bytes]:
-    """A ``playline worker`` process (plays from tests.plays) logging to ``log``."""
+    """A ``playline worker`` process (plays from ``plays``) logging to ``log``."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -196,7 +197,7 @@ def start_worker_process(
             "--home",
             str(home),
             "--plays",
-            "tests.plays",
+            plays,
         ],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},

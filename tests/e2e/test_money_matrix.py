@@ -23,7 +23,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -42,7 +41,7 @@ from playline.schedules import create_schedule
 from playline.stores.backends import open_stores
 from playline.stores.budgets import run_budget_id
 from playline.workflows.context import RUN_REFS_MEMO
-from tests.conftest import REPO
+from tests.conftest import start_worker_process
 from tests.e2e.test_async_jobs import KEY, catalog, jobs_provider  # noqa: F401 (fixture)
 from tests.pg import pg_schema
 from tests.plays import lead, write_csv
@@ -139,24 +138,8 @@ def options_for(case: Case, budget_name: str) -> RunOptions:
 def worker_process(
     address: str, task_queue: str, env: dict[str, str], log: Path
 ) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "playline",
-            "worker",
-            "--address",
-            address,
-            "--task-queue",
-            task_queue,
-            "--plays",
-            "tests.plays_matrix",
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), **env},
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
+    home = Path(env["PLAYLINE_HOME"])
+    return start_worker_process(address, task_queue, home, log, env, plays="tests.plays_matrix")
 
 
 async def play_state(handle: WorkflowHandle[Any, Any]) -> PlayState | None:
