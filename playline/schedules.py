@@ -38,6 +38,7 @@ Errors are one-line ``PlaylineError`` s (``InvalidPlayInput`` for a bad input).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import re
@@ -453,27 +454,41 @@ def _spec_text(spec: ScheduleSpec) -> str:
     return ", ".join(parts) or "no times"
 
 
-async def describe_schedule(client: Client, name: str) -> ScheduleView:
+#: How long ``describe`` waits for a running firing to answer its state query: a firing
+#: whose workers are all gone cannot answer, and describing must not hang on it.
+FIRING_QUERY_TIMEOUT = timedelta(seconds=5)
+
+
+async def describe_schedule(
+    client: Client, name: str, *, budget_waits: bool = True
+) -> ScheduleView:
     """The schedule ``name``: its play, spec, policies, state, next and recent firings,
-    and what its running firings that wait for budget say."""
+    and (unless ``budget_waits`` is false) what its running firings that wait for
+    budget say, which asks each running firing by query."""
     async with _known(name):
         desc = await client.get_schedule_handle(name).describe()
     view = await _view(name, desc)
-    view.budget_waits = await _budget_waits(client, view)
+    if budget_waits:
+        view.budget_waits = await _budget_waits(client, view)
     return view
+
+
+async def _firing_state(client: Client, workflow_id: str) -> PlayState | None:
+    """A running firing's state, or None if it cannot answer within the timeout."""
+    try:
+        return await client.get_workflow_handle(workflow_id).query(
+            "state", result_type=PlayState, rpc_timeout=FIRING_QUERY_TIMEOUT
+        )
+    except Exception:  # a firing that cannot answer now: nothing to say about it
+        return None
 
 
 async def _budget_waits(client: Client, view: ScheduleView) -> dict[str, str]:
     """The running firings waiting for budget, each with until when (the next firing)."""
     waits: dict[str, str] = {}
-    for workflow_id in view.running:
-        try:
-            state = await client.get_workflow_handle(workflow_id).query(
-                "state", result_type=PlayState
-            )
-        except Exception:  # a firing that cannot answer now: nothing to say about it
-            continue
-        if not state.budget_wait:
+    states = await asyncio.gather(*(_firing_state(client, w) for w in view.running))
+    for workflow_id, state in zip(view.running, states, strict=True):
+        if state is None or not state.budget_wait:
             continue
         nxt = view.next_action_times[0] if view.next_action_times else None
         until = (
@@ -498,7 +513,9 @@ async def list_schedules(client: Client) -> list[ScheduleView]:
     views = []
     for name in sorted(names):
         with contextlib.suppress(UnknownSchedule):  # deleted since it was listed
-            views.append(await describe_schedule(client, name))
+            # the list says no budget waits: asking every running firing of every
+            # schedule would make listing as slow as the slowest firing
+            views.append(await describe_schedule(client, name, budget_waits=False))
     return views
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,6 @@ from playline.services import Services
 from playline.stores.budgets import BudgetState
 from tests.conftest import new_id
 from tests.e2e.test_async_jobs import catalog, jobs_provider, leads  # noqa: F401 - fixture
-from tests.e2e.test_budgets import waiting_state
 from tests.plays import run
 
 
@@ -28,6 +28,16 @@ async def _named(home: Path, name: str, *, define: float | None = None) -> Budge
         return state
     finally:
         await services.close()
+
+
+async def _held(home: Path, name: str, *, within_s: float) -> BudgetState:
+    """The budget's state once some of it is reserved (rows in flight or parked)."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while True:
+        state = await _named(home, name)
+        if state.reserved > 0 or asyncio.get_running_loop().time() > deadline:
+            return state
+        await asyncio.sleep(0.1)
 
 
 def billed(provider: Any) -> float:
@@ -51,8 +61,8 @@ async def test_a_cancelled_run_leaves_nothing_reserved_on_its_named_budget(
             task_queue=task_queue,
             result_type=PlayRunResult,
         )
-        await waiting_state(handle, 180)  # rows parked on jobs, the month full
-        held = await _named(home, "g4-team")
+        # Cancel while rows wait on their jobs, holding reservations on the month.
+        held = await _held(home, "g4-team", within_s=180)
         assert held.reserved > 0
         await handle.cancel()
         with pytest.raises(Exception):  # noqa: B017 - cancelled
