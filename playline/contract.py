@@ -214,6 +214,9 @@ class ChunkInput(BaseModel):
     on_row_error: OnRowError
     options: RunOptions
     row_concurrency: int = 8
+    #: the run is cancelled and re-runs these rows only to read the provider jobs they
+    #: wait on: every call that would send something new is refused (NotSentCancelled)
+    reading: bool = False
 
 
 class EstimatedCall(BaseModel):
@@ -288,6 +291,9 @@ class ChunkStats(BaseModel):
     over_budget: BudgetHold | None = None
     #: rows not processed because a budget was reached (``on_budget="stop"``)
     rows_skipped_budget: int = 0
+    #: rows a cancelled run re-ran to read their jobs that still needed a new call
+    #: (recorded with what they had paid for; nothing new was sent)
+    rows_not_sent: int = 0
     #: what the finished rows' cells cost: credits by provider and by column, and each
     #: waterfall column's answering steps (``playline.calls.provenance.SpendTally``);
     #: a few keys per provider and column, never a row
@@ -392,6 +398,9 @@ class RowRange(BaseModel):
     jobs: bool = False
     #: when those jobs are looked at again (epoch seconds)
     until: float | None = None
+    #: some rows wait on provider jobs (others may be held for budget): a cancelled run
+    #: reads those jobs, re-running the range so that it sends nothing new
+    some_jobs: bool = False
 
 
 class Outstanding(BaseModel):

@@ -245,6 +245,22 @@ class BudgetReached(PlaylineError):
         self.spent = used if spent is None else spent
 
 
+class NotSentCancelled(PlaylineError):
+    """A call a cancelled run would have sent new; nothing was sent.
+
+    A run cancelled while rows wait on provider jobs still reads those jobs (they are
+    paid for), re-running only those rows; every call that would send something new
+    (a waterfall's next step, a column not reached) is refused with this error, and
+    the row is recorded with what it had already paid for. About one row.
+    """
+
+    def __init__(self, tool_id: str) -> None:
+        super().__init__(
+            f"{tool_id}: not sent: the run was cancelled (only answers already paid for are read)"
+        )
+        self.tool_id = tool_id
+
+
 class UnknownBudget(PlaylineError):
     """A budget was named that does not exist and could not be created (no limit given,
     or a named budget nobody defined with ``playline budgets set``)."""

@@ -476,9 +476,10 @@ async def describe_schedule(
 async def _firing_state(client: Client, workflow_id: str) -> PlayState | None:
     """A running firing's state, or None if it cannot answer within the timeout."""
     try:
-        return await client.get_workflow_handle(workflow_id).query(
+        state: PlayState = await client.get_workflow_handle(workflow_id).query(
             "state", result_type=PlayState, rpc_timeout=FIRING_QUERY_TIMEOUT
         )
+        return state
     except Exception:  # a firing that cannot answer now: nothing to say about it
         return None
 

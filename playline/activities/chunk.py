@@ -61,6 +61,7 @@ from playline.calls.fixtures import FixtureDispatcher
 from playline.calls.jobs import JobDispatcher, job_dispatcher
 from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.provenance import ColumnCalls, SpendTally, cell_provenance
+from playline.calls.reading import ReadingDispatcher
 from playline.calls.runner import REFRESH_OLDER_THAN, ToolResult, ToolRunner
 from playline.calls.upkeep import AttemptUpkeep
 from playline.calls.waterfall import Step, WaterfallResult, run_waterfall, waterfall_of
@@ -79,6 +80,7 @@ from playline.errors import (
     CallAmbiguous,
     InvalidPlayInput,
     JobPending,
+    NotSentCancelled,
     PlaylineError,
     ProviderQuotaExhausted,
     RowFailed,
@@ -191,7 +193,12 @@ class RowCall:
 
 
 def make_runner(
-    services: Services, options: RunOptions, *, lease_ttl_s: float, force_token: str
+    services: Services,
+    options: RunOptions,
+    *,
+    lease_ttl_s: float,
+    force_token: str,
+    reading: bool = False,
 ) -> ToolRunner:
     """A tool runner owned by the current activity attempt, in the run's integration mode.
 
@@ -235,6 +242,8 @@ def make_runner(
         if budget is not None:
             # Paid calls reserve their worst case first (fixture answers cost nothing).
             dispatcher = BudgetedDispatcher(dispatcher, attempt, services.budgets, budget)
+        if reading:  # a cancelled run reading its jobs: nothing new is sent
+            dispatcher = ReadingDispatcher(dispatcher, attempt, services.jobs)
     return ToolRunner(services.catalog, attempt, dispatcher)
 
 
@@ -300,6 +309,7 @@ class ChunkActivities:
             input.options,
             lease_ttl_s=input.options.heartbeat_timeout_s,
             force_token=input.run_ref,
+            reading=input.reading,
         )
         return await ChunkRun(services, input, runner).run()
 
@@ -325,6 +335,8 @@ class ChunkRun:
         #: rows left pending until the run's budget is raised
         self.held: list[BudgetReached] = []
         dispatcher = runner.dispatcher
+        if isinstance(dispatcher, ReadingDispatcher):
+            dispatcher = dispatcher.inner
         self._budget = dispatcher if isinstance(dispatcher, BudgetedDispatcher) else None
         self._row_worst = row_worst_case(runner.catalog, input.columns) if self._budget else 0.0
         # Rows at once: the workflow's width, following the governor's while it runs.
@@ -438,7 +450,10 @@ class ChunkRun:
             if self._budget is None:
                 await self._compute_row(row, payer)
                 return
-            covered = await self._budget.open_row(payer, self._row_worst)
+            if self.input.reading:  # reading jobs after a cancel reserves nothing new
+                covered = await self._budget.adopt_row(payer)
+            else:
+                covered = await self._budget.open_row(payer, self._row_worst)
             pending = await self._compute_row(row, payer)
             if covered:
                 await self._budget.close_row(payer, pending=pending)
@@ -520,6 +535,8 @@ class ChunkRun:
             return True
         if isinstance(err, BudgetReached):
             return self._over_budget(row, cells, err, provenance or {})
+        if isinstance(err, NotSentCancelled):
+            return self._not_sent(row, cells, err, provenance or {})
         if _is_chunk_fatal(err):
             self.fatal.append(err)
             return True
@@ -571,6 +588,26 @@ class ChunkRun:
         self._row_metrics.row("skipped_budget")
         self.spend.add_row(provenance)
         message = f"skipped_budget: {err}"
+        self.done.append(
+            RowResult(row.seq, row.row_key, cells, "error", message[:1000], provenance=provenance)
+        )
+        return False
+
+    def _not_sent(
+        self, row: RunRow, cells: dict[str, Any], err: NotSentCancelled, provenance: dict[str, Any]
+    ) -> bool:
+        """A row a cancelled run re-ran to read its jobs that needed a new call: recorded
+        with what it had paid for (its job's answer included), the rest not sent."""
+        for spec in self.input.columns:
+            cell = provenance.get(spec.name)
+            if cell is None:  # not reached
+                provenance[spec.name] = {"tool": None, "credits": 0.0, "miss": "not_sent"}
+            elif str(cell.get("miss") or "").startswith("error:"):
+                cell["miss"] = "not_sent"  # the column the cancel stopped keeps its cost
+        self.stats.rows_not_sent += 1
+        self._row_metrics.row("not_sent")
+        self.spend.add_row(provenance)
+        message = f"not_sent: {err}"
         self.done.append(
             RowResult(row.seq, row.row_key, cells, "error", message[:1000], provenance=provenance)
         )

@@ -199,6 +199,20 @@ class BudgetedDispatcher:
         self._rows[payer] = BudgetLine(key, worst)
         return True
 
+    async def adopt_row(self, payer: str) -> bool:
+        """Take over the row budget an earlier attempt opened for ``payer`` (a row left
+        pending keeps it), reserving nothing new; whether there was one. A cancelled
+        run reading its jobs does this instead of :meth:`open_row`: the row's calls
+        draw on what it reserved then, and a row that never had one gets none."""
+        key = row_budget_id(payer)
+        state = await self._attempt.durably(
+            lambda: self._store.state(key), what=f"budget of row {payer}"
+        )
+        if state is None:
+            return False
+        self._rows[payer] = BudgetLine(key, state.limit)
+        return True
+
     async def close_row(self, payer: str, *, pending: bool = False) -> None:
         """Settle the row's reservation at what its calls used of its own budget (paid,
         or reserved by a call that may have been charged without an answer); a row left

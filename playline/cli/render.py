@@ -158,6 +158,13 @@ def print_summary(
             markup=False,
             highlight=False,
         )
+    if s.rows_not_sent:
+        console_out.print(
+            f"  cancelled: {s.rows_not_sent} rows kept what their jobs answered and sent "
+            "nothing new (the export says not_sent for each)",
+            markup=False,
+            highlight=False,
+        )
     if s.first_error:
         console_out.print(f"  first row error: {s.first_error}")
     print_changes(s.changes if changes is None else changes)

@@ -325,7 +325,8 @@ class DatasetRunWorkflow:
                         end=span.end,
                         rows=held.rows,
                         jobs=on_jobs,
-                        until=held.until if on_jobs else None,
+                        until=held.until if held.jobs else None,
+                        some_jobs=held.jobs,
                     )
                 )
                 work.parking = merge_parked(work.parking, held)
@@ -467,11 +468,14 @@ class DatasetRunWorkflow:
         (a job ends within its ``max_wait_s``); rows parked on a quota or held for
         budget are not run. Whether chunks were started (the loop goes on)."""
         work = self._work
-        reading = [span for span in work.parked if span.jobs]
+        # Ranges whose rows wait on jobs and were held for budget too are read as well,
+        # in chunks that send nothing new (histories from before read only pure ones).
+        only = workflow.patched("cancel-reads-only-jobs") if work.parked else False
+        reading = [span for span in work.parked if span.jobs or (only and span.some_jobs)]
         if not reading or not workflow.patched("cancel-reads-jobs"):
             self._note = None
             return False
-        work.parked = [span for span in work.parked if not span.jobs]
+        work.parked = [span for span in work.parked if all(span is not r for r in reading)]
         rows = sum(span.rows for span in reading)
         self._note = f"cancelling: reading {self._jobs_pending(rows)} submitted jobs ({rows} rows)"
         soonest = min((span.until for span in reading if span.until is not None), default=None)
@@ -482,7 +486,8 @@ class DatasetRunWorkflow:
                 await self._wait_for_reset(parking)
         for span in reading:
             again = RowRange(start=span.start, end=span.end, rows=span.rows)
-            self._pending[self._start_chunk(input, span.start, span.end, self._resumed)] = again
+            task = self._start_chunk(input, span.start, span.end, self._resumed, reading=only)
+            self._pending[task] = again
         self._resumed += 1
         return True
 
@@ -523,7 +528,13 @@ class DatasetRunWorkflow:
         )
 
     def _start_chunk(
-        self, input: DatasetRunInput, start: int, end: int, resumed: int = 0
+        self,
+        input: DatasetRunInput,
+        start: int,
+        end: int,
+        resumed: int = 0,
+        *,
+        reading: bool = False,
     ) -> asyncio.Task[ChunkStats]:
         named_by_rows = self._visible
         activity_id = f"rows-{start}-{end - 1}" + (f"-resumed-{resumed}" if resumed else "")
@@ -547,6 +558,7 @@ class DatasetRunWorkflow:
                     on_row_error=input.on_row_error,
                     options=options,
                     row_concurrency=self._width.row_concurrency,
+                    reading=reading,
                 ),
                 start_to_close_timeout=timedelta(hours=2),
                 heartbeat_timeout=timedelta(seconds=input.options.heartbeat_timeout_s),

@@ -289,6 +289,8 @@ def dataset_current_details(state: DatasetRunState, now: datetime) -> str:
         lines.append(f"- {state.note}")
     if s.rows_skipped_budget:
         lines.append(f"- {s.rows_skipped_budget} rows skipped: budget reached")
+    if s.rows_not_sent:
+        lines.append(f"- {s.rows_not_sent} rows not finished: cancelled (their jobs were read)")
     if s.first_error:
         lines.append(f"- first row error: {s.first_error}")
     lines += [f"- {line}" for line in change_lines(s.changes)]
@@ -333,6 +335,10 @@ def play_current_details(
             lines.append(f"- window: at most {state.window} chunks in flight (set_window)")
     if totals.rows_skipped_budget:
         lines.append(f"- {totals.rows_skipped_budget} rows skipped: budget reached")
+    if totals.rows_not_sent:
+        lines.append(
+            f"- {totals.rows_not_sent} rows not finished: cancelled (their jobs were read)"
+        )
     if totals.first_error:
         lines.append(f"- first row error: {totals.first_error}")
     lines += [f"- {line}" for line in change_lines(totals.changes)]

@@ -231,8 +231,6 @@ async def check_invariants(
 #: on a provider job can end with that job unread, its cells short of the bill. Not
 #: strict: the defect depends on when the cancel meets the job's submit.
 OPEN_DEFECTS = {
-    "cap_wait-waterfall-cancel-postgresql": "cancel x job: a job left unread (open)",
-    "named_wait-jobs-cancel-postgresql": "cancel x job: a job left unread (open)",
     # Failed in their first run, not diagnosed yet (the firing's harness or a defect).
     "cap_wait-jobs-schedule-postgresql": "schedule firing: not diagnosed (open)",
     "cap_stop-waterfall-schedule-sqlite": "schedule firing: not diagnosed (open)",
