@@ -227,31 +227,7 @@ async def check_invariants(
     assert audit.ok, report
 
 
-#: Cases that still find a defect (issue 28, open): a run cancelled while its rows wait
-#: on a provider job can end with that job unread, its cells short of the bill. Not
-#: strict: the defect depends on when the cancel meets the job's submit.
-OPEN_DEFECTS = {
-    # Failed in their first run, not diagnosed yet (the firing's harness or a defect).
-    "cap_wait-jobs-schedule-postgresql": "schedule firing: not diagnosed (open)",
-    "cap_stop-waterfall-schedule-sqlite": "schedule firing: not diagnosed (open)",
-    "named_wait-quota-schedule-postgresql": "schedule firing: not diagnosed (open)",
-}
-
-
-def marked(found: list[Case]) -> list[Any]:
-    return [
-        pytest.param(
-            case,
-            id=case.id,
-            marks=[pytest.mark.xfail(reason=OPEN_DEFECTS[case.id], strict=False)]
-            if case.id in OPEN_DEFECTS
-            else [],
-        )
-        for case in found
-    ]
-
-
-@pytest.mark.parametrize("case", marked(cases()))
+@pytest.mark.parametrize("case", cases(), ids=lambda case: case.id)
 async def test_money_features_compose(
     case: Case,
     client: Client,
@@ -358,7 +334,8 @@ async def start(
     try:
         while time.monotonic() < deadline:
             info = (await schedule.describe()).info
-            actions = [a.action for a in (*info.running_actions, *info.recent_actions)]
+            # running: the started workflows themselves; recent: results holding them
+            actions = [*info.running_actions, *(r.action for r in info.recent_actions)]
             firings = [a.workflow_id for a in actions if hasattr(a, "workflow_id")]
             if firings:
                 return str(firings[0])
