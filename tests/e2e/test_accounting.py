@@ -215,7 +215,9 @@ async def test_a_charged_answer_lost_on_the_way_back_is_replayed_counted_and_not
             assert ledger["double_charged"] == 0
 
             # A follower: the owner's request is held by the provider while it waits.
-            provider.configure(latency_ms=[400, 400])
+            # long enough that the follower claims while the owner's request is held,
+            # however loaded the machine (the test waits for it either way)
+            provider.configure(latency_ms=[4000, 4000])
             owner, follower = attempt("C"), attempt("D")
             owned = asyncio.ensure_future(owner.call("person_enrich", {"email": "g@x.example"}))
             await asyncio.to_thread(
