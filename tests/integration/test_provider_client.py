@@ -150,11 +150,16 @@ async def test_calls_spread_across_keys_and_each_key_keeps_its_budget(
 
 
 async def _conflict(
-    server: ThreadedProviderServer, http: httpx.AsyncClient, tmp_path, retry: RetryPolicy
+    server: ThreadedProviderServer,
+    http: httpx.AsyncClient,
+    tmp_path,
+    retry: RetryPolicy,
+    slow_s: float = 4.0,
 ) -> tuple[asyncio.Task[object], object]:
-    """An earlier request with the same key is slow (4 s); the sender sends it again."""
-    server.configure(latency_ms=(4000.0, 4000.0))
-    cat = catalog(server.base_url, envs=["ACME_KEY"], timeout_s=5.0, per_day=1000)
+    """An earlier request with the same key is slow (``slow_s``); the sender sends it
+    again. The tool's timeout is ``slow_s`` + 1 s."""
+    server.configure(latency_ms=(slow_s * 1000, slow_s * 1000))
+    cat = catalog(server.base_url, envs=["ACME_KEY"], timeout_s=slow_s + 1, per_day=1000)
     client = ProviderClient(cat, http, environ={"ACME_KEY": "k-123456"})
     tool = cat.tool("email_finder")
     earlier = asyncio.create_task(client.send(tool, PERSON, idempotency_key="k-slow"))
@@ -189,7 +194,8 @@ async def test_a_key_still_in_flight_is_waited_out_past_the_retry_budget(
 async def test_waiting_out_a_key_in_flight_is_bounded(
     server: ThreadedProviderServer, http: httpx.AsyncClient, tmp_path
 ) -> None:
-    """Patience is a multiple of the tool's timeout: 0.2 x 5 s gives up before the 4 s end."""
+    """Patience is a multiple of the tool's timeout: 0.2 x 13 s gives up well before the
+    earlier request's 12 s end, however slowly a loaded machine sets the sender up."""
     with pytest.raises(ProviderTransientError, match="still in flight"):
-        await _conflict(server, http, tmp_path, RetryPolicy(conflict_patience=0.2))
+        await _conflict(server, http, tmp_path, RetryPolicy(conflict_patience=0.2), slow_s=12)
     assert server.ledger()["charged"] <= 1
