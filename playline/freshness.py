@@ -158,12 +158,39 @@ class Freshness(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    found: float | None = Field(default=None, ge=0)
-    no_match: float | None = Field(default=None, ge=0)
-    by_value: dict[str, float] = Field(default_factory=dict)
-    by: str | None = None
-    hit: str | None = None
-    rule: str | None = None
+    found: float | None = Field(
+        default=None,
+        ge=0,
+        description='how long a found value stays fresh: seconds or a duration ("90d", "12h", '
+        '"30m", "45s", "2w"); unset: for ever',
+    )
+    no_match: float | None = Field(
+        default=None,
+        ge=0,
+        description="how long an empty answer stays fresh before it is retried (a duration; "
+        "unset: for ever)",
+    )
+    by_value: dict[str, float] = Field(
+        default_factory=dict,
+        description="durations keyed by the value itself, or by the part `by` names: "
+        '`{invalid = "7d"}`; a key listed here wins over `found` and `no_match`',
+    )
+    by: str | None = Field(
+        default=None,
+        description="the part of an answer (a getter name or dotted path) whose text picks "
+        "`by_value`",
+    )
+    hit: str | None = Field(
+        default=None,
+        description="the part of an answer whose presence makes it found (a tool defaults to "
+        "its billing rule's `hit`; unset: the whole answer counts)",
+    )
+    rule: str | None = Field(
+        default=None,
+        description="a function registered with `@playline.resolver`, called as "
+        "`rule(value, outcome)` and returning a duration; it wins over everything else. "
+        "A column's `fresh_for` only: a catalog refuses it",
+    )
 
     @field_validator("found", "no_match", mode="before")
     @classmethod

@@ -65,19 +65,42 @@ class BillingSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rule: BillingRule = "per_request"
-    #: the price of a request (``per_request``) or a hit; ``None``: the tool's ``credits``
-    credits: float | None = Field(default=None, ge=0)
-    #: the value (a getter name or a dotted path) whose presence makes an answer a hit
-    hit: str | None = None
-    #: ``per_field``: the price of each value (getter name or dotted path) present
-    fields: dict[str, float] = Field(default_factory=dict)
-    #: a value that, when truthy, means the provider did not bill this answer
-    free_if: str | None = None
-    #: a response header holding the credits the provider charged for the request
-    charged_header: str | None = None
-    #: a field of the response body (dotted path) holding the credits charged
-    charged_field: str | None = None
+    rule: BillingRule = Field(
+        default="per_request",
+        description='"per_request": `credits` for every answer; "per_hit": `credits` when '
+        'the `hit` value is present, else 0; "refund_on_miss": charged, refunded when `hit` '
+        'is absent (the same net figure as per_hit); "per_field": the sum of `fields` over '
+        "the values present",
+    )
+    credits: float | None = Field(
+        default=None,
+        ge=0,
+        description="the price of a request (per_request) or a hit; unset: the tool's `credits`",
+    )
+    hit: str | None = Field(
+        default=None,
+        description="the value (a getter name or a dotted path) whose presence makes an "
+        "answer a hit (needed by per_hit and refund_on_miss)",
+    )
+    fields: dict[str, float] = Field(
+        default_factory=dict,
+        description="per_field only: the price of each value (getter name or dotted path) "
+        "present in an answer",
+    )
+    free_if: str | None = Field(
+        default=None,
+        description="a value that, when truthy, means the provider did not bill this answer",
+    )
+    charged_header: str | None = Field(
+        default=None,
+        description="a response header holding the credits the provider charged for the "
+        "request; a reported figure wins over the rule",
+    )
+    charged_field: str | None = Field(
+        default=None,
+        description="a field of the response body (dotted path) holding the credits charged "
+        "(the header wins when both are given)",
+    )
 
     @model_validator(mode="after")
     def _check_rule(self) -> BillingSpec:

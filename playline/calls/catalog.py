@@ -107,12 +107,24 @@ class AuthSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    env: str | tuple[str, ...]
-    header: str = "Authorization"
-    scheme: str | None = None  # e.g. "Bearer"; None sends the bare key
-    #: the account the key(s) belong to: receipts are scoped by it, so a rotated or
-    #: added key keeps them (None: scoped by the key values themselves)
-    account: str | None = Field(default=None, min_length=1)
+    env: str | tuple[str, ...] = Field(
+        description="the environment variable holding the API key, or a list of variables "
+        "for a provider used with several keys (accounts): calls are spread across them and "
+        "each key is paced on its own (`<provider>:key=<VARIABLE>`); the key itself is never "
+        "logged or stored"
+    )
+    header: str = Field(default="Authorization", description="the request header carrying the key")
+    scheme: str | None = Field(
+        default=None,
+        description='a word sent before the key in the header (e.g. "Bearer"); unset sends '
+        "the bare key",
+    )
+    account: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the account the key(s) belong to: receipts are scoped by it instead of by "
+        "the key values, so a rotated or added key keeps them (unset: scoped by the keys)",
+    )
 
     @model_validator(mode="after")
     def _check_env(self) -> AuthSpec:
@@ -132,19 +144,43 @@ class ProviderSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    base_url: str
-    base_url_env: str | None = None
-    auth: AuthSpec | None = None
-    pacing: PacingPolicy = PacingPolicy()
-    #: the budget of each API key, when ``auth.env`` lists several (or one)
-    key_pacing: PacingPolicy | None = None
-    timeout_s: float = Field(default=15.0, gt=0)
-    #: the idempotency contract of its tools, unless a tool states its own
-    idempotency: Idempotency = "none"
-    #: the most bytes one response may hold; a larger one is a provider error
-    max_response_bytes: int = Field(default=DEFAULT_MAX_RESPONSE_BYTES, ge=1)
-    #: the documentation the entry was written from (presets cite theirs)
-    source: str | None = None
+    base_url: str = Field(description="the provider's base URL; each tool's `path` is appended")
+    base_url_env: str | None = Field(
+        default=None,
+        description="an environment variable that, when set and not empty, replaces `base_url`",
+    )
+    auth: AuthSpec | None = Field(
+        default=None, description="where the API key(s) come from; unset: no key is sent"
+    )
+    pacing: PacingPolicy = Field(
+        default=PacingPolicy(),
+        description="how fast the provider may be called, all its keys and tools together",
+    )
+    key_pacing: PacingPolicy | None = Field(
+        default=None,
+        description="the limits of each API key, when `auth.env` lists several (or one); with "
+        "several keys and no `key_pacing`, each key gets `pacing`",
+    )
+    timeout_s: float = Field(
+        default=15.0, gt=0, description="the HTTP timeout of its tools' calls, in seconds"
+    )
+    idempotency: Idempotency = Field(
+        default="none",
+        description='the idempotency contract of its tools, unless a tool states its own: "key" '
+        '(the provider de-duplicates `Idempotency-Key`), "natural" (it never charges twice for '
+        'the same input) or "none" (every request may be charged, so a call sent without a '
+        "definitive answer is never re-sent automatically)",
+    )
+    max_response_bytes: int = Field(
+        default=DEFAULT_MAX_RESPONSE_BYTES,
+        ge=1,
+        description="the most bytes one response (a bulk answer included) may hold; a larger "
+        "one is a provider error",
+    )
+    source: str | None = Field(
+        default=None,
+        description="the documentation the entry was written from (presets cite theirs)",
+    )
 
     def key_envs(self) -> tuple[str, ...]:
         """The variables of the keys calls are spread across (none without auth)."""
@@ -166,15 +202,32 @@ class BatchSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: str
-    max_items: int = Field(default=25, ge=1, le=1000)
-    linger_ms: float = Field(default=20.0, ge=0, le=5000)
-    items_field: str = "items"
-    results_field: str = "results"
-    #: a field playline sets on each item to its position (a string) and matches the
-    #: results by, for providers that answer matches only or out of order; unset:
-    #: one result per item, in request order
-    id_field: str | None = None
+    path: str = Field(
+        description="the bulk endpoint's path on the provider's base URL (sent with the "
+        "tool's `method`)"
+    )
+    max_items: int = Field(
+        default=25, ge=1, le=1000, description="the most member calls in one bulk request"
+    )
+    linger_ms: float = Field(
+        default=20.0,
+        ge=0,
+        le=5000,
+        description="how long a claimed call waits for company before a request that is "
+        "not full goes out, in milliseconds",
+    )
+    items_field: str = Field(
+        default="items", description="the request body's field holding the members' inputs"
+    )
+    results_field: str = Field(
+        default="results", description="the response's field holding the members' results"
+    )
+    id_field: str | None = Field(
+        default=None,
+        description="a field playline sets on each item to its position (a string) and "
+        "matches the results by, for providers that answer matches only or out of order; "
+        "unset: one result per item, in request order",
+    )
 
 
 class WebhookSpec(BaseModel):
@@ -190,12 +243,23 @@ class WebhookSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: where the callback URL goes in the submit body (a dotted path)
-    url_field: str
-    signature: Literal["none", "hmac-sha1", "hmac-sha256"] = "none"
-    signature_header: str | None = None
-    #: the environment variable holding the signing secret (read by the receiver)
-    secret_env: str | None = None
+    url_field: str = Field(
+        description="where the callback URL goes in the submit body (a dotted path)"
+    )
+    signature: Literal["none", "hmac-sha1", "hmac-sha256"] = Field(
+        default="none",
+        description="how the provider signs a callback: not at all, or an HMAC of the raw "
+        "body (hex) with the secret in `secret_env`",
+    )
+    signature_header: str | None = Field(
+        default=None,
+        description="the header holding the signature (needed when `signature` is not none)",
+    )
+    secret_env: str | None = Field(
+        default=None,
+        description="the environment variable holding the signing secret, read by the "
+        "webhook receiver (needed when `signature` is not none)",
+    )
 
     @model_validator(mode="after")
     def _check_signature(self) -> WebhookSpec:
@@ -229,38 +293,106 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    items_field: str | None = None
-    max_items: int = Field(default=1, ge=1, le=10000)
-    linger_ms: float = Field(default=500.0, ge=0, le=60000)
-    id_field: str | None = None
-    #: fixed fields of every submit body (e.g. a job name, options)
-    body: dict[str, Any] = Field(default_factory=dict)
-    #: fixed fields of every member item (e.g. which fields to enrich)
-    item: dict[str, Any] = Field(default_factory=dict)
-    job_id: str
-    #: where a status answer (a poll's, a webhook's) names the job's id, when not at
-    #: ``job_id`` (FullEnrich: ``id``); set, a webhook body must name its job there
-    status_job_id: str | None = None
-    status_method: Literal["GET", "POST"] = "GET"
-    status_path: str
-    state_field: str
-    done: tuple[Any, ...]
-    running: tuple[Any, ...]
-    failed: tuple[Any, ...] = ()
-    #: a value that, when truthy in a status answer, fails the job whatever its state
-    #: says (Dropcontact's ``error``: its failures also answer ``success: false``)
-    error_field: str | None = None
-    reason_field: str | None = None
-    results_field: str
-    partial: bool = False
-    poll_interval_s: float = Field(default=30.0, gt=0)
-    #: the first poll comes this long after the submit (default: ``poll_interval_s``)
-    first_poll_s: float | None = Field(default=None, ge=0)
-    max_wait_s: float = Field(default=3600.0, gt=0)
-    max_jobs_in_flight: int | None = Field(default=None, ge=1)
-    #: a separate limit for status polls (unset: polls share the provider's limit)
-    poll_pacing: PacingPolicy | None = None
-    webhook: WebhookSpec | None = None
+    items_field: str | None = Field(
+        default=None,
+        description="the submit body's field holding the member items; unset: one call is "
+        "one job and its input is the body",
+    )
+    max_items: int = Field(
+        default=1,
+        ge=1,
+        le=10000,
+        description="the most member calls in one submit (more than 1 needs `items_field`)",
+    )
+    linger_ms: float = Field(
+        default=500.0,
+        ge=0,
+        le=60000,
+        description="how long a claimed call waits for company to fill a submit, in milliseconds",
+    )
+    id_field: str | None = Field(
+        default=None,
+        description="a field set on each item to its position (a string) that results are "
+        "matched by; unset: results come back in submit order",
+    )
+    body: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fixed fields of every submit body (e.g. a job name, options)",
+    )
+    item: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fixed fields of every member item (e.g. which fields to enrich)",
+    )
+    job_id: str = Field(description="where the submit's answer holds the job's id (a dotted path)")
+    status_job_id: str | None = Field(
+        default=None,
+        description="where a status answer (a poll's, a webhook's) names the job's id, when "
+        "not at `job_id` (FullEnrich: `id`); set, a webhook body must name its job there",
+    )
+    status_method: Literal["GET", "POST"] = Field(
+        default="GET", description="the HTTP method of a status poll"
+    )
+    status_path: str = Field(
+        description="the path polled for the job's status; must contain `{job_id}`"
+    )
+    state_field: str = Field(
+        description="where a status answer holds the job's state (a dotted path)"
+    )
+    done: tuple[Any, ...] = Field(description="the states that mean the job is done")
+    running: tuple[Any, ...] = Field(
+        description='the states that mean the job still runs (a provider answering "not '
+        'ready" with a 200 is running by the same rule)'
+    )
+    failed: tuple[Any, ...] = Field(
+        default=(),
+        description="states that fail the job's calls; a state in none of `done`, `running` "
+        "and `failed` fails them too",
+    )
+    error_field: str | None = Field(
+        default=None,
+        description="a value that, when truthy in a status answer, fails the job whatever "
+        "its state says (Dropcontact's `error`: its failures also answer `success: false`)",
+    )
+    reason_field: str | None = Field(
+        default=None,
+        description="where a failed job's status answer gives the reason its calls fail with",
+    )
+    results_field: str = Field(
+        description="where a status answer holds the members' results (a dotted path)"
+    )
+    partial: bool = Field(
+        default=False,
+        description="members listed while the job still runs land at once (needs `id_field`)",
+    )
+    poll_interval_s: float = Field(
+        default=30.0, gt=0, description="seconds between two status polls of a job"
+    )
+    first_poll_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="the first poll comes this long after the submit, in seconds (unset: "
+        "`poll_interval_s`)",
+    )
+    max_wait_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="a job running longer than this, in seconds, fails its calls",
+    )
+    max_jobs_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="the provider's queue: the most jobs of the tool running at once "
+        "(unset: no cap)",
+    )
+    poll_pacing: PacingPolicy | None = Field(
+        default=None,
+        description="a separate limit for status polls, paced on the key `<provider>:poll` "
+        "(unset: polls share the provider's limit with the submits)",
+    )
+    webhook: WebhookSpec | None = Field(
+        default=None,
+        description="how the provider calls back when a job ends (unset: polling only)",
+    )
 
     @model_validator(mode="after")
     def _check_shape(self) -> JobSpec:
@@ -292,29 +424,75 @@ class ToolSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    id: str
-    provider: str
-    method: Literal["GET", "POST"] = "POST"
-    path: str
-    input: dict[str, str] = Field(default_factory=dict)
-    getters: dict[str, str] = Field(default_factory=dict)
-    credits: float = Field(default=1.0, ge=0)
-    version: str = "1"
-    batch: BatchSpec | None = None
-    #: an asynchronous tool: submit, then poll / webhook (see :class:`JobSpec`)
-    job: JobSpec | None = None
-    #: HTTP timeout of this tool's calls; ``None``: the provider's ``timeout_s``
-    timeout_s: float | None = Field(default=None, gt=0)
-    #: the idempotency contract (filled from the provider's when the tool says none)
-    idempotency: Idempotency = "none"
-    #: how the provider bills an answer (default: ``credits`` per request)
-    billing: BillingSpec = BillingSpec()
-    #: how long an answer stays fresh (``"90d"``, or by outcome and value: see
-    #: :class:`~playline.freshness.Freshness`); an older receipt is paid for again.
-    #: ``None``: a receipt answers for ever (unless a call asks ``stale_after_seconds``)
-    fresh_for: Freshness | None = None
-    #: the documentation the entry was written from (presets cite theirs)
-    source: str | None = None
+    id: str = Field(
+        description="the tool's id, filled in from its table's name (`[tools.ID]`): what "
+        "`rc.tool(...)` and waterfall steps name"
+    )
+    provider: str = Field(
+        description="the provider (a `[providers.NAME]` of the catalog) whose base URL, auth "
+        "and pacing the tool uses"
+    )
+    method: Literal["GET", "POST"] = Field(
+        default="POST",
+        description="the HTTP method of a call (of the submit, for a job tool); GET sends the "
+        "input as query parameters, POST as a JSON body",
+    )
+    path: str = Field(
+        description="the endpoint's path on the provider's base URL (the submit's, for a job tool)"
+    )
+    input: dict[str, str] = Field(
+        default_factory=dict,
+        description='the input fields and their types: "str", "int", "float" or "bool", a '
+        '"?" suffix for an optional one; a call with another field or a wrong type is refused '
+        "before it is sent (empty: any input is sent as given)",
+    )
+    getters: dict[str, str] = Field(
+        default_factory=dict,
+        description='named values of an answer: `{name = "dotted.path"}`; a name without '
+        "a getter is read as a path itself",
+    )
+    credits: float = Field(
+        default=1.0, ge=0, description="the price of one request, unless `billing` says more"
+    )
+    version: str = Field(
+        default="1",
+        description="part of every receipt's key: a new version makes earlier receipts of the "
+        "tool no answer (they are paid for again)",
+    )
+    batch: BatchSpec | None = Field(
+        default=None,
+        description="a bulk endpoint the tool's calls are grouped into (not with `job`)",
+    )
+    job: JobSpec | None = Field(
+        default=None,
+        description="an asynchronous tool: the call is a job submitted, then polled or "
+        "called back (not with `batch`)",
+    )
+    timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="the HTTP timeout of this tool's calls, in seconds (unset: the "
+        "provider's `timeout_s`)",
+    )
+    idempotency: Idempotency = Field(
+        default="none",
+        description="the tool's idempotency contract, as the provider's `idempotency`; "
+        "unset: the provider's",
+    )
+    billing: BillingSpec = Field(
+        default=BillingSpec(),
+        description="how the provider bills an answer (default: `credits` per request)",
+    )
+    fresh_for: Freshness | None = Field(
+        default=None,
+        description='how long an answer stays fresh: a duration ("90d") for every answer, or '
+        "a table by outcome and value; an older receipt is paid for again (unset: a receipt "
+        "answers for ever, unless a call asks for a fresher one)",
+    )
+    source: str | None = Field(
+        default=None,
+        description="the documentation the entry was written from (presets cite theirs)",
+    )
 
     @field_validator("fresh_for", mode="before")
     @classmethod
@@ -404,9 +582,17 @@ class Catalog(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    providers: dict[str, ProviderSpec]
-    tools: dict[str, ToolSpec]
-    waterfalls: dict[str, WaterfallSpec] = Field(default_factory=dict)
+    providers: dict[str, ProviderSpec] = Field(
+        description="the providers, by name: where they live, their keys, their limits"
+    )
+    tools: dict[str, ToolSpec] = Field(
+        description="the tools, by id: one provider endpoint each, with its input, getters "
+        "and billing"
+    )
+    waterfalls: dict[str, WaterfallSpec] = Field(
+        default_factory=dict,
+        description="named waterfalls: tools tried in order until one gives an accepted value",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -60,10 +60,15 @@ class AcceptSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: ``{getter: lowest acceptable number}``, e.g. ``{confidence = 50}``
-    min: dict[str, float] = Field(default_factory=dict)
-    #: ``{getter: [allowed values]}``, e.g. ``{status = ["valid", "accept_all"]}``
-    status_in: dict[str, list[Any]] = Field(default_factory=dict)
+    min: dict[str, float] = Field(
+        default_factory=dict,
+        description="`{getter = lowest acceptable number}`, e.g. `{confidence = 50}`; a "
+        "missing or non-numeric value is refused",
+    )
+    status_in: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description='`{getter = [allowed values]}`, e.g. `{status = ["valid", "accept_all"]}`',
+    )
 
 
 class ValidateSpec(BaseModel):
@@ -71,12 +76,18 @@ class ValidateSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tool: str
-    #: the verifier's input field that receives the value
-    input: str = "email"
-    #: the getter of the verifier's answer holding its verdict
-    field: str = "status"
-    accept: list[Any] = Field(default_factory=lambda: ["valid"], min_length=1)
+    tool: str = Field(description="the verifier tool (a `[tools.ID]` of the catalog)")
+    input: str = Field(
+        default="email", description="the verifier's input field that receives the value"
+    )
+    field: str = Field(
+        default="status", description="the getter of the verifier's answer holding its verdict"
+    )
+    accept: list[Any] = Field(
+        default_factory=lambda: ["valid"],
+        min_length=1,
+        description="the verdicts that confirm the value; any other makes the step `invalid`",
+    )
 
 
 class StepSpec(BaseModel):
@@ -84,24 +95,56 @@ class StepSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tool: str
-    #: ``{tool input field: waterfall input field}``; default: the waterfall's input
-    #: restricted to the fields the tool declares
-    input: dict[str, str] | None = None
-    accept: AcceptSpec | None = None
+    tool: str = Field(description="the step's tool (a `[tools.ID]` of the catalog)")
+    input: dict[str, str] | None = Field(
+        default=None,
+        description="`{tool input field = waterfall input field}`; unset: the waterfall's "
+        "input restricted to the fields the tool declares",
+    )
+    accept: AcceptSpec | None = Field(
+        default=None,
+        description="this step's own accept rule, instead of the waterfall's `accept`",
+    )
 
 
 class WaterfallSpec(BaseModel):
-    """A named waterfall of a catalog (see the module docstring)."""
+    """A named waterfall of a catalog: tools tried in order until one gives an accepted value.
+
+    See the module docstring for an example.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    steps: list[StepSpec] = Field(min_length=1)
-    value: str
-    accept: AcceptSpec = AcceptSpec()
-    validate_with: ValidateSpec | None = Field(default=None, alias="validate")
-    on_unavailable: Literal["skip", "wait"] = "skip"
-    max_credits: float | None = Field(default=None, ge=0)
+    steps: list[StepSpec] = Field(
+        min_length=1,
+        description="the tools tried in order, each at most once: a tool id, or a table with "
+        "the tool and its own `input` and `accept`",
+    )
+    value: str = Field(
+        description="the getter every step's answer is read by: the waterfall's value"
+    )
+    accept: AcceptSpec = Field(
+        default=AcceptSpec(),
+        description="when a present value is good enough (every step without its own); the "
+        "default accepts any present value",
+    )
+    validate_with: ValidateSpec | None = Field(
+        default=None,
+        alias="validate",
+        description="a verifier called on each accepted value; a verdict outside its `accept` "
+        "makes the step `invalid` and the next step is tried",
+    )
+    on_unavailable: Literal["skip", "wait"] = Field(
+        default="skip",
+        description='a step whose provider cannot take calls now (quota spent): "skip" tries '
+        'the next step, "wait" parks the row until the provider is back',
+    )
+    max_credits: float | None = Field(
+        default=None,
+        ge=0,
+        description="a row's cap in credits: a step whose worst case would pass it is "
+        "skipped (`skipped_budget`)",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -11,6 +11,7 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.setup` - ``setup`` (playline's search attributes in a namespace);
 * :mod:`~playline.cli.limits` - ``limits show|set``;
 * :mod:`~playline.cli.budgets` - ``budgets set|list|get`` (named budgets shared by runs);
+* :mod:`~playline.cli.catalog` - ``catalog reference`` (every key of a provider catalog);
 * :mod:`~playline.cli.schedule` - ``schedule create|list|describe|pause|unpause|trigger|delete``
   (plays re-run on a Temporal Schedule);
 * :mod:`~playline.cli.replay` - ``replay`` (recorded histories against the current code);
@@ -43,6 +44,7 @@ Command = Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]
 
 def build_parser() -> argparse.ArgumentParser:
     from playline.cli.budgets import add_budgets_parser
+    from playline.cli.catalog import add_catalog_parser
     from playline.cli.codec_server import add_codec_server_parser
     from playline.cli.estimate import add_estimate_parser
     from playline.cli.limits import add_limits_parser
@@ -193,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("provider-server", help="run the local provider server", add_help=False)
     add_limits_parser(sub)
     add_budgets_parser(sub)
+    add_catalog_parser(sub)
     add_replay_parser(sub)
     add_codec_server_parser(sub)
     add_webhook_parser(sub)
@@ -201,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _commands() -> dict[str, Command]:
     from playline.cli.budgets import cmd_budgets
+    from playline.cli.catalog import cmd_catalog
     from playline.cli.codec_server import cmd_codec_server
     from playline.cli.estimate import cmd_estimate
     from playline.cli.plays import cmd_plays
@@ -224,6 +228,7 @@ def _commands() -> dict[str, Command]:
         "codec-server": cmd_codec_server,
         "estimate": cmd_estimate,
         "budgets": cmd_budgets,
+        "catalog": cmd_catalog,
         "schedule": cmd_schedule,
         "webhook": cmd_webhook,
     }

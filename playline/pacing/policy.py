@@ -33,13 +33,30 @@ class PacingPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rps: float = Field(default=10.0, gt=0)
-    burst: int = Field(default=1, ge=1)
-    per_minute: int | None = Field(default=None, ge=1)
-    per_hour: int | None = Field(default=None, ge=1)
-    per_day: int | None = Field(default=None, ge=1)
-    max_concurrency: int = Field(default=8, ge=1)
-    min_rps: float = Field(default=0.5, gt=0)
+    rps: float = Field(
+        default=10.0,
+        gt=0,
+        description="the sustained rate in requests per second: the ceiling adaptive pacing "
+        "never goes above",
+    )
+    burst: int = Field(
+        default=1, ge=1, description="how many requests may go back to back after an idle spell"
+    )
+    per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        description="at most this many calls in any 60 s (a sliding window; unset: no such quota)",
+    )
+    per_hour: int | None = Field(
+        default=None, ge=1, description="at most this many calls in any hour (unset: no quota)"
+    )
+    per_day: int | None = Field(
+        default=None, ge=1, description="at most this many calls in any 24 h (unset: no quota)"
+    )
+    max_concurrency: int = Field(default=8, ge=1, description="the most calls in flight at once")
+    min_rps: float = Field(
+        default=0.5, gt=0, description="the floor adaptive pacing never goes below"
+    )
 
     @model_validator(mode="after")
     def _check_rates(self) -> PacingPolicy:
