@@ -34,10 +34,10 @@ from playline.contract import (
     PreparedRun,
     PrepareRunInput,
 )
-from playline.errors import InvalidPlayInput
+from playline.errors import SHOWN_NAME_CHARS, InvalidPlayInput
 from playline.services import ServicesHolder
 from playline.stores.access import check_worker_path
-from playline.stores.csv_io import SHOWN_NAME_CHARS, cell_text
+from playline.stores.csv_io import cell_text
 from playline.stores.export import export_run, row_out, summarize_run
 from playline.stores.sources import (
     download_csv,

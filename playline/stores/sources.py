@@ -36,14 +36,14 @@ from yarl import URL
 
 from playline.config import Settings
 from playline.contract import DatasetRef
-from playline.errors import InvalidPlayInput, PlaylineError
+from playline.errors import InvalidPlayInput, PlaylineError, header_summary
 from playline.stores.access import (
     check_url_loads,
     host_allowed,
     is_public_address,
     parse_address,
 )
-from playline.stores.csv_io import header_summary, open_csv, scan_csv
+from playline.stores.csv_io import open_csv, scan_csv
 from playline.stores.sheet import SheetStore
 
 __all__ = [

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from playline.errors import InvalidPlayInput
+from playline.errors import InvalidPlayInput, header_summary
 from playline.stores.csv_io import (
     cell_text,
-    header_summary,
     open_csv,
     read_csv,
     scan_csv,
