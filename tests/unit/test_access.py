@@ -11,14 +11,14 @@ import pytest
 
 from playline import demo
 from playline.config import Settings
-from playline.errors import InvalidPlayInput
-from playline.stores.access import (
+from playline.datasets.access import (
     check_fixture_paths,
     check_url_loads,
     check_worker_path,
     host_allowed,
     is_public_address,
 )
+from playline.errors import InvalidPlayInput
 
 HINT = (
     "upload it with `playline run --csv` (a store: reference), or add its directory to "

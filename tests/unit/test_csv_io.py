@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from playline.errors import InvalidPlayInput, header_summary
-from playline.stores.csv_io import (
+from playline.datasets.csv_io import (
     cell_text,
     open_csv,
     read_csv,
@@ -17,6 +16,7 @@ from playline.stores.csv_io import (
     write_csv,
     write_jsonl,
 )
+from playline.errors import InvalidPlayInput, header_summary
 
 
 def write(path: Path, text: str | bytes) -> Path:

@@ -14,7 +14,7 @@ worker reads only what it was told it may:
 * **URLs** only when ``PLAYLINE_URL_LOADS`` is on, over http(s), and only to public
   addresses (:func:`is_public_address`), unless the host is named in
   ``PLAYLINE_URL_ALLOW_HOSTS`` (:func:`host_allowed`). The download itself
-  (:func:`~playline.stores.sources.download_csv`) applies these to every redirect
+  (:func:`~playline.datasets.load.download_csv`) applies these to every redirect
   hop and to the addresses it actually connects to.
 
 Everything here is a pure function of ``Settings`` and its arguments.
