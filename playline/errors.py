@@ -12,12 +12,13 @@ once, how the runtime treats it:
   row, so it stops the whole chunk instead of being recorded on the row.
 
 This module imports nothing but the standard library, so every layer may raise
-these errors.
+these errors. It also holds how messages describe what they must not quote (a CSV
+header: :func:`header_summary`), shared by the CSV reader and the sheet store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -337,3 +338,25 @@ def root_cause(err: BaseException) -> BaseException:
 def format_validation_errors(errors: Iterable[Mapping[str, Any]], *, top: str = "input") -> str:
     """One line naming every problem of a pydantic ``ValidationError.errors()``."""
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or top}: {e['msg']}" for e in errors)
+
+
+#: Header names a message shows at most, and the characters of each.
+SHOWN_NAMES = 3
+SHOWN_NAME_CHARS = 32
+
+
+def shown_names(names: Sequence[str]) -> str:
+    """At most three names, each cut to 32 characters: ``'a', 'b', 'c', ...``."""
+    shown = [
+        repr(n[:SHOWN_NAME_CHARS] + ("…" if len(n) > SHOWN_NAME_CHARS else ""))
+        for n in names[:SHOWN_NAMES]
+    ]
+    return ", ".join(shown + (["..."] if len(names) > SHOWN_NAMES else []))
+
+
+def header_summary(columns: Sequence[str]) -> str:
+    """How messages describe a header without quoting it: ``the header has 14 columns:
+    'a', 'b', 'c', ...`` (a header may be anything a play names, even a secrets file)."""
+    count = len(columns)
+    noun = "column" if count == 1 else "columns"
+    return f"the header has {count} {noun}: {shown_names(columns)}"

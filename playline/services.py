@@ -143,7 +143,7 @@ class Services:
         first (``prepare_run`` does), so chunks find the book open. Every path must
         lie under the worker's data directories (a play names them): checked first.
         """
-        from playline.stores.access import check_fixture_paths
+        from playline.datasets import check_fixture_paths
 
         check_fixture_paths(self.settings, paths)
         key = _fixture_key(paths)
@@ -156,7 +156,7 @@ class Services:
     async def open_fixture_book(self, paths: list[str]) -> FixtureBook:
         """:meth:`fixture_book`, indexing the files on a thread when they are new (the
         paths checked first, as there)."""
-        from playline.stores.access import check_fixture_paths
+        from playline.datasets import check_fixture_paths
 
         check_fixture_paths(self.settings, paths)
         key = _fixture_key(paths)

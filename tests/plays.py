@@ -438,8 +438,8 @@ async def run(
 async def export_rows(home: Path, run_ref: str, path: Path) -> bytes:
     """Export a run's rows the way ``playline run --out`` does; returns the file's bytes."""
     from playline.config import Settings
+    from playline.datasets import export_run
     from playline.services import Services
-    from playline.stores.export import export_run
 
     services = await Services.open(Settings.from_env(home=home))
     try:

@@ -7,7 +7,7 @@ references and counts, plus the bounded preview, inline rows and repeated keys
 (the last two only when the run shows rows: ``preview_rows > 0``).
 
 A play names what the worker reads, so the worker decides what it may read
-(:mod:`playline.stores.access`): local files under its data directories, URLs only
+(:mod:`playline.datasets.access`): local files under its data directories, URLs only
 when allowed and only to public hosts.
 """
 
@@ -34,19 +34,21 @@ from playline.contract import (
     PreparedRun,
     PrepareRunInput,
 )
-from playline.errors import InvalidPlayInput
-from playline.services import ServicesHolder
-from playline.stores.access import check_worker_path
-from playline.stores.csv_io import SHOWN_NAME_CHARS, cell_text
-from playline.stores.export import export_run, row_out, summarize_run
-from playline.stores.sources import (
+from playline.datasets import (
+    cell_text,
+    check_worker_path,
     download_csv,
+    export_run,
     find_source,
     is_url,
+    row_out,
     shown_url,
     store_source_id,
+    summarize_run,
     upload_csv,
 )
+from playline.errors import SHOWN_NAME_CHARS, InvalidPlayInput
+from playline.services import ServicesHolder
 
 
 class DatasetActivities:

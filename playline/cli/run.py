@@ -46,10 +46,9 @@ from playline.cli.render import (
 from playline.cli.spend import store_spend
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
+from playline.datasets import export_run, store_source, upload_csv
 from playline.errors import PlaylineError, format_validation_errors
 from playline.stores.backends import open_stores
-from playline.stores.export import export_run
-from playline.stores.sources import store_source, upload_csv
 from playline.worker import connect
 from playline.workflows.priority import temporal_priority
 from playline.workflows.status import play_static

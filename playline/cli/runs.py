@@ -53,11 +53,11 @@ from playline.contract import (
     PlayRunResult,
     PlayState,
 )
+from playline.datasets import export_changes, export_run
 from playline.errors import PlaylineError, format_validation_errors
 from playline.services import Services
 from playline.spend import spend_lines
 from playline.stores.backends import open_stores
-from playline.stores.export import export_changes, export_run
 from playline.worker import connect
 from playline.workflows.context import RUN_REFS_MEMO
 from playline.workflows.status import due_line, job_lines

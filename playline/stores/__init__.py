@@ -18,8 +18,8 @@
 * :mod:`~playline.stores.sqlite_db`, :mod:`~playline.stores.postgres_db` - the
   connection each backend's stores share (a thread per SQLite file, a pool);
   :mod:`~playline.stores.coalesce` - group commit for concurrent writes;
-  :mod:`~playline.stores.migrations` - versioned schemas, applied at worker start;
-* :mod:`~playline.stores.sources` - CSVs in: uploads, ``store:`` references, URLs;
-* :mod:`~playline.stores.csv_io` - strict, streaming CSV in, CSV/JSONL out;
-* :mod:`~playline.stores.export` - a run's rows out: export files, preview, inline rows.
+  :mod:`~playline.stores.migrations` - versioned schemas, applied at worker start.
+
+Loading CSVs and URLs into a source, exporting a run's rows and what a worker may
+read are dataset I/O, not storage: they live in :mod:`playline.datasets`.
 """

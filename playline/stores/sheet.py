@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from playline.contract import RunMode
-from playline.errors import InvalidPlayInput
-from playline.stores.csv_io import header_summary
+from playline.errors import InvalidPlayInput, header_summary
 
 RowStatus = Literal["pending", "ok", "error"]
 

@@ -23,9 +23,9 @@ import pytest
 from playline.calls.provenance import run_spend
 from playline.config import Settings
 from playline.contract import PlayRunResult, PlayState, RunOptions
+from playline.datasets import export_run
 from playline.services import Services
 from playline.stores.budgets import run_budget_id
-from playline.stores.export import export_run
 from tests.conftest import LEADS_CSV, new_id, start_worker_process
 from tests.e2e.test_crash_recovery import wait_for
 from tests.e2e.test_fleet import playline

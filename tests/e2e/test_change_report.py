@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from playline.stores.csv_io import cell_text
+from playline.datasets import cell_text
 from playline.stores.sheet_changes import CHANGE_KINDS, change_kind
 from tests import plays_changes  # noqa: F401  (registers the play with the worker)
 from tests.conftest import new_id

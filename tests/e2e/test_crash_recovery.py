@@ -13,8 +13,8 @@ from pathlib import Path
 
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
+from playline.datasets import export_run
 from playline.services import Services
-from playline.stores.export import export_run
 from tests.conftest import LEADS_CSV, core_charged, new_id, start_worker_process
 
 

@@ -22,9 +22,8 @@ import pytest
 from playline import demo
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
+from playline.datasets import export_run, store_source, upload_csv
 from playline.stores.backends import open_stores
-from playline.stores.export import export_run
-from playline.stores.sources import store_source, upload_csv
 from tests.conftest import LEADS_CSV, core_charged, start_worker_process
 from tests.e2e.test_bad_input import assert_nothing_dispatched, fails_with
 from tests.e2e.test_crash_recovery import first_rows, wait_for

@@ -29,8 +29,8 @@ import pytest
 
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
+from playline.datasets import export_run
 from playline.stores.backends import open_stores
-from playline.stores.export import export_run
 from tests.conftest import core_charged, demo_catalog
 from tests.e2e.test_crash_recovery import first_rows, wait_for
 from tests.pg import SERVER, schema_url

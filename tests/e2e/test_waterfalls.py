@@ -23,8 +23,8 @@ from playline import demo
 from playline.calls.provenance import SpendTally, run_spend
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
+from playline.datasets import export_run
 from playline.services import Services
-from playline.stores.export import export_run
 from tests.conftest import bulk_catalog, new_id, start_worker_process
 from tests.e2e.test_cli import playline
 from tests.e2e.test_crash_recovery import first_rows, wait_for

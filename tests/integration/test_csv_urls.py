@@ -15,8 +15,8 @@ import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from playline.config import Settings
+from playline.datasets.load import MAX_REDIRECTS, PublicAddressResolver, download_csv
 from playline.errors import InvalidPlayInput
-from playline.stores.sources import MAX_REDIRECTS, PublicAddressResolver, download_csv
 
 CSV = b"id,name\n1,Ann\n2,Bo\n"
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from playline.config import Settings
+from playline.datasets import export_run
 from playline.stores.backends import Stores, open_stores
-from playline.stores.export import export_run
 from playline.stores.migrations import migrate_sqlite
 from playline.stores.sheet import RowResult, SheetStore
 from playline.stores.sheet_sqlite import MIGRATIONS, SqliteSheetStore

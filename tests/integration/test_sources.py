@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 
 from playline.config import Settings
-from playline.errors import InvalidPlayInput
-from playline.stores.backends import Stores, open_stores
-from playline.stores.export import export_run
-from playline.stores.sheet import RowResult, RunRow, SheetStore
-from playline.stores.sources import (
+from playline.datasets import (
     SourceUnavailable,
     download_csv,
+    export_run,
     find_source,
     store_source,
     store_source_id,
     upload_csv,
 )
+from playline.errors import InvalidPlayInput
+from playline.stores.backends import Stores, open_stores
+from playline.stores.sheet import RowResult, RunRow, SheetStore
 
 HEADER = ["lead_id", "first_name", "company_domain"]
 

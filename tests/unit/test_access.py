@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 
 from playline import demo
-from playline.config import Settings
-from playline.errors import InvalidPlayInput
-from playline.stores.access import (
+from playline.config import DEMO_DATA_DIR, Settings
+from playline.datasets.access import (
+    DEMO_DIR,
     check_fixture_paths,
     check_url_loads,
     check_worker_path,
     host_allowed,
     is_public_address,
 )
+from playline.errors import InvalidPlayInput
 
 HINT = (
     "upload it with `playline run --csv` (a store: reference), or add its directory to "
@@ -45,6 +46,12 @@ def test_a_file_under_a_data_directory_is_allowed_resolved(data: Path) -> None:
 def test_the_package_demo_data_is_always_allowed() -> None:
     assert check_worker_path(Settings(), demo.LEADS_CSV) == demo.LEADS_CSV.resolve()
     check_fixture_paths(Settings(), [str(demo.FIXTURES)])
+    check_worker_path(Settings(), demo.CATALOG)
+
+
+def test_the_demo_directory_the_policy_names_is_the_demo_package() -> None:
+    """The policy names the demo's directory without importing the demo."""
+    assert DEMO_DIR == demo.LEADS_CSV.parent.resolve() == DEMO_DATA_DIR.resolve()
 
 
 @pytest.mark.parametrize(

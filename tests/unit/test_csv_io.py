@@ -8,16 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from playline.errors import InvalidPlayInput
-from playline.stores.csv_io import (
+from playline.datasets.csv_io import (
     cell_text,
-    header_summary,
     open_csv,
     read_csv,
     scan_csv,
     write_csv,
     write_jsonl,
 )
+from playline.errors import InvalidPlayInput, header_summary
 
 
 def write(path: Path, text: str | bytes) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from playline.stores.csv_io import RowFile, inert_formula, write_csv
+from playline.datasets.csv_io import RowFile, inert_formula, write_csv
 
 
 @pytest.mark.parametrize(

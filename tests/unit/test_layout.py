@@ -65,6 +65,22 @@ def test_workflows_import_no_calls_pacing_or_stores() -> None:
         assert not offenders, f"{rel(path)} imports {sorted(offenders)}"
 
 
+def test_datasets_import_only_downward() -> None:
+    """Dataset I/O sits on the stores: no Temporal, and of playline only the layers
+    below it (never activities, workflows, the CLI, the demo or the fake provider)."""
+    below = ("config", "contract", "errors", "stores", "datasets")
+    allowed = tuple(f"playline.{name}" for name in below)
+    for path in modules("datasets"):
+        names = imported(path)
+        offenders = {
+            n
+            for n in names
+            if n.split(".")[0] == "temporalio"
+            or (n.startswith("playline.") and not n.startswith(allowed))
+        }
+        assert not offenders, f"{rel(path)} imports {sorted(offenders)}"
+
+
 def test_workflows_call_activities_by_reference_not_by_name() -> None:
     """No activity type name is written in workflow code: the references carry them."""
     for path in modules("workflows"):

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from playline.contract import FinalizeInput, RunOptions
-from playline.stores.export import PREVIEW_ROWS, summarize_run
+from playline.datasets.export import PREVIEW_ROWS, summarize_run
 from tests.unit.test_store_rules import PagedSheet
 
 

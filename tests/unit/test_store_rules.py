@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from playline.contract import RunMode
+from playline.datasets.export import PREVIEW_ROWS, row_out, summarize_run
 from playline.errors import InvalidPlayInput
-from playline.stores.export import PREVIEW_ROWS, row_out, summarize_run
 from playline.stores.receipts import (
     ClaimRequest,
     ClaimStatus,

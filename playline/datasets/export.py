@@ -33,8 +33,8 @@ from functools import partial
 from typing import Any, Literal
 
 from playline.contract import DEFAULT_PREVIEW_ROWS
+from playline.datasets.csv_io import RowFile
 from playline.errors import InvalidPlayInput
-from playline.stores.csv_io import RowFile
 from playline.stores.provenance_cells import csv_columns, with_provenance_cells
 from playline.stores.sheet import RunInfo, RunRow, SheetStore
 
@@ -102,7 +102,7 @@ async def export_run(
 ) -> int:
     """Stream a run's rows, in manifest order, to a CSV or JSONL file; the row count.
 
-    The file appears only when complete (see :class:`~playline.stores.csv_io.RowFile`).
+    The file appears only when complete (see :class:`~playline.datasets.csv_io.RowFile`).
     ``raw`` writes CSV cells as they are, formulas included. ``provenance`` adds each
     computed cell's provenance (see the module docstring); without it the file is
     what it always was.

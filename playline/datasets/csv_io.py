@@ -5,8 +5,9 @@ anything is stored or dispatched: a missing file, an empty file, a missing heade
 duplicate or blank header names, missing required columns, rows with too many or
 too few fields, a NUL byte (no store takes one: PostgreSQL's ``COPY`` and ``jsonb``
 refuse it). Messages never quote the file's content: a header is described by its
-column count and at most three names, each cut short (:func:`header_summary`), so
-a file that is not a CSV at all cannot spill into a play's failure.
+column count and at most three names, each cut short
+(:func:`~playline.errors.header_summary`), so a file that is not a CSV at all cannot
+spill into a play's failure.
 
 Reading takes two passes so memory stays constant whatever the file's size:
 :func:`scan_csv` reads the bytes once (the file exists, is UTF-8 and is not blank;
@@ -33,13 +34,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
 
-from playline.errors import InvalidPlayInput
+from playline.errors import InvalidPlayInput, header_summary, shown_names
 
 __all__ = [
     "CsvRows",
     "RowFile",
     "cell_text",
-    "header_summary",
     "inert_formula",
     "open_csv",
     "read_csv",
@@ -50,29 +50,9 @@ __all__ = [
 
 _BLOCK = 1 << 18
 _LONE_CR = re.compile(r"(?<=\r)(?!\n)")
-#: Header names a message shows at most, and the characters of each.
-SHOWN_NAMES = 3
-SHOWN_NAME_CHARS = 32
 #: A cell starting with one of these is a formula to Excel, Sheets and LibreOffice.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-
-
-def shown_names(names: Sequence[str]) -> str:
-    """At most three names, each cut to 32 characters: ``'a', 'b', 'c', ...``."""
-    shown = [
-        repr(n[:SHOWN_NAME_CHARS] + ("…" if len(n) > SHOWN_NAME_CHARS else ""))
-        for n in names[:SHOWN_NAMES]
-    ]
-    return ", ".join(shown + (["..."] if len(names) > SHOWN_NAMES else []))
-
-
-def header_summary(columns: Sequence[str]) -> str:
-    """How messages describe a header without quoting it: ``the header has 14 columns:
-    'a', 'b', 'c', ...`` (a header may be anything a play names, even a secrets file)."""
-    count = len(columns)
-    noun = "column" if count == 1 else "columns"
-    return f"the header has {count} {noun}: {shown_names(columns)}"
 
 
 def _nul_refused(name: str, line: int) -> InvalidPlayInput:

@@ -14,7 +14,7 @@ worker reads only what it was told it may:
 * **URLs** only when ``PLAYLINE_URL_LOADS`` is on, over http(s), and only to public
   addresses (:func:`is_public_address`), unless the host is named in
   ``PLAYLINE_URL_ALLOW_HOSTS`` (:func:`host_allowed`). The download itself
-  (:func:`~playline.stores.sources.download_csv`) applies these to every redirect
+  (:func:`~playline.datasets.load.download_csv`) applies these to every redirect
   hop and to the addresses it actually connects to.
 
 Everything here is a pure function of ``Settings`` and its arguments.
@@ -27,8 +27,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from playline import demo
-from playline.config import Settings
+from playline.config import DEMO_DATA_DIR, Settings
 from playline.errors import InvalidPlayInput
 
 __all__ = [
@@ -42,7 +41,7 @@ __all__ = [
 ]
 
 #: The package's demo data (the demo CSV and fixtures): always readable.
-DEMO_DIR = Path(os.path.realpath(demo.LEADS_CSV.parent))
+DEMO_DIR = Path(os.path.realpath(DEMO_DATA_DIR))
 
 _IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: NAT64's well-known prefix: the low 32 bits are the IPv4 address reached.

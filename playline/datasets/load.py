@@ -9,12 +9,12 @@ A play's input names its CSV by a string, which ``load_csv`` resolves on a worke
   temporary file (:func:`download_csv`), then loaded as a file. Only when the
   workers allow it (``PLAYLINE_URL_LOADS``), only from public addresses (or hosts of
   ``PLAYLINE_URL_ALLOW_HOSTS``), checked on every redirect hop, and at most
-  ``PLAYLINE_URL_MAX_BYTES`` (see :mod:`~playline.stores.access`);
+  ``PLAYLINE_URL_MAX_BYTES`` (see :mod:`~playline.datasets.access`);
 * anything else: a path on the worker, under one of its ``PLAYLINE_DATA_DIRS``
-  (checked by the caller with :func:`~playline.stores.access.check_worker_path`).
+  (checked by the caller with :func:`~playline.datasets.access.check_worker_path`).
 
 Every load is streamed (constant memory whatever the file's size), validated
-exactly as :mod:`~playline.stores.csv_io` says, and idempotent by content: the
+exactly as :mod:`~playline.datasets.csv_io` says, and idempotent by content: the
 dataset id is ``<key>@<first 16 hex of the file's sha256>``, so the same bytes
 are stored once however often they are loaded or uploaded.
 """
@@ -36,14 +36,14 @@ from yarl import URL
 
 from playline.config import Settings
 from playline.contract import DatasetRef
-from playline.errors import InvalidPlayInput, PlaylineError
-from playline.stores.access import (
+from playline.datasets.access import (
     check_url_loads,
     host_allowed,
     is_public_address,
     parse_address,
 )
-from playline.stores.csv_io import header_summary, open_csv, scan_csv
+from playline.datasets.csv_io import open_csv, scan_csv
+from playline.errors import InvalidPlayInput, PlaylineError, header_summary
 from playline.stores.sheet import SheetStore
 
 __all__ = [
@@ -122,7 +122,7 @@ async def upload_csv(
     """Stream a local CSV file into the sheet store; its reference.
 
     The file is validated as it is read (the messages of
-    :mod:`~playline.stores.csv_io`) and stored in one transaction, so a malformed
+    :mod:`~playline.datasets.csv_io`) and stored in one transaction, so a malformed
     line stores nothing. The same bytes are stored once: loading them again
     returns the stored dataset (after checking ``required_columns``).
 
@@ -180,7 +180,7 @@ class _RefusedAddress(OSError):
 
 class PublicAddressResolver(AbstractResolver):
     """aiohttp's resolver, refusing a name any of whose addresses is not public
-    (:func:`~playline.stores.access.is_public_address`) unless ``host:port`` is in
+    (:func:`~playline.datasets.access.is_public_address`) unless ``host:port`` is in
     ``allow_hosts``.
 
     The connector connects only to the addresses its resolver returns, so the
