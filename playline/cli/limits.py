@@ -27,7 +27,10 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from pydantic import ValidationError
+
 from playline.config import Settings
+from playline.pacing.policy import Limits
 
 if TYPE_CHECKING:
     from playline.pacing.fleet_store import FleetKeyState, FleetShare
@@ -101,8 +104,7 @@ def run_limits(
         return 2
     try:
         if action == "set":
-            _validate_set(args)
-            return asyncio.run(_set(dsn, prefix, args, stdout))
+            return asyncio.run(_set(dsn, prefix, args.key, _validate_set(args), stdout))
         if action == "show":
             return asyncio.run(_show(dsn, prefix, stdout))
         if action == "share":
@@ -126,34 +128,36 @@ _LABELS = {
 _SET_FLAGS = ("rps", "max_concurrency", "burst", "per_minute", "per_hour", "per_day", "min_rps")
 
 
-def _limits_given(args: argparse.Namespace) -> dict[str, Any]:
-    return {name: getattr(args, name) for name in _SET_FLAGS if getattr(args, name) is not None}
+def _limits_given(args: argparse.Namespace) -> Limits:
+    """The limits the flags give, checked as every limit change is (one line on error)."""
+    given = {name: getattr(args, name) for name in _SET_FLAGS if getattr(args, name) is not None}
+    try:
+        return Limits(**given)
+    except ValidationError as err:
+        problem = err.errors()[0]
+        name = str(problem["loc"][0])
+        rule = "a number > 0" if name in ("rps", "min_rps") else ">= 1"
+        flag = "--" + name.replace("_", "-")
+        raise ValueError(f"{flag} must be {rule}, got {problem['input']}") from None
 
 
-def _validate_set(args: argparse.Namespace) -> None:
+def _validate_set(args: argparse.Namespace) -> Limits:
     if not args.key:
         raise ValueError("KEY must not be empty")
-    given = _limits_given(args)
-    if not given:
+    limits = _limits_given(args)
+    if not limits.given():
         flags = ", ".join("--" + name.replace("_", "-") for name in _SET_FLAGS)
         raise ValueError(f"give at least one limit to set: {flags}")
-    for name in ("rps", "min_rps"):
-        value = given.get(name)
-        if value is not None and not (value > 0 and value != float("inf")):
-            raise ValueError(f"--{name.replace('_', '-')} must be a number > 0, got {value}")
-    for name in ("max_concurrency", "burst", "per_minute", "per_hour", "per_day"):
-        value = given.get(name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    return limits
 
 
-async def _set(dsn: str, prefix: str, args: argparse.Namespace, out: TextIO) -> int:
+async def _set(dsn: str, prefix: str, key: str, limits: Limits, out: TextIO) -> int:
     from playline.pacing.fleet_store import FleetPacer
 
     async with await FleetPacer.create(dsn, table_prefix=prefix) as fleet:
-        limits = await fleet.set_limits(args.key, **_limits_given(args))
-    shown = ", ".join(_LABELS[name].format(value) for name, value in limits.given().items())
-    print(f"{limits.key}: {shown} (running workers apply it within 1 s)", file=out)
+        stored = await fleet.set_limits(key, limits)
+    shown = ", ".join(_LABELS[name].format(value) for name, value in stored.given().items())
+    print(f"{key}: {shown} (running workers apply it within 1 s)", file=out)
     return 0
 
 

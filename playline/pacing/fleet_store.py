@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 
 from playline.errors import PlaylineError
 from playline.pacing.gcra import gcra_take
+from playline.pacing.policy import LIMIT_FIELDS, Limits
 
 if TYPE_CHECKING:
     import psycopg
@@ -77,7 +78,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FleetKeyState",
-    "FleetLimits",
     "FleetPacer",
     "FleetPacingUnavailable",
     "FleetRate",
@@ -115,34 +115,8 @@ class FleetPacingUnavailable(PlaylineError):
     chunk_fatal = True
 
 
-#: The limits a fleet row can hold (each ``None``: keep the worker's catalog value).
-LIMIT_FIELDS = ("rps", "burst", "max_concurrency", "per_minute", "per_hour", "per_day", "min_rps")
 #: A window is counted in this many buckets.
 WINDOW_BUCKETS = 60
-
-
-@dataclass(frozen=True, slots=True)
-class FleetLimits:
-    """A key's configured limits as ``playline limits set`` stored them.
-
-    Every field but ``key`` may be ``None``: not set fleet-wide, the worker's
-    catalog value applies.
-    """
-
-    key: str
-    rps: float | None = None
-    burst: int | None = None
-    max_concurrency: int | None = None
-    per_minute: int | None = None
-    per_hour: int | None = None
-    per_day: int | None = None
-    min_rps: float | None = None
-
-    def given(self) -> dict[str, float | int]:
-        """The fields that are set."""
-        return {
-            name: getattr(self, name) for name in LIMIT_FIELDS if getattr(self, name) is not None
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +139,8 @@ class FleetKeyState:
     """What the fleet store knows about one key; either half may be missing."""
 
     key: str
-    limits: FleetLimits | None
+    #: what ``playline limits set`` stored for it (None: nothing; the catalog applies)
+    limits: Limits | None
     rate: FleetRate | None
 
 
@@ -339,15 +314,14 @@ class FleetPacer:
             g_rps, g_burst, g_epoch, g_paused = row[9:13]
             limits = None
             if has_limits:
-                limits = FleetLimits(
-                    key,
-                    None if l_rps is None else float(l_rps),
-                    l_burst,
-                    l_conc,
-                    l_min,
-                    l_hour,
-                    l_day,
-                    None if l_min_rps is None else float(l_min_rps),
+                limits = Limits(
+                    rps=None if l_rps is None else float(l_rps),
+                    burst=l_burst,
+                    max_concurrency=l_conc,
+                    per_minute=l_min,
+                    per_hour=l_hour,
+                    per_day=l_day,
+                    min_rps=None if l_min_rps is None else float(l_min_rps),
                 )
             rate = (
                 None
@@ -357,41 +331,25 @@ class FleetPacer:
             out[key] = FleetKeyState(key, limits, rate)
         return out
 
-    async def set_limits(
-        self,
-        key: str,
-        *,
-        rps: float | None = None,
-        max_concurrency: int | None = None,
-        burst: int | None = None,
-        per_minute: int | None = None,
-        per_hour: int | None = None,
-        per_day: int | None = None,
-        min_rps: float | None = None,
-    ) -> FleetLimits:
-        """Upsert the given limits of a key (others are kept); reset its shared rate.
+    async def set_limits(self, key: str, limits: Limits) -> Limits:
+        """Upsert the limits given for a key (others are kept); reset its shared rate;
+        what is stored for the key now.
 
-        Fields left ``None`` keep their stored value (or stay unset: the
-        workers' catalog applies). A new ``rps`` becomes the shared rate with a
-        new epoch, so every worker adopts it on its next refresh (within a
-        second) and no in-flight increase can overwrite it.
+        Limits not given keep their stored value (or stay unset: the workers' catalog
+        applies). A new ``rps`` becomes the shared rate with a new epoch, so every
+        worker adopts it on its next refresh (within a second) and no in-flight
+        increase can overwrite it.
         """
-        limits = FleetLimits(
-            key, rps, burst, max_concurrency, per_minute, per_hour, per_day, min_rps
-        )
-        _validate_limits(limits)
         if not limits.given():
             raise ValueError("give at least one limit to set")
-        params: dict[str, Any] = {
-            "key": key,
-            **{name: getattr(limits, name) for name in LIMIT_FIELDS},
-        }
+        params: dict[str, Any] = {"key": key, **limits.model_dump()}
         row = await self._fetchone("control", self._q.set_limits, params)
         if row is None:  # pragma: no cover - an upsert always returns its row
             raise FleetPacingUnavailable(f"setting the limits of {key!r} returned nothing")
         self._known.add(key)
-        key_, l_rps, *rest = row
-        return FleetLimits(str(key_), None if l_rps is None else float(l_rps), *rest)
+        _, l_rps, *rest = row
+        stored = dict(zip(LIMIT_FIELDS[1:], rest, strict=True))
+        return Limits(rps=None if l_rps is None else float(l_rps), **stored)
 
     # ------------------------------------------------------------------ shares
 
@@ -761,17 +719,6 @@ class _Queries:
             clear_weight=q("DELETE FROM {weights} WHERE fairness_key = %(fairness_key)s"),
             read_weights=q("SELECT fairness_key, weight FROM {weights}"),
         )
-
-
-def _validate_limits(limits: FleetLimits) -> None:
-    for name in ("rps", "min_rps"):
-        value = getattr(limits, name)
-        if value is not None and not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a number > 0, got {value!r}")
-    for name in ("burst", "max_concurrency", "per_minute", "per_hour", "per_day"):
-        value = getattr(limits, name)
-        if value is not None and value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value!r}")
 
 
 def _rate(key: str, row: tuple[Any, ...]) -> FleetRate:

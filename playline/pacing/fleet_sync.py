@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from playline.pacing.fleet_store import FleetKeyState, FleetPacer, FleetRate, FleetShare
-from playline.pacing.policy import PacingPolicy
+from playline.pacing.policy import Limits, PacingPolicy
 
 __all__ = [
     "Allotment",
@@ -63,18 +63,7 @@ class FleetFollower(Protocol):
 
     def has_key(self, key: str) -> bool: ...
 
-    def set_limit(
-        self,
-        key: str,
-        *,
-        rps: float | None = None,
-        max_concurrency: int | None = None,
-        burst: int | None = None,
-        per_minute: int | None = None,
-        per_hour: int | None = None,
-        per_day: int | None = None,
-        min_rps: float | None = None,
-    ) -> None: ...
+    def set_limit(self, key: str, limits: Limits) -> None: ...
 
     def adopt_rate(self, key: str, rps: float) -> bool: ...
 
@@ -333,7 +322,7 @@ class FleetSync:
                 policy = self._governor.policy(key).model_dump()
                 if any(policy.get(name) != value for name, value in wanted.items()):
                     log.info("pacing key %s: applying fleet limits %s", key, wanted)
-                    self._governor.set_limit(key, **wanted)  # type: ignore[arg-type]
+                    self._governor.set_limit(key, limits)
         if view.rate is not None:
             self._adopt(key, view.rate)
 

@@ -74,7 +74,7 @@ from playline.pacing.headers import RateLimitReport
 from playline.pacing.limiter import AdjustableLimiter
 from playline.pacing.measure import EPSILON_S, Ewma, little_width
 from playline.pacing.pacer import KeyBlocked
-from playline.pacing.policy import PacingPolicy
+from playline.pacing.policy import Limits, PacingPolicy
 from playline.pacing.search import RateLimitOutcome, RateSearch, SearchConfig
 
 if TYPE_CHECKING:
@@ -742,42 +742,19 @@ class Governor:
             return None
         return self._wall_clock() + (until - now)
 
-    def set_limit(
-        self,
-        key: str,
-        *,
-        rps: float | None = None,
-        max_concurrency: int | None = None,
-        burst: int | None = None,
-        per_minute: int | None = None,
-        per_hour: int | None = None,
-        per_day: int | None = None,
-        min_rps: float | None = None,
-    ) -> None:
+    def set_limit(self, key: str, limits: Limits) -> None:
         """Change a key's limits in this process, for waiting and future calls.
 
-        Fields left ``None`` are kept. A new ``rps`` becomes both the ceiling
-        and the rate in force (what the search had learnt is discarded: the
-        operator has spoken). Lowering ``max_concurrency`` revokes no call in
-        flight. Fleet-wide limits are set with ``playline limits set``
+        Limits not given are kept. A new ``rps`` becomes both the ceiling and the rate
+        in force (what the search had learnt is discarded: the operator has spoken).
+        Lowering ``max_concurrency`` revokes no call in flight. Fleet-wide limits are
+        set with ``playline limits set``
         (:meth:`~playline.pacing.fleet_store.FleetPacer.set_limits`) instead.
         """
-        state = self._state(key)
-        given = {
-            "rps": rps,
-            "max_concurrency": max_concurrency,
-            "burst": burst,
-            "per_minute": per_minute,
-            "per_hour": per_hour,
-            "per_day": per_day,
-            "min_rps": min_rps,
-        }
-        update = {name: value for name, value in given.items() if value is not None}
-        if not update:
+        if not limits.given():
             return
-        self._apply_policy(
-            state, PacingPolicy.model_validate({**state.policy.model_dump(), **update})
-        )
+        state = self._state(key)
+        self._apply_policy(state, limits.applied_to(state.policy))
 
     def replace_policy(self, key: str, policy: PacingPolicy) -> None:
         """Make ``policy`` the key's limits, as a whole (windows it lacks are dropped)."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["WINDOW_FIELDS", "PacingPolicy"]
+__all__ = ["LIMIT_FIELDS", "WINDOW_FIELDS", "Limits", "PacingPolicy"]
 
 #: The quota windows a policy can declare, and their length in seconds.
 WINDOW_FIELDS: dict[str, float] = {"per_minute": 60.0, "per_hour": 3600.0, "per_day": 86400.0}
+#: The limits a key has, in the order ``playline limits`` shows them.
+LIMIT_FIELDS = ("rps", "burst", "max_concurrency", "per_minute", "per_hour", "per_day", "min_rps")
 
 
 class PacingPolicy(BaseModel):
@@ -76,3 +78,38 @@ class PacingPolicy(BaseModel):
     def sustained_rps(self) -> float:
         """The long-run rate every limit together allows: ``rps`` or a quota, the lowest."""
         return min([self.rps, *(limit / seconds for seconds, limit in self.windows().items())])
+
+
+class Limits(BaseModel):
+    """Some of a pacing key's limits: a change to the policy in force.
+
+    The one shape every limit change takes: ``Governor.set_limit`` in a process,
+    ``playline limits set`` fleet-wide (``FleetPacer.set_limits``, which stores it), and
+    fleet sync applying what the fleet stored. A field left ``None`` is not given: the
+    policy in force (the catalog's) keeps its value. Each field means what the
+    :class:`PacingPolicy` field of the same name means, and is checked the same way.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rps: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="see PacingPolicy"
+    )
+    burst: int | None = Field(default=None, ge=1, description="see PacingPolicy")
+    max_concurrency: int | None = Field(default=None, ge=1, description="see PacingPolicy")
+    per_minute: int | None = Field(default=None, ge=1, description="see PacingPolicy")
+    per_hour: int | None = Field(default=None, ge=1, description="see PacingPolicy")
+    per_day: int | None = Field(default=None, ge=1, description="see PacingPolicy")
+    min_rps: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="see PacingPolicy"
+    )
+
+    def given(self) -> dict[str, float | int]:
+        """The limits set, by name, in :data:`LIMIT_FIELDS` order."""
+        return {
+            name: getattr(self, name) for name in LIMIT_FIELDS if getattr(self, name) is not None
+        }
+
+    def applied_to(self, policy: PacingPolicy) -> PacingPolicy:
+        """``policy`` with these limits in place of its own (the others kept), checked."""
+        return PacingPolicy.model_validate({**policy.model_dump(), **self.given()})

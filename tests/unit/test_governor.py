@@ -14,7 +14,7 @@ from playline.pacing.gate import ResizableGate
 from playline.pacing.governor import Governor
 from playline.pacing.headers import QuotaReport, RateLimitReport
 from playline.pacing.pacer import KeyBlocked
-from playline.pacing.policy import PacingPolicy
+from playline.pacing.policy import Limits, PacingPolicy
 from playline.pacing.search import SearchConfig
 
 FAST = PacingPolicy(rps=1000, burst=100, max_concurrency=64)
@@ -191,7 +191,7 @@ async def test_set_limit_concurrency_applies_to_waiting_calls() -> None:
     tasks = [asyncio.create_task(call()) for _ in range(6)]
     await asyncio.sleep(0.05)
     assert in_flight == 1
-    gov.set_limit("acme", max_concurrency=4)
+    gov.set_limit("acme", Limits(max_concurrency=4))
     await asyncio.sleep(0.05)
     assert in_flight == 4
     assert gov.snapshot()["acme"]["max_concurrency"] == 4
@@ -207,7 +207,7 @@ async def test_set_limit_rate_applies_to_waiting_calls() -> None:
     waiter = asyncio.create_task(hold(gov, ["acme"], 0.0, asyncio.Event()))
     await asyncio.sleep(0.05)
     t0 = time.monotonic()
-    gov.set_limit("acme", rps=100, burst=2)
+    gov.set_limit("acme", Limits(rps=100, burst=2))
     await asyncio.wait_for(waiter, timeout=0.3)
     assert time.monotonic() - t0 < 0.3
     snap = gov.snapshot()["acme"]
@@ -217,9 +217,9 @@ async def test_set_limit_rate_applies_to_waiting_calls() -> None:
 async def test_set_limit_rejects_invalid_values() -> None:
     gov = Governor({})
     with pytest.raises(ValueError):
-        gov.set_limit("acme", rps=0)
+        gov.set_limit("acme", Limits(rps=0))
     with pytest.raises(ValueError):
-        gov.set_limit("acme", max_concurrency=0)
+        gov.set_limit("acme", Limits(max_concurrency=0))
 
 
 async def test_429_cuts_once_pauses_and_logs(caplog: pytest.LogCaptureFixture) -> None:
@@ -300,11 +300,11 @@ async def test_suggested_parallelism_follows_littles_law() -> None:
     async with gov.permit(["acme"]) as permit:
         permit.record_success(0.1)
     assert gov.suggested_parallelism("acme") == 4  # ceil(20 x 2 headroom x 0.1)
-    gov.set_limit("acme", rps=0.5)
+    gov.set_limit("acme", Limits(rps=0.5))
     assert gov.suggested_parallelism("acme") == 1  # floored at 1
-    gov.set_limit("acme", rps=1000)
+    gov.set_limit("acme", Limits(rps=1000))
     assert gov.suggested_parallelism("acme") == 6  # capped by the global ceiling
-    gov.set_limit("acme", max_concurrency=2)
+    gov.set_limit("acme", Limits(max_concurrency=2))
     assert gov.suggested_parallelism("acme") == 4  # capped at 2 x max_concurrency
     assert gov.snapshot()["acme"]["suggested_parallelism"] == 4
 

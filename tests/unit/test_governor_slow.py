@@ -13,7 +13,7 @@ import pytest
 from playline.pacing.gate import WORK_STARTED, ResizableGate
 from playline.pacing.governor import Governor, Permit
 from playline.pacing.measure import DispatchLog
-from playline.pacing.policy import PacingPolicy
+from playline.pacing.policy import Limits, PacingPolicy
 from playline.pacing.search import RateSearch, SearchConfig
 
 
@@ -148,7 +148,7 @@ async def test_set_limit_forgets_a_learnt_cap() -> None:
     entered, permits = await open_permits(gov, 5)
     permits[4].record_rate_limited(None)
     await close(entered)
-    gov.set_limit("acme", max_concurrency=12)
+    gov.set_limit("acme", Limits(max_concurrency=12))
     snap = gov.snapshot()["acme"]
     assert (snap["concurrency"], snap["concurrency_cap"]) == (12, None)
 
@@ -214,7 +214,7 @@ async def test_calls_waiting_for_tokens_when_the_gate_narrows_queue_again() -> N
 
     tasks = [asyncio.create_task(call()) for _ in range(4)]
     await asyncio.sleep(0)  # all four hold a slot of 8 and wait for their rate tokens
-    gov.set_limit("acme", max_concurrency=1)  # as a learnt cap would narrow it
+    gov.set_limit("acme", Limits(max_concurrency=1))  # as a learnt cap would narrow it
     await asyncio.gather(*tasks)
     assert peak == 1
 
