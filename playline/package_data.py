@@ -2,9 +2,9 @@
 demo play itself.
 
 The demo catalog is a worker's catalog when ``PLAYLINE_CATALOG`` is unset
-(:mod:`playline.services`), and the demo's folder is always readable by a play
-(:mod:`playline.stores.access`); :mod:`playline.demo` offers the same paths as
-``CATALOG``, ``LEADS_CSV`` and ``FIXTURES``. Only paths: nothing is read here.
+(:mod:`playline.services`), and the demo's folder is one a play may always read its
+worker-local files from; :mod:`playline.demo` offers the same paths as ``CATALOG``,
+``LEADS_CSV`` and ``FIXTURES``. Only paths: nothing is read here.
 """
 
 from __future__ import annotations

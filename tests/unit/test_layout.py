@@ -1,4 +1,5 @@
-"""The package layout keeps its promises: every folder holds what its name says.
+"""The package layout keeps its promises: every folder holds what its name says, and
+imports run only downward (no circles; the demo and the fake provider stay on top).
 
 Read from the source with ``ast`` (nothing is imported), so a module that breaks a
 rule fails here with its name, before a reviewer has to notice.
@@ -114,8 +115,8 @@ TOP_ONLY = ("playline.demo", "playline.provider_server")
 ABOVE_THEM = ("playline/cli/", "playline/demo/", "playline/provider_server/", "playline/testing.py")
 
 #: Known imports that break the rule, each to be removed, not added to: stores/access.py
-#: reads the demo's folder through ``playline.demo`` until it moves into
-#: ``playline/datasets/`` (issue 29), where it takes ``playline.package_data.DEMO_DIR``.
+#: finds the demo's folder through ``playline.demo`` until it moves into
+#: ``playline/datasets/`` (issue 29); ``playline.package_data.DEMO_DIR`` is that folder.
 KNOWN_TOP_IMPORTS = {("playline/stores/access.py", "playline.demo")}
 
 
