@@ -61,7 +61,8 @@ from temporalio.client import Client  # noqa: E402
 from playline.cli.devserver import DevServer  # noqa: E402
 from playline.contract import PlayRunResult, RunOptions  # noqa: E402
 from playline.provider_server.fake_data import find_email  # noqa: E402
-from playline.provider_server.process import ProviderServerProcess, free_port  # noqa: E402
+from playline.provider_server.process import ProviderServerProcess  # noqa: E402
+from playline.sockets import free_port  # noqa: E402
 from playline.worker import connect  # noqa: E402
 
 DESIGNS = ("fixture", "live", "live-none", "naive", "roof-httpx", "roof-aiohttp")

@@ -19,6 +19,7 @@ what is due)::
 from importlib.metadata import PackageNotFoundError, version
 
 from playline.calls.estimate_tally import Estimate
+from playline.calls.row_context import RowContext
 from playline.calls.runner import ToolResult
 from playline.calls.waterfall import Step, StepResult, WaterfallResult
 from playline.calls.waterfall_spec import AcceptSpec as Accept
@@ -27,7 +28,7 @@ from playline.client import PlayHandle, estimate_play, execute_play, get_play_ha
 from playline.contract import DatasetRef, PlayRunResult, PlayState, RunOptions
 from playline.freshness import Freshness
 from playline.plugin import PlaylinePlugin
-from playline.resolvers import RowContext, resolver
+from playline.resolvers import resolver
 from playline.schedules import (
     ScheduleView,
     create_schedule,

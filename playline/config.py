@@ -97,10 +97,6 @@ SQLITE_URL_PREFIX = "sqlite:///"
 POSTGRES_URL_PREFIXES = ("postgresql://", "postgres://")
 #: The largest CSV a worker downloads from a URL unless ``PLAYLINE_URL_MAX_BYTES`` says.
 DEFAULT_URL_MAX_BYTES = 512 * 1024 * 1024
-#: The package's demo data (its catalog, leads and fixtures: :mod:`playline.demo`), which
-#: a worker may always read besides ``PLAYLINE_DATA_DIRS``. Named here, below every
-#: layer, so the access policy need not import the demo.
-DEMO_DATA_DIR = Path(__file__).resolve().parent / "demo"
 
 
 @dataclass(frozen=True)

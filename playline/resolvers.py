@@ -1,8 +1,9 @@
-"""Column resolvers: the user's per-row code, and the ``rc`` it receives.
+"""The ``@resolver`` registry: the user's per-row code, found by name.
 
 A resolver is an ``async def resolver(row, rc) -> value`` registered with
-``@resolver``. The workflow refers to it by its registered name only; the chunk
-activity looks the name up here and runs it, in the worker process, for each row.
+``@resolver`` (its ``rc`` is a :class:`~playline.calls.row_context.RowContext`). The
+workflow refers to it by its registered name only; the chunk activity looks the name
+up here and runs it, in the worker process, for each row.
 ``run_if`` predicates are plain ``def predicate(row) -> bool`` registered the same
 way. Registration happens when the plays module is imported, so a worker that
 imports a play knows every resolver the play uses.
@@ -11,57 +12,19 @@ imports a play knows every resolver the play uses.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 from temporalio import workflow
 
 from playline.errors import UnknownResolver
-
-if TYPE_CHECKING:
-    from playline.calls.waterfall import WaterfallResult
-    from playline.freshness import PreviousCell
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 _DECLARED_TOOLS: dict[str, tuple[str, ...]] = {}
 
-
-class RowContext(Protocol):
-    """What a resolver may do besides reading its row."""
-
-    row_key: str
-    #: the column's cell as an earlier run left it (value, when it was fetched, its
-    #: outcome), or ``None``: a resolver may keep a value a new answer lacks
-    previous: PreviousCell | None
-
-    async def tool(
-        self,
-        tool_id: str,
-        input: Mapping[str, Any],
-        *,
-        force: bool = False,
-        stale_after_seconds: float | None = None,
-    ) -> Any: ...
-
-    async def waterfall(
-        self,
-        name: str | None = None,
-        input: Mapping[str, Any] | None = None,
-        *,
-        steps: Sequence[Any] | None = None,
-        value: str | None = None,
-        **options: Any,
-    ) -> WaterfallResult:
-        """Try tools in order until one gives an accepted value: the catalog's named
-        waterfall, or ``steps`` (tool ids or ``playline.Step``) reading ``value``."""
-        ...
-
-    def log(self, message: str) -> None: ...
-
-
-Resolver = Callable[[Mapping[str, Any], RowContext], Awaitable[Any]]
+#: A ``run_if`` predicate as ``@resolver`` registers it.
 Predicate = Callable[[Mapping[str, Any]], bool]
 
 

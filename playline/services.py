@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from playline import demo
 from playline.calls.catalog import Catalog
 from playline.calls.fixtures import FixtureBook
 from playline.calls.http import ProviderClient, SecretScrubber
@@ -26,6 +25,7 @@ from playline.errors import CatalogError
 from playline.pacing.governor import Governor
 from playline.pacing.pacer import Pacer
 from playline.pacing.unpaced import UnpacedGovernor
+from playline.package_data import DEMO_CATALOG
 from playline.stores.backends import Stores, open_stores
 from playline.stores.budgets import BudgetStore
 from playline.stores.budgets_sqlite import SqliteBudgetStore
@@ -101,7 +101,7 @@ class Services:
         for warning in settings.deprecations():
             logger.warning(warning)
         # Without a catalog of its own, a worker serves the demo's (package data).
-        catalog = Catalog.from_toml(settings.catalog_path or demo.CATALOG)
+        catalog = Catalog.from_toml(settings.catalog_path or DEMO_CATALOG)
         stores = await open_stores(settings, create=True)
         try:
             governor, fleet = await _open_governor(settings, catalog)

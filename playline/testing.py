@@ -52,8 +52,8 @@ from playline.cli.devserver import DevServer
 from playline.client import PlayHandle, execute_play, start_play
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
-from playline.provider_server.process import free_port
 from playline.replay import ReplayOutcome, histories_from_files, history_files, replay_histories
+from playline.sockets import free_port
 from playline.worker import build_worker, connect
 from playline.workflows.play import PlayWorkflow
 

@@ -17,6 +17,8 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.replay` - ``replay`` (recorded histories against the current code);
 * :mod:`~playline.cli.codec_server` - ``codec-server`` (the Temporal UI's payload decoder);
 * :mod:`~playline.cli.webhook` - ``webhook`` (asynchronous providers' job callbacks);
+* :mod:`~playline.cli.starting` - what the commands that start a play share (flags, input, CSV
+  upload, the unknown-play guard);
 * :mod:`~playline.cli.render` - what gets printed;
 * :mod:`~playline.cli.devserver` - the embedded Temporal dev server.
 """
@@ -50,10 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.limits import add_limits_parser
     from playline.cli.plays import add_plays_parser
     from playline.cli.replay import add_replay_parser
-    from playline.cli.run import PROVENANCE_HELP, RAW_HELP, add_priority_flags
+    from playline.cli.run import PROVENANCE_HELP, RAW_HELP
     from playline.cli.runs import add_runs_parser
     from playline.cli.schedule import add_schedule_parser
     from playline.cli.setup import add_setup_parser
+    from playline.cli.starting import add_priority_flags
     from playline.cli.webhook import add_webhook_parser
 
     parser = argparse.ArgumentParser(

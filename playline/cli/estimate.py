@@ -20,7 +20,7 @@ from temporalio.client import Client
 
 from playline.calls.estimate_tally import Estimate, EstimateTotals
 from playline.cli.render import console, out, print_json, ui_url
-from playline.cli.run import play_input, refuse_unknown_play, run_options, upload_input_csv
+from playline.cli.starting import play_input, refuse_unknown_play, run_options, upload_input_csv
 from playline.client import new_estimate_id, start_estimate
 from playline.config import Settings
 from playline.contract import RunOptions

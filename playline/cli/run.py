@@ -12,18 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import math
-import re
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-from temporalio.api.enums.v1 import EventType, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -34,6 +27,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from playline.cli.audit import read_audit
+from playline.cli.estimate import estimate, refusal, within
 from playline.cli.render import (
     RunDocument,
     console,
@@ -44,24 +38,16 @@ from playline.cli.render import (
     ui_url,
 )
 from playline.cli.spend import store_spend
+from playline.cli.starting import play_input, refuse_unknown_play, run_options, upload_input_csv
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
-from playline.datasets import export_run, store_source, upload_csv
-from playline.errors import PlaylineError, format_validation_errors
+from playline.datasets import export_run
+from playline.errors import PlaylineError
 from playline.stores.backends import open_stores
 from playline.worker import connect
 from playline.workflows.priority import temporal_priority
 from playline.workflows.status import play_static
 
-#: The SDK's message when a worker is asked to run a workflow type it lacks.
-NOT_REGISTERED = "is not registered on this worker"
-#: Failed workflow-task attempts of "not registered" before the run is ended: a fleet
-#: whose workers disagree gets a few chances to hand the task to one that knows it.
-NOT_REGISTERED_ATTEMPTS = 3
-#: How long to watch a new run for the above; once a worker has run it, it is known.
-WATCH_START_S = 60.0
-#: Warn once when nothing polls the task queue this long after the start.
-NO_WORKER_WARNING_S = 5.0
 #: Statuses that no amount of waiting changes; any other RPC error while following a
 #: play is treated as Temporal being away (a restart shows up under several codes).
 PERMANENT = {
@@ -71,143 +57,6 @@ PERMANENT = {
     RPCStatusCode.UNAUTHENTICATED,
     RPCStatusCode.UNIMPLEMENTED,
 }
-
-
-def run_options(args: argparse.Namespace) -> RunOptions:
-    """The ``RunOptions`` the run flags describe; invalid values are one clear line."""
-    fields: dict[str, Any] = {}
-    if getattr(args, "fixtures", None):
-        fields["integration_mode"] = "fixture"
-        fields["fixtures"] = [str(Path(f).resolve()) for f in args.fixtures]
-        fields["enforce_fixture_pacing"] = bool(args.enforce_pacing)
-    if getattr(args, "chunk_size", None) is not None:
-        fields["chunk_size"] = args.chunk_size
-    if getattr(args, "retry_ambiguous", False):
-        fields["retry_ambiguous"] = True
-    fields.update(budget_options(args))
-    fields.update(priority_options(args))
-    try:
-        return RunOptions(**fields)
-    except ValidationError as err:
-        problems = format_validation_errors(err.errors())
-        raise PlaylineError(f"invalid run options: {problems.replace('_', '-')}") from None
-
-
-#: ``--fairness-key``'s values: ``RunOptions.fairness_key``'s pattern.
-_FAIRNESS_KEY = re.compile(r"^[A-Za-z0-9_.:@/-]{1,128}$")
-#: The priority classes, first to last (``RunOptions.priority``).
-PRIORITIES = range(1, 6)
-#: The largest ``--weight`` (Temporal clamps fairness weights to it as well).
-MAX_WEIGHT = 1000.0
-
-
-def add_priority_flags(p: argparse.ArgumentParser) -> None:
-    """``--fairness-key``, ``--weight`` and ``--priority`` (run, demo, schedule create).
-
-    Read as text and checked by :func:`priority_options`, so a bad value is one line
-    naming the flag, not argparse's usage block.
-    """
-    p.add_argument(
-        "--fairness-key",
-        metavar="KEY",
-        help="who the run's provider calls and Temporal tasks count for when plays share "
-        "them (a team, a customer): runs of one key share one fair share "
-        "(default: the run itself)",
-    )
-    p.add_argument(
-        "--weight",
-        metavar="W",
-        help="the key's weight: a weight-2 key gets twice the share of a weight-1 key "
-        f"(above 0, at most {MAX_WEIGHT:g}; default 1)",
-    )
-    p.add_argument(
-        "--priority",
-        metavar="1..5",
-        help="priority class, 1 first to 5 last (default 3): lower classes are served first",
-    )
-
-
-def priority_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The fairness flags as ``RunOptions`` fields; a bad value is one ``PlaylineError``."""
-    fields: dict[str, Any] = {}
-    key = getattr(args, "fairness_key", None)
-    if key is not None:
-        if not _FAIRNESS_KEY.match(key):
-            raise PlaylineError(
-                f"--fairness-key {key!r}: use 1 to 128 letters, digits and _ . : @ / -"
-            )
-        fields["fairness_key"] = key
-    weight = getattr(args, "weight", None)
-    if weight is not None:
-        try:
-            value = float(weight)
-        except ValueError:
-            value = math.nan
-        if not 0 < value <= MAX_WEIGHT:  # NaN and infinities fail here too
-            raise PlaylineError(
-                f"--weight must be a number above 0 and at most {MAX_WEIGHT:g}, not {weight!r}"
-            )
-        fields["fairness_weight"] = value
-    priority = getattr(args, "priority", None)
-    if priority is not None:
-        try:
-            value_class: int | None = int(str(priority).strip())
-        except ValueError:
-            value_class = None
-        if value_class not in PRIORITIES:
-            raise PlaylineError(f"--priority must be 1 (first) to 5 (last), not {priority!r}")
-        fields["priority"] = value_class
-    return fields
-
-
-def budget_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The budget flags as ``RunOptions`` fields (``--max-credits-for acme=50``)."""
-    fields: dict[str, Any] = {}
-    if getattr(args, "max_credits", None) is not None:
-        fields["max_credits"] = args.max_credits
-    caps: dict[str, float] = {}
-    for given in getattr(args, "max_credits_for", None) or []:
-        provider, sep, amount = given.partition("=")
-        try:
-            caps[provider.strip()] = float(amount)
-        except ValueError:
-            sep = ""
-        if not sep or not provider.strip():
-            raise PlaylineError(f"--max-credits-for wants PROVIDER=N, not {given!r}")
-    if caps:
-        fields["max_credits_by_provider"] = caps
-    if getattr(args, "budget", None):
-        fields["budget"] = args.budget
-    if getattr(args, "on_budget", None):
-        fields["on_budget"] = args.on_budget
-    return fields
-
-
-def play_input(args: argparse.Namespace) -> dict[str, Any]:
-    """The play input from ``--input`` (JSON); ``--csv`` is checked here, uploaded later."""
-    try:
-        data = json.loads(args.input) if args.input else {}
-    except json.JSONDecodeError as err:
-        raise PlaylineError(f"--input is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise PlaylineError("--input must be a JSON object")
-    if args.csv and not Path(args.csv).is_file():
-        raise PlaylineError(f"--csv {args.csv}: no such file")
-    return data
-
-
-async def upload_input_csv(path: str, settings: Settings) -> str:
-    """Stream a local CSV into the workers' store; the ``store:`` reference a play reads.
-
-    The workers need not see this machine's disk: they read the rows from the store
-    (SQLite under ``PLAYLINE_HOME`` on one machine, PostgreSQL for a fleet). Uploading
-    is a write the user asked for, so it may create the store (a play can be started
-    before any worker has opened it); reading results back never creates one.
-    """
-    async with await open_stores(settings, create=True) as stores:
-        ref = await upload_csv(stores.sheet, path)
-    console.print(f"uploaded {ref.count} rows of {path} to the store as {ref.id}")
-    return store_source(ref.id)
 
 
 #: ``--raw``'s help wherever a command exports (run, demo, runs export, runs cancel).
@@ -256,72 +105,6 @@ async def export_result(
             raw=raw,
             provenance=provenance,
         )
-
-
-async def refuse_unknown_play(
-    client: Client, handle: WorkflowHandle[Any, Any], play: str, task_queue: str
-) -> None:
-    """Return once a worker ran the play's first task; end the run if none knows the play.
-
-    Temporal retries a workflow task that failed because no worker registered its
-    type forever; the user would wait forever. This ends the run after
-    ``NOT_REGISTERED_ATTEMPTS`` such attempts and raises a ``PlaylineError``
-    naming the plays the workers do know. It also warns (once) when no worker
-    polls the task queue at all.
-    """
-    started = time.monotonic()
-    warned = False
-    while time.monotonic() - started < WATCH_START_S:
-        not_registered: str | None = None
-        # The whole (short) history at once: an abandoned history iterator leaves an RPC
-        # behind that can crash the interpreter as it exits.
-        history = await handle.fetch_history()
-        for event in history.events:
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-                return
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-                message = event.workflow_task_failed_event_attributes.failure.message
-                if NOT_REGISTERED in message:
-                    not_registered = message
-        if not_registered is not None:
-            desc = await handle.describe()
-            pending = desc.raw_description.pending_workflow_task
-            if pending.attempt >= NOT_REGISTERED_ATTEMPTS:
-                known = _registered_plays(not_registered)
-                await handle.terminate(reason=f"no worker on task queue {task_queue} has {play}")
-                raise PlaylineError(
-                    f"no worker on task queue {task_queue!r} has play {play!r}; the workers "
-                    f"there have: {', '.join(known) or 'no plays'}. Start a worker that "
-                    "imports the play's module (playline worker --plays MODULE); the run "
-                    f"{handle.id} was terminated"
-                )
-        elif not warned and time.monotonic() - started > NO_WORKER_WARNING_S:
-            if not await _has_pollers(client, task_queue):
-                console.print(
-                    f"[yellow]warning:[/] no worker is polling task queue {task_queue!r} yet; "
-                    "the play starts when one does (playline worker --task-queue "
-                    f"{task_queue})"
-                )
-            warned = True
-        await asyncio.sleep(0.5)
-
-
-def _registered_plays(message: str) -> list[str]:
-    """The workflow types a worker listed, without playline's own."""
-    _, _, listed = message.partition("available workflows:")
-    names = [n.strip() for n in listed.split(",") if n.strip()]
-    return [n for n in names if not n.startswith("playline.")]
-
-
-async def _has_pollers(client: Client, task_queue: str) -> bool:
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        )
-    )
-    return bool(response.pollers)
 
 
 async def wait_for_result(
@@ -441,8 +224,6 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     if args.csv:
         input["csv_path"] = await upload_input_csv(args.csv, settings)
     if getattr(args, "confirm_over", None) is not None and not args.yes:
-        from playline.cli.estimate import estimate, refusal, within  # it builds on this one
-
         found = await estimate(
             client,
             settings,

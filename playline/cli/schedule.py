@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from playline.cli.render import console, out, print_json, ui_url
-from playline.cli.run import (
+from playline.cli.starting import (
     add_priority_flags,
     budget_options,
     play_input,

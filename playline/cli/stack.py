@@ -22,7 +22,8 @@ from typing import TypeVar
 
 from playline.cli.devserver import DevServer, reachable
 from playline.cli.render import console, out
-from playline.cli.run import execute, run_options, upload_input_csv
+from playline.cli.run import execute
+from playline.cli.starting import run_options, upload_input_csv
 from playline.config import Settings
 from playline.demo import LEADS_CSV
 from playline.errors import PlaylineError

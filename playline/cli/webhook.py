@@ -31,7 +31,7 @@ from playline.calls.catalog import Catalog, ToolSpec
 from playline.cli.render import console
 from playline.config import Settings
 from playline.errors import PlaylineError
-from playline.provider_server.process import bind_socket
+from playline.sockets import bind_socket
 from playline.stores.backends import open_stores
 from playline.webhook import webhook_app, webhook_tools
 

@@ -27,7 +27,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from playline.config import DEMO_DATA_DIR, Settings
+from playline import package_data
+from playline.config import Settings
 from playline.errors import InvalidPlayInput
 
 __all__ = [
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 #: The package's demo data (the demo CSV and fixtures): always readable.
-DEMO_DIR = Path(os.path.realpath(DEMO_DATA_DIR))
+DEMO_DIR = Path(os.path.realpath(package_data.DEMO_DIR))
 
 _IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: NAT64's well-known prefix: the low 32 bits are the IPv4 address reached.

@@ -10,16 +10,13 @@ package data, so an installed playline has them wherever it runs:
   ``python -m playline.demo.make_fixtures``).
 """
 
-from importlib import resources
-from pathlib import Path
-
-_HERE = resources.files(__name__)
+from playline.package_data import DEMO_CATALOG, DEMO_FIXTURES, DEMO_LEADS_CSV
 
 #: The demo catalog; also the default when ``PLAYLINE_CATALOG`` is unset.
-CATALOG = Path(str(_HERE.joinpath("catalog.toml")))
+CATALOG = DEMO_CATALOG
 #: The demo leads.
-LEADS_CSV = Path(str(_HERE.joinpath("leads.csv")))
+LEADS_CSV = DEMO_LEADS_CSV
 #: Fixtures answering every call ``enrich_leads`` makes over ``LEADS_CSV``.
-FIXTURES = Path(str(_HERE.joinpath("fixtures", "enrich_leads.jsonl")))
+FIXTURES = DEMO_FIXTURES
 
 __all__ = ["CATALOG", "FIXTURES", "LEADS_CSV"]

@@ -21,9 +21,9 @@ from playline.provider_server.process import (
     ProviderServerError,
     ProviderServerProcess,
     ThreadedProviderServer,
-    free_port,
     start_in_thread,
 )
+from playline.sockets import free_port
 
 __all__ = [
     "ENDPOINTS",

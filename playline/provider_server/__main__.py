@@ -20,7 +20,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from playline.provider_server.config import ServerConfig
-from playline.provider_server.process import READY_PREFIX, bind_socket, make_uvicorn_server
+from playline.provider_server.process import READY_PREFIX, make_uvicorn_server
+from playline.sockets import bind_socket
 
 
 def _pairs(values: Sequence[str], flag: str, cast: type) -> dict[str, Any]:

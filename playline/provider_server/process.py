@@ -36,6 +36,7 @@ from starlette.applications import Starlette
 
 from playline.provider_server.app import ProviderServer, create_app
 from playline.provider_server.config import ServerConfig
+from playline.sockets import bind_socket, free_port
 
 READY_PREFIX = "provider server listening on "
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -43,24 +44,6 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 class ProviderServerError(RuntimeError):
     """The provider server could not be started (the message says why)."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A bound TCP socket on ``host:port`` for uvicorn to listen on (port 0 picks one)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP so asyncio sets TCP_NODELAY on accepted connections (no 40 ms stalls)
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    return sock
 
 
 class _Server(uvicorn.Server):

@@ -246,7 +246,8 @@ class StrictProviderServerProcess(ProviderServerProcess):
 def main(argv: list[str] | None = None) -> int:
     """``python -m playline.provider_server.strict``: the server behind the strict layer."""
     from playline.provider_server.__main__ import _announce, build_parser, config_from_args
-    from playline.provider_server.process import bind_socket, make_uvicorn_server
+    from playline.provider_server.process import make_uvicorn_server
+    from playline.sockets import bind_socket
 
     args = build_parser().parse_args(argv)
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from playline import demo
-from playline.config import DEMO_DATA_DIR, Settings
+from playline.config import Settings
 from playline.datasets.access import (
     DEMO_DIR,
     check_fixture_paths,
@@ -20,6 +20,7 @@ from playline.datasets.access import (
     is_public_address,
 )
 from playline.errors import InvalidPlayInput
+from playline.package_data import DEMO_DIR as PACKAGED_DEMO_DIR
 
 HINT = (
     "upload it with `playline run --csv` (a store: reference), or add its directory to "
@@ -51,7 +52,7 @@ def test_the_package_demo_data_is_always_allowed() -> None:
 
 def test_the_demo_directory_the_policy_names_is_the_demo_package() -> None:
     """The policy names the demo's directory without importing the demo."""
-    assert DEMO_DIR == demo.LEADS_CSV.parent.resolve() == DEMO_DATA_DIR.resolve()
+    assert DEMO_DIR == demo.LEADS_CSV.parent.resolve() == PACKAGED_DEMO_DIR.resolve()
 
 
 @pytest.mark.parametrize(

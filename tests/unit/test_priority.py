@@ -13,7 +13,7 @@ from temporalio.common import Priority
 
 from playline.cli import build_parser, main
 from playline.cli.devserver import FAIRNESS_DYNAMIC_CONFIG, fairness_flags, temporal_binary
-from playline.cli.run import run_options
+from playline.cli.starting import run_options
 from playline.contract import RunOptions
 from playline.workflows.priority import (
     MAX_TEMPORAL_FAIRNESS_KEY_BYTES,
