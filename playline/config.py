@@ -265,7 +265,7 @@ class Settings:
     @property
     def jobs_path(self) -> Path:
         """The SQLite job ledger's file, next to the other stores (see
-        :mod:`~playline.stores.jobs_sqlite`: created by its first use)."""
+        :mod:`~playline.stores.jobs_ledger`: created by its first use)."""
         return (self.sqlite_dir or self.home) / "jobs.db"
 
     @property

@@ -30,7 +30,7 @@ from playline.stores.backends import Stores, open_stores
 from playline.stores.budgets import BudgetStore
 from playline.stores.budgets_sqlite import SqliteBudgetStore
 from playline.stores.jobs import JobStore
-from playline.stores.jobs_sqlite import SqliteJobStore
+from playline.stores.jobs_ledger import JobLedger
 from playline.stores.journal import ResultJournal
 from playline.stores.receipts import ReceiptStore
 from playline.stores.sheet import SheetStore
@@ -83,7 +83,7 @@ class Services:
             if jobs is not None
             else stores.jobs
             if stores is not None
-            else SqliteJobStore(settings.jobs_path)
+            else JobLedger.in_file(settings.jobs_path)
         )
         self.http = http
         #: every secret of this worker (API keys, store passwords, codec keys): error

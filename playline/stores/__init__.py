@@ -13,11 +13,11 @@
   and :mod:`~playline.stores.budgets_postgres` its backends,
   :mod:`~playline.stores.budgets_group` the rule a PostgreSQL batch of them follows;
 * :mod:`~playline.stores.jobs` - the job ledger's contract (asynchronous provider
-  jobs, their members, waiters and webhook deliveries); :mod:`~playline.stores.jobs_sqlite`
-  and :mod:`~playline.stores.jobs_postgres` its backends;
+  jobs, their members, waiters and webhook deliveries); :mod:`~playline.stores.jobs_ledger`
+  its one implementation, over :mod:`playline.db`;
 * :mod:`~playline.stores.sqlite_db`, :mod:`~playline.stores.postgres_db` - the
   connection each backend's stores share (a thread per SQLite file, a pool);
-  :mod:`~playline.stores.coalesce` - group commit for concurrent writes;
+  :mod:`~playline.db.coalesce` - group commit for concurrent writes;
   :mod:`~playline.stores.migrations` - versioned schemas, applied at worker start;
 * :mod:`~playline.stores.sources` - CSVs in: uploads, ``store:`` references, URLs;
 * :mod:`~playline.stores.csv_io` - strict, streaming CSV in, CSV/JSONL out;

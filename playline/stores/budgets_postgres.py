@@ -1,7 +1,7 @@
 """``PostgresBudgetStore``: the budget ledger of a fleet, in the stores' PostgreSQL database.
 
 See :mod:`playline.stores.budgets` for the contract. The reserve, settle and release
-calls of a worker are committed in groups (:mod:`~playline.stores.coalesce`, as the
+calls of a worker are committed in groups (:mod:`~playline.db.coalesce`, as the
 receipt store commits claims): one transaction per group
 (:meth:`PostgresDatabase.transaction
 <playline.stores.postgres_db.PostgresDatabase.transaction>`) creates the budget rows
@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 
+from playline.db.coalesce import Coalescer
 from playline.errors import UnknownBudget
 from playline.stores.budgets import (
     BudgetLine,
@@ -59,7 +60,6 @@ from playline.stores.budgets import (
     unknown_budget,
 )
 from playline.stores.budgets_group import GroupLedger, Held, LedgerOp, Pair
-from playline.stores.coalesce import Coalescer
 from playline.stores.migrations import Migration, migrate_postgres
 from playline.stores.postgres_db import PostgresDatabase
 

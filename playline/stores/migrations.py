@@ -13,7 +13,7 @@ the missing ones in order, each exactly once, however many workers start at once
   the schema, so concurrent workers serialise and DDL is all-or-nothing.
 
 A store whose recorded version is newer than this playline knows is refused
-(:class:`~playline.stores.store_errors.StoreSchemaTooNew`) rather than used. A
+(:class:`~playline.db.errors.StoreSchemaTooNew`) rather than used. A
 client that opens a store to read it (``create=False``) never migrates; it only
 checks that the store exists and is not too new.
 """
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from playline.stores.store_errors import StoreNotFound, StoreSchemaTooNew
+from playline.db.errors import StoreNotFound, StoreSchemaTooNew
 
 if TYPE_CHECKING:
     import psycopg

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from playline.errors import PlaylineError
 
-__all__ = ["InvalidStoreUrl", "StoreNotFound", "StoreSchemaTooNew"]
+__all__ = ["InvalidStoreUrl", "StoreNotFound", "StoreSchemaTooNew", "StoreUnavailable"]
 
 
 class InvalidStoreUrl(PlaylineError):
@@ -17,3 +17,9 @@ class StoreNotFound(PlaylineError):
 
 class StoreSchemaTooNew(PlaylineError):
     """The store was migrated by a newer playline than this one; upgrade before using it."""
+
+
+class StoreUnavailable(PlaylineError):
+    """The PostgreSQL store cannot be reached (or psycopg is not installed)."""
+
+    retryable = True
