@@ -28,7 +28,7 @@ from playline.pacing.pacer import Pacer
 from playline.pacing.unpaced import UnpacedGovernor
 from playline.stores.backends import Stores, open_stores
 from playline.stores.budgets import BudgetStore
-from playline.stores.budgets_sqlite import SqliteBudgetStore
+from playline.stores.budgets_ledger import BudgetLedger
 from playline.stores.jobs import JobStore
 from playline.stores.jobs_ledger import JobLedger
 from playline.stores.journal import ResultJournal
@@ -73,7 +73,7 @@ class Services:
             if budgets is not None
             else stores.budgets
             if stores is not None
-            else SqliteBudgetStore(settings.budgets_path)
+            else BudgetLedger.in_file(settings.budgets_path)
         )
         #: the job ledger (asynchronous provider jobs); services assembled by hand
         #: without one (tests) get the SQLite ledger under ``settings``, opened by its

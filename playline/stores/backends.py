@@ -15,7 +15,7 @@ client that reads or exports with ``create=False``, which creates nothing and
 raises :class:`~playline.db.errors.StoreNotFound`, naming where it
 looked, when the workers' store is not there. The budget ledger is the exception:
 clients write it too (``playline budgets set``), so whoever uses it first creates it
-(see :mod:`~playline.stores.budgets_sqlite`), and the job ledger likewise (see
+(see :mod:`~playline.stores.budgets_ledger`), and the job ledger likewise (see
 :mod:`~playline.stores.jobs_ledger`).
 """
 
@@ -105,7 +105,7 @@ async def open_stores(
 
 
 async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], float]) -> Stores:
-    from playline.stores.budgets_sqlite import SqliteBudgetStore
+    from playline.stores.budgets_ledger import BudgetLedger
     from playline.stores.jobs_ledger import JobLedger
     from playline.stores.receipts_sqlite import SqliteReceiptStore
     from playline.stores.sheet_sqlite import SqliteSheetStore
@@ -123,14 +123,14 @@ async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], 
     except BaseException:
         await receipts.close()
         raise
-    budgets = SqliteBudgetStore(settings.budgets_path, clock=clock)  # opened by its first use
+    budgets = BudgetLedger.in_file(settings.budgets_path, clock=clock)  # opened by its first use
     jobs = JobLedger.in_file(settings.jobs_path, clock=clock)  # opened by its first use
     return Stores(receipts, sheet, budgets, jobs, where=str(settings.sqlite_dir))
 
 
 async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] | None) -> Stores:
     from playline.db.postgres import PostgresPool
-    from playline.stores.budgets_postgres import PostgresBudgetStore
+    from playline.stores.budgets_ledger import BudgetLedger
     from playline.stores.jobs_ledger import JobLedger
     from playline.stores.postgres_db import PostgresDatabase
     from playline.stores.receipts_postgres import PostgresReceiptStore
@@ -146,7 +146,7 @@ async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] |
     return Stores(
         PostgresReceiptStore(database, clock=clock),
         PostgresSheetStore(database, clock=clock),
-        PostgresBudgetStore(database, clock=clock),
+        BudgetLedger.in_database(pool, clock=clock),
         JobLedger.in_database(pool, clock=clock),
         where=database.where,
         shared=[database.close, pool.close],

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from playline.db.conn import Conn, chunks
 from playline.db.dialect import marks
@@ -129,12 +129,12 @@ class JobLedger:
         self._clock = clock
 
     @classmethod
-    def in_file(cls, path: str | Path, *, clock: Callable[[], float] | None = None) -> JobLedger:
+    def in_file(cls, path: str | Path, *, clock: Callable[[], float] | None = None) -> Self:
         """The ledger in a SQLite file of its own (``Settings.jobs_path``)."""
         return cls(ReadyOnFirstUse.file(path, SCHEMA), clock=clock)
 
     @classmethod
-    def in_database(cls, db: Database, *, clock: Callable[[], float] | None = None) -> JobLedger:
+    def in_database(cls, db: Database, *, clock: Callable[[], float] | None = None) -> Self:
         """The ledger in a database shared with other stores (PostgreSQL)."""
         return cls(ReadyOnFirstUse.shared(db, SCHEMA), clock=clock)
 

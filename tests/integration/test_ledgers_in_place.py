@@ -15,9 +15,19 @@ import pytest
 
 from playline.config import Settings
 from playline.stores.backends import open_stores
+from playline.stores.budgets import BudgetLine, BudgetState, NamedBudget, RunEnd
 from playline.stores.jobs import JobCounts
 from tests.integration.conftest import Clock
-from tests.old_schemas import JOBS_POSTGRES_V1, JOBS_SQLITE_V1, old_postgres, old_sqlite
+from tests.old_schemas import (
+    BUDGETS_POSTGRES_V1,
+    BUDGETS_POSTGRES_V2,
+    BUDGETS_SQLITE_V1,
+    BUDGETS_SQLITE_V2,
+    JOBS_POSTGRES_V1,
+    JOBS_SQLITE_V1,
+    old_postgres,
+    old_sqlite,
+)
 from tests.pg import pg_schema
 
 
@@ -125,3 +135,70 @@ async def test_an_old_job_ledger_opens_in_place_and_keeps_every_job(
         assert [c.provider for c in await jobs.counts("wf-2")] == ["acme"]
     async with await open_stores(settings, create=False) as client:  # a second open
         assert (await client.jobs.get("acme.find#job:1")) == finished
+
+
+def _old_budgets(url: str) -> None:
+    """A run's budget with an open and a settled reservation, and a named budget's
+    day, in the old tables (schema version 2: reservations know their run)."""
+    budgets = _tables(url, "budgets", "playline_budgets")
+    reservations = _tables(url, "budget_reservations", "playline_budget_reservations")
+    named = _tables(url, "named_budgets", "playline_named_budgets")
+    rows = [
+        (
+            f"INSERT INTO {budgets} (id, credit_limit, spent, reserved, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, 0, 0)",
+            ["run:r1", 10.0, 2.0, 3.0],
+        ),
+        (
+            f"INSERT INTO {budgets} (id, credit_limit, spent, reserved, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, 0, 0)",
+            ["named:team@1970-01-01", 50.0, 5.0, 0.0],
+        ),
+        (
+            f"INSERT INTO {named} (name, period, credit_limit, created_at, updated_at)"
+            " VALUES ('team', 'day', 50, 0, 0)",
+            [],
+        ),
+        (
+            f"INSERT INTO {reservations} (key, budget, drawn_on, credits, status, created_at,"
+            " run) VALUES ('K#0', 'run:r1', 'run:r1', 3, 'open', 0, 'r1')",
+            [],
+        ),
+        (
+            f"INSERT INTO {reservations} (key, budget, drawn_on, credits, status, charged,"
+            " created_at, settled_at, run)"
+            " VALUES ('J#0', 'run:r1', 'run:r1', 4, 'settled', 2, 0, 1, 'r1')",
+            [],
+        ),
+    ]
+    if url.startswith("postgres"):
+        old_postgres(url, "budgets", (*BUDGETS_POSTGRES_V1, *BUDGETS_POSTGRES_V2), 2, rows)
+    else:
+        path = Settings(store_url=url).budgets_path
+        old_sqlite(path, (*BUDGETS_SQLITE_V1, *BUDGETS_SQLITE_V2), 2, rows)
+
+
+async def test_an_old_budget_ledger_opens_in_place_and_keeps_every_reservation(
+    backend: str, clock: Clock
+) -> None:
+    _old_budgets(backend)
+    settings = Settings(store_url=backend)
+    async with await open_stores(settings, create=True, clock=clock) as stores:
+        budgets = stores.budgets
+        assert await budgets.state("run:r1") == BudgetState("run:r1", 10, 2, 3)
+        assert await budgets.definitions() == [NamedBudget("team", "day", 50)]
+        assert await budgets.state("named:team") == BudgetState("named:team@1970-01-01", 50, 5, 0)
+        assert [(r.key, r.credits) for r in await budgets.open_reservations("r1")] == [("K#0", 3)]
+        # Drawn once per key: the settled J#0 and open K#0 are not drawn again.
+        assert await budgets.reserve("J#0", 4, [BudgetLine("run:r1")], run="r1") is None
+        assert await budgets.reserve("K#0", 3, [BudgetLine("run:r1")], run="r1") is None
+        assert await budgets.state("run:r1") == BudgetState("run:r1", 10, 2, 3)
+        # Still usable: a new reservation up to the limit, then the run ends.
+        assert await budgets.reserve("L#0", 5, [BudgetLine("run:r1")], run="r1") is None
+        refusal = await budgets.reserve("M#0", 0.5, [BudgetLine("run:r1")], run="r1")
+        assert refusal is not None and refusal.state == BudgetState("run:r1", 10, 2, 8)
+        end = await budgets.end_run("r1", {"K#0": 1.0})
+        assert end == RunEnd("r1", settled=1, settled_credits=1.0, released=1, released_credits=5)
+        assert await budgets.state("run:r1") == BudgetState("run:r1", 10, 3, 0)
+    async with await open_stores(settings, create=False, clock=clock) as client:
+        assert await client.budgets.state("run:r1") == BudgetState("run:r1", 10, 3, 0)
