@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from playline.db.conn import Conn, Params
 from playline.db.dialect import POSTGRES
-from playline.db.errors import StoreUnavailable
+from playline.db.errors import psycopg_missing, unreachable
 from playline.db.migrations import Schema, migrate
 from playline.db.urls import redact_url
 
@@ -59,21 +59,14 @@ class PostgresPool:
             import psycopg
             from psycopg_pool import ConnectionPool
         except ImportError as err:
-            raise StoreUnavailable(
-                "a PostgreSQL store needs psycopg; install playline with the 'postgres' "
-                "extra (pip install 'playline[postgres]')"
-            ) from err
+            raise psycopg_missing() from err
 
         def connect() -> ConnectionPool[Any]:
             # One connection first: a wrong URL fails at once with the server's reason.
             try:
                 psycopg.connect(url, autocommit=True, connect_timeout=10).close()
             except psycopg.Error as err:
-                reason = " ".join(str(err).split()) or type(err).__name__
-                raise StoreUnavailable(
-                    f"cannot reach the PostgreSQL store at {where}: {reason}; check "
-                    "PLAYLINE_STORE_URL and that the server is up"
-                ) from None
+                raise unreachable(where, err) from None
             pool: ConnectionPool[Any] = ConnectionPool(
                 url,
                 min_size=min_size,

@@ -35,9 +35,10 @@ from playline.db.dialect import SQLITE
 from playline.db.errors import StoreNotFound
 from playline.db.migrations import Schema, migrate
 
-__all__ = ["WAL_SWITCH_TIMEOUT_S", "SqliteFile", "enable_wal"]
+__all__ = ["WAL_SWITCH_TIMEOUT_S", "SqliteFile", "commit_group", "connect", "enable_wal"]
 
 T = TypeVar("T")
+A = TypeVar("A")
 _Write = Callable[[Conn], Any]
 
 
@@ -70,21 +71,7 @@ class SqliteFile:
         self._writes: Coalescer[_Write, Any] = Coalescer(self._send_group)
 
     def _connect(self, create: bool) -> Conn:
-        if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            raw = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        else:
-            uri = f"{self.path.resolve().as_uri()}?mode=rw"
-            raw = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
-        try:
-            if create:
-                enable_wal(raw)
-            raw.execute("PRAGMA synchronous=NORMAL")
-            raw.execute("PRAGMA temp_store=FILE")
-        except BaseException:
-            raw.close()
-            raise
-        self._raw = raw
+        self._raw = raw = connect(self.path, create=create)
 
         def executemany(sql: str, rows: list[Params]) -> None:
             raw.executemany(sql, rows)
@@ -112,31 +99,55 @@ class SqliteFile:
         return await self._on_thread(lambda: self._commit_group(group))
 
     def _commit_group(self, group: list[_Write]) -> list[Any]:
-        """On the database thread: the whole group in one transaction, one savepoint each."""
-        conn, raw = self._conn, self._raw
-        results: list[Any] = []
-        raw.execute("BEGIN IMMEDIATE")
-        try:
-            for fn in group:
-                raw.execute("SAVEPOINT op")
-                try:
-                    results.append(fn(conn))
-                except Exception as err:
-                    raw.execute("ROLLBACK TO op")
-                    results.append(err)
-                raw.execute("RELEASE op")
-            raw.execute("COMMIT")
-        except BaseException:
-            if raw.in_transaction:
-                raw.execute("ROLLBACK")
-            raise
-        return results
+        return commit_group(self._raw, group, self._conn)
 
     async def close(self) -> None:
         """Wait for queued writes to commit, then close the connection and the thread."""
         await self._writes.drain()
         await self._on_thread(self._raw.close)
         self._thread.shutdown(wait=True)
+
+
+def connect(path: Path, *, create: bool) -> sqlite3.Connection:
+    """A connection in autocommit (transactions are begun by hand), to a file created
+    in WAL mode (``create``) or one that must exist (opened read-write, never created)."""
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        raw = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    else:
+        uri = f"{path.resolve().as_uri()}?mode=rw"
+        raw = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+    try:
+        if create:
+            enable_wal(raw)
+        raw.execute("PRAGMA synchronous=NORMAL")
+        raw.execute("PRAGMA temp_store=FILE")
+    except BaseException:
+        raw.close()
+        raise
+    return raw
+
+
+def commit_group(raw: sqlite3.Connection, group: list[Callable[[A], Any]], arg: A) -> list[Any]:
+    """On the database thread: ``fn(arg)`` for each of ``group`` in one transaction,
+    one savepoint each; one result or exception per function, in order."""
+    results: list[Any] = []
+    raw.execute("BEGIN IMMEDIATE")
+    try:
+        for fn in group:
+            raw.execute("SAVEPOINT op")
+            try:
+                results.append(fn(arg))
+            except Exception as err:
+                raw.execute("ROLLBACK TO op")
+                results.append(err)
+            raw.execute("RELEASE op")
+        raw.execute("COMMIT")
+    except BaseException:
+        if raw.in_transaction:
+            raw.execute("ROLLBACK")
+        raise
+    return results
 
 
 #: How long to keep asking for WAL mode while other processes open the same new file.

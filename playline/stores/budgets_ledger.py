@@ -27,15 +27,13 @@ machine's) unless a ``clock`` is given (tests).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Self
 
 from playline.db.coalesce import Coalescer
 from playline.db.conn import Conn, chunks
 from playline.db.dialect import marks
-from playline.db.engine import Database
 from playline.db.migrations import Migration, Schema
 from playline.db.ready import ReadyOnFirstUse
+from playline.db.store import LedgerStore
 from playline.errors import UnknownBudget
 from playline.stores.budgets import (
     BudgetLine,
@@ -136,37 +134,21 @@ _RESERVATION_COLUMNS = (
 )
 
 
-class BudgetLedger:
+class BudgetLedger(LedgerStore):
     """The budget ledger on either database; safe across processes and workers.
 
-    Args:
-        ready: the store's database, opened and migrated by first use.
-        clock: seconds since the epoch, for named budgets' periods and timestamps
-            (tests move it by hand); default: the database's clock.
+    Build it with :meth:`~playline.db.store.LedgerStore.in_file` (SQLite,
+    ``Settings.budgets_path``) or :meth:`~playline.db.store.LedgerStore.in_database`
+    (PostgreSQL); ``clock``: for named budgets' periods and timestamps (default: the
+    database's).
     """
 
+    SCHEMA = SCHEMA
+
     def __init__(self, ready: ReadyOnFirstUse, *, clock: Callable[[], float] | None = None) -> None:
-        self._ready = ready
-        self._clock = clock
+        super().__init__(ready, clock=clock)
         #: reserve, settle and release calls of this process, one write per group
         self._ops: Coalescer[LedgerOp, Refusal | None] = Coalescer(self._group)
-
-    @classmethod
-    def in_file(cls, path: str | Path, *, clock: Callable[[], float] | None = None) -> Self:
-        """The ledger in a SQLite file of its own (``Settings.budgets_path``)."""
-        return cls(ReadyOnFirstUse.file(path, SCHEMA), clock=clock)
-
-    @classmethod
-    def in_database(cls, db: Database, *, clock: Callable[[], float] | None = None) -> Self:
-        """The ledger in a database shared with other stores (PostgreSQL)."""
-        return cls(ReadyOnFirstUse.shared(db, SCHEMA), clock=clock)
-
-    @property
-    def where(self) -> str:
-        return self._ready.where
-
-    def _now(self, conn: Conn) -> float:
-        return self._clock() if self._clock is not None else conn.now()
 
     # ---------------------------------------------------------------- reservations
 
@@ -388,7 +370,7 @@ class BudgetLedger:
     async def close(self) -> None:
         """Wait for the calls in flight, then close the ledger's own file (SQLite)."""
         await self._ops.drain()
-        await self._ready.close()
+        await super().close()
 
 
 # ------------------------------------------------------------ in the transaction

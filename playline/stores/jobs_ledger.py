@@ -22,15 +22,13 @@ this machine's) unless a ``clock`` is given (tests).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, Self
+from collections.abc import Sequence
+from typing import Any
 
 from playline.db.conn import Conn, chunks
 from playline.db.dialect import marks
-from playline.db.engine import Database
 from playline.db.migrations import Migration, Schema
-from playline.db.ready import ReadyOnFirstUse
+from playline.db.store import LedgerStore
 from playline.stores.jobs import (
     JOB_COLUMNS,
     LIVE_STATES,
@@ -115,35 +113,15 @@ _SELECT = f"SELECT {', '.join(JOB_COLUMNS)} FROM playline_jobs"
 _LIVE = f"state IN ({', '.join(repr(s) for s in LIVE_STATES)})"
 
 
-class JobLedger:
+class JobLedger(LedgerStore):
     """The job ledger on either database; safe across processes and workers.
 
-    Args:
-        ready: the store's database, opened and migrated by first use.
-        clock: seconds since the epoch, for the jobs' timestamps (tests move it by
-            hand); default: the database's clock.
+    Build it with :meth:`~playline.db.store.LedgerStore.in_file` (SQLite,
+    ``Settings.jobs_path``) or :meth:`~playline.db.store.LedgerStore.in_database`
+    (PostgreSQL); ``clock``: for the jobs' timestamps (default: the database's).
     """
 
-    def __init__(self, ready: ReadyOnFirstUse, *, clock: Callable[[], float] | None = None) -> None:
-        self._ready = ready
-        self._clock = clock
-
-    @classmethod
-    def in_file(cls, path: str | Path, *, clock: Callable[[], float] | None = None) -> Self:
-        """The ledger in a SQLite file of its own (``Settings.jobs_path``)."""
-        return cls(ReadyOnFirstUse.file(path, SCHEMA), clock=clock)
-
-    @classmethod
-    def in_database(cls, db: Database, *, clock: Callable[[], float] | None = None) -> Self:
-        """The ledger in a database shared with other stores (PostgreSQL)."""
-        return cls(ReadyOnFirstUse.shared(db, SCHEMA), clock=clock)
-
-    @property
-    def where(self) -> str:
-        return self._ready.where
-
-    def _now(self, conn: Conn) -> float:
-        return self._clock() if self._clock is not None else conn.now()
+    SCHEMA = SCHEMA
 
     # -------------------------------------------------------------------- writes
 
@@ -369,10 +347,6 @@ class JobLedger:
             return [row[0] for row in rows]
 
         return await (await self._ready()).read(read) if waiters else []
-
-    async def close(self) -> None:
-        """Close the ledger's own file (SQLite); a shared database is left open."""
-        await self._ready.close()
 
 
 # ------------------------------------------------------------ in the transaction

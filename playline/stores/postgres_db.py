@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from playline.db.errors import StoreUnavailable
+from playline.db.errors import psycopg_missing, unreachable
 from playline.db.urls import redact_url
 from playline.stores.migrations import Migration, migrate_postgres
 
@@ -136,7 +136,8 @@ class PostgresDatabase:
     ) -> PostgresDatabase:
         """Connect, then migrate the schema (``create``) or check it is there.
 
-        Raises :class:`StoreUnavailable` when the database cannot be reached and
+        Raises :class:`~playline.db.errors.StoreUnavailable` when the database cannot be
+        reached and
         :class:`~playline.db.errors.StoreNotFound` when a client
         (``create=False``) finds no store in it.
         """
@@ -145,20 +146,13 @@ class PostgresDatabase:
             import psycopg
             from psycopg_pool import AsyncConnectionPool
         except ImportError as err:
-            raise StoreUnavailable(
-                "a PostgreSQL store needs psycopg; install playline with the 'postgres' "
-                "extra (pip install 'playline[postgres]')"
-            ) from err
+            raise psycopg_missing() from err
         # One connection first: a wrong URL fails at once with the server's reason,
         # and the schema is migrated (or checked) before any store uses it.
         try:
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
         except psycopg.Error as err:
-            reason = " ".join(str(err).split()) or type(err).__name__
-            raise StoreUnavailable(
-                f"cannot reach the PostgreSQL store at {where}: {reason}; check "
-                "PLAYLINE_STORE_URL and that the server is up"
-            ) from None
+            raise unreachable(where, err) from None
         try:
             await migrate_postgres(conn, MIGRATIONS, component="stores", where=where, create=create)
         finally:

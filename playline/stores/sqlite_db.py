@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from playline.db.coalesce import Coalescer
 from playline.db.errors import StoreNotFound
-from playline.db.sqlite import enable_wal
+from playline.db.sqlite import commit_group, connect
 from playline.stores.migrations import Migration, migrate_sqlite
 
 __all__ = ["SqliteDatabase"]
@@ -70,17 +70,8 @@ class SqliteDatabase:
         self._writes: Coalescer[_Write, Any] = Coalescer(self._send_group)
 
     def _connect(self, migrations: Sequence[Migration], create: bool) -> sqlite3.Connection:
-        if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        else:
-            uri = f"{self.path.resolve().as_uri()}?mode=rw"
-            conn = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+        conn = connect(self.path, create=create)
         try:
-            if create:
-                enable_wal(conn)
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA temp_store=FILE")
             migrate_sqlite(conn, migrations, where=str(self.path), create=create)
         except BaseException:
             conn.close()
@@ -101,25 +92,7 @@ class SqliteDatabase:
         return await loop.run_in_executor(self._thread, self._commit_group, group)
 
     def _commit_group(self, group: list[_Write]) -> list[Any]:
-        """On the database thread: the whole group in one transaction, one savepoint each."""
-        conn = self._conn
-        results: list[Any] = []
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for fn in group:
-                conn.execute("SAVEPOINT op")
-                try:
-                    results.append(fn(conn))
-                except Exception as err:
-                    conn.execute("ROLLBACK TO op")
-                    results.append(err)
-                conn.execute("RELEASE op")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return results
+        return commit_group(self._conn, group, self._conn)
 
     async def close(self) -> None:
         """Wait for queued writes to commit, then close the connection and the thread."""
