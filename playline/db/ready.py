@@ -29,6 +29,9 @@ class ReadyOnFirstUse:
         schema: the store's tables, migrated right after.
         where: where it is (for messages and tests).
         owned: close the database with the store (a file of its own).
+        create: create and migrate what is missing (the ledgers, a worker's stores);
+            ``False`` for a client of stores only workers create (receipts, sheet):
+            the file must exist and the schema is only checked, nothing is created.
     """
 
     def __init__(
@@ -38,32 +41,34 @@ class ReadyOnFirstUse:
         *,
         where: str,
         owned: bool,
+        create: bool = True,
     ) -> None:
         self._open_db = open_db
         self._schema = schema
         self.where = where
         self._owned = owned
+        self._create = create
         self._db: Database | None = None
         self._opening = asyncio.Lock()
 
     @classmethod
-    def file(cls, path: str | Path, schema: Schema) -> ReadyOnFirstUse:
-        """A SQLite file of the store's own, created by its first use."""
+    def file(cls, path: str | Path, schema: Schema, *, create: bool = True) -> ReadyOnFirstUse:
+        """A SQLite file of the store's own, created by its first use (``create``)."""
         from playline.db.sqlite import SqliteFile
 
         async def open_db() -> Database:
-            return await asyncio.to_thread(SqliteFile, path, create=True)
+            return await asyncio.to_thread(SqliteFile, path, create=create)
 
-        return cls(open_db, schema, where=str(path), owned=True)
+        return cls(open_db, schema, where=str(path), owned=True, create=create)
 
     @classmethod
-    def shared(cls, db: Database, schema: Schema) -> ReadyOnFirstUse:
+    def shared(cls, db: Database, schema: Schema, *, create: bool = True) -> ReadyOnFirstUse:
         """A database other stores share (PostgreSQL), not closed with this store."""
 
         async def open_db() -> Database:
             return db
 
-        return cls(open_db, schema, where=db.where, owned=False)
+        return cls(open_db, schema, where=db.where, owned=False, create=create)
 
     @property
     def opened(self) -> bool:
@@ -75,7 +80,7 @@ class ReadyOnFirstUse:
                 if self._db is None:
                     db = await self._open_db()
                     try:
-                        await db.migrate(self._schema, create=True)
+                        await db.migrate(self._schema, create=self._create)
                     except BaseException:
                         if self._owned:
                             await db.close()

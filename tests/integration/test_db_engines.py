@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from playline.db.conn import Conn
+from playline.db.errors import StoreNotFound
 from playline.db.migrations import Migration, Schema
 from playline.db.postgres import PostgresPool
+from playline.db.ready import ReadyOnFirstUse
 from playline.db.sqlite import SqliteFile
 from tests.pg import pg_schema
 
@@ -89,5 +91,34 @@ async def test_a_postgres_write_that_loses_a_deadlock_is_run_again() -> None:
             assert sorted(runs.values()) == [1, 2]
             rows = await db.read(lambda conn: conn.all("SELECT id, n FROM playline_t ORDER BY id"))
             assert rows == [(1, 2), (2, 2)]
+        finally:
+            await db.close()
+
+
+async def test_a_client_finds_a_store_or_creates_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "t.db"
+    client = ReadyOnFirstUse.file(path, SCHEMA, create=False)
+    with pytest.raises(StoreNotFound):
+        await client()
+    assert not path.exists() and not path.parent.exists()
+    worker = ReadyOnFirstUse.file(path, SCHEMA)
+    await (await worker()).write(_seed)
+    await worker.close()
+    db = await client()  # the worker's store is there now: checked, not migrated
+    assert await db.read(lambda conn: conn.scalar("SELECT count(*) FROM playline_t")) == 2
+    await client.close()
+    assert not client.opened
+
+
+@pytest.mark.postgres
+async def test_a_postgres_client_finds_no_component_and_creates_nothing() -> None:
+    async with pg_schema() as url:
+        db = await PostgresPool.open(url, max_size=2)
+        try:
+            with pytest.raises(StoreNotFound):
+                await ReadyOnFirstUse.shared(db, SCHEMA, create=False)()
+            assert (
+                await db.read(lambda conn: conn.scalar("SELECT to_regclass('playline_t')")) is None
+            )
         finally:
             await db.close()
