@@ -259,13 +259,13 @@ class Settings:
     @property
     def budgets_path(self) -> Path:
         """The SQLite budget ledger's file, next to the other stores (see
-        :mod:`~playline.stores.budgets_sqlite`: created by its first use)."""
+        :mod:`~playline.stores.budgets_ledger`: created by its first use)."""
         return (self.sqlite_dir or self.home) / "budgets.db"
 
     @property
     def jobs_path(self) -> Path:
         """The SQLite job ledger's file, next to the other stores (see
-        :mod:`~playline.stores.jobs_sqlite`: created by its first use)."""
+        :mod:`~playline.stores.jobs_ledger`: created by its first use)."""
         return (self.sqlite_dir or self.home) / "jobs.db"
 
     @property

@@ -28,9 +28,9 @@ from playline.pacing.unpaced import UnpacedGovernor
 from playline.package_data import DEMO_CATALOG
 from playline.stores.backends import Stores, open_stores
 from playline.stores.budgets import BudgetStore
-from playline.stores.budgets_sqlite import SqliteBudgetStore
+from playline.stores.budgets_ledger import BudgetLedger
 from playline.stores.jobs import JobStore
-from playline.stores.jobs_sqlite import SqliteJobStore
+from playline.stores.jobs_ledger import JobLedger
 from playline.stores.journal import ResultJournal
 from playline.stores.receipts import ReceiptStore
 from playline.stores.sheet import SheetStore
@@ -73,7 +73,7 @@ class Services:
             if budgets is not None
             else stores.budgets
             if stores is not None
-            else SqliteBudgetStore(settings.budgets_path)
+            else BudgetLedger.in_file(settings.budgets_path)
         )
         #: the job ledger (asynchronous provider jobs); services assembled by hand
         #: without one (tests) get the SQLite ledger under ``settings``, opened by its
@@ -83,7 +83,7 @@ class Services:
             if jobs is not None
             else stores.jobs
             if stores is not None
-            else SqliteJobStore(settings.jobs_path)
+            else JobLedger.in_file(settings.jobs_path)
         )
         self.http = http
         #: every secret of this worker (API keys, store passwords, codec keys): error

@@ -9,16 +9,16 @@
   run manifests); :mod:`~playline.stores.sheet_sqlite` and
   :mod:`~playline.stores.sheet_postgres` its backends;
 * :mod:`~playline.stores.budgets` - the budget ledger's contract (reservations
-  against run, provider and named budgets; periods); :mod:`~playline.stores.budgets_sqlite`
-  and :mod:`~playline.stores.budgets_postgres` its backends,
-  :mod:`~playline.stores.budgets_group` the rule a PostgreSQL batch of them follows;
+  against run, provider and named budgets; periods); :mod:`~playline.stores.budgets_ledger`
+  its one implementation, over :mod:`playline.db`, and
+  :mod:`~playline.stores.budgets_group` the rule every batch of reservations follows;
 * :mod:`~playline.stores.jobs` - the job ledger's contract (asynchronous provider
-  jobs, their members, waiters and webhook deliveries); :mod:`~playline.stores.jobs_sqlite`
-  and :mod:`~playline.stores.jobs_postgres` its backends;
+  jobs, their members, waiters and webhook deliveries); :mod:`~playline.stores.jobs_ledger`
+  its one implementation, over :mod:`playline.db`;
 * :mod:`~playline.stores.sqlite_db`, :mod:`~playline.stores.postgres_db` - the
-  connection each backend's stores share (a thread per SQLite file, a pool);
-  :mod:`~playline.stores.coalesce` - group commit for concurrent writes;
-  :mod:`~playline.stores.migrations` - versioned schemas, applied at worker start.
+  connection the receipt and sheet stores share (a thread per SQLite file, an
+  async pool), and :mod:`~playline.stores.migrations` their versioned schemas,
+  until those stores move onto :mod:`playline.db` as the ledgers did.
 
 Loading CSVs and URLs into a source, exporting a run's rows and what a worker may
 read are dataset I/O, not storage: they live in :mod:`playline.datasets`.

@@ -12,11 +12,11 @@ and clients.
 
 A worker opens them with ``create=True`` (files created, schema migrated); a
 client that reads or exports with ``create=False``, which creates nothing and
-raises :class:`~playline.stores.store_errors.StoreNotFound`, naming where it
+raises :class:`~playline.db.errors.StoreNotFound`, naming where it
 looked, when the workers' store is not there. The budget ledger is the exception:
 clients write it too (``playline budgets set``), so whoever uses it first creates it
-(see :mod:`~playline.stores.budgets_sqlite`), and the job ledger likewise (see
-:mod:`~playline.stores.jobs_sqlite`).
+(see :mod:`~playline.stores.budgets_ledger`), and the job ledger likewise (see
+:mod:`~playline.stores.jobs_ledger`).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from playline.config import Settings
+from playline.db.errors import InvalidStoreUrl, StoreNotFound
+from playline.db.urls import redact_url
 from playline.stores.budgets import BudgetStore
 from playline.stores.jobs import JobStore
-from playline.stores.postgres_db import redact_url
 from playline.stores.receipts import ReceiptStore
 from playline.stores.sheet import SheetStore
-from playline.stores.store_errors import InvalidStoreUrl, StoreNotFound
 
 __all__ = ["Stores", "open_stores"]
 
@@ -105,8 +105,8 @@ async def open_stores(
 
 
 async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], float]) -> Stores:
-    from playline.stores.budgets_sqlite import SqliteBudgetStore
-    from playline.stores.jobs_sqlite import SqliteJobStore
+    from playline.stores.budgets_ledger import BudgetLedger
+    from playline.stores.jobs_ledger import JobLedger
     from playline.stores.receipts_sqlite import SqliteReceiptStore
     from playline.stores.sheet_sqlite import SqliteSheetStore
 
@@ -123,24 +123,31 @@ async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], 
     except BaseException:
         await receipts.close()
         raise
-    budgets = SqliteBudgetStore(settings.budgets_path, clock=clock)  # opened by its first use
-    jobs = SqliteJobStore(settings.jobs_path, clock=clock)  # opened by its first use
+    budgets = BudgetLedger.in_file(settings.budgets_path, clock=clock)  # opened by its first use
+    jobs = JobLedger.in_file(settings.jobs_path, clock=clock)  # opened by its first use
     return Stores(receipts, sheet, budgets, jobs, where=str(settings.sqlite_dir))
 
 
 async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] | None) -> Stores:
-    from playline.stores.budgets_postgres import PostgresBudgetStore
-    from playline.stores.jobs_postgres import PostgresJobStore
+    from playline.db.postgres import PostgresPool
+    from playline.stores.budgets_ledger import BudgetLedger
+    from playline.stores.jobs_ledger import JobLedger
     from playline.stores.postgres_db import PostgresDatabase
     from playline.stores.receipts_postgres import PostgresReceiptStore
     from playline.stores.sheet_postgres import PostgresSheetStore
 
     database = await PostgresDatabase.open(url, create=create)
+    try:
+        # The stores moved onto playline.db share one pool (the others, the old one).
+        pool = await PostgresPool.open(url)
+    except BaseException:
+        await database.close()
+        raise
     return Stores(
         PostgresReceiptStore(database, clock=clock),
         PostgresSheetStore(database, clock=clock),
-        PostgresBudgetStore(database, clock=clock),
-        PostgresJobStore(database, clock=clock),
+        BudgetLedger.in_database(pool, clock=clock),
+        JobLedger.in_database(pool, clock=clock),
         where=database.where,
-        shared=[database.close],
+        shared=[database.close, pool.close],
     )

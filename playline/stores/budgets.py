@@ -24,8 +24,8 @@ is per day or per month: the store draws on the current period's budget
 with the definition's limit when first used, and a reservation remembers the period it
 drew on, so it settles there even after midnight.
 
-This module holds the contract and the pure rules the backends share
-(:mod:`~playline.stores.budgets_sqlite`, :mod:`~playline.stores.budgets_postgres`).
+This module holds the contract and the pure rules of the ledger
+(:mod:`~playline.stores.budgets_ledger`, one implementation for both databases).
 Amounts are floats compared with a tolerance of :data:`TOLERANCE`.
 """
 

@@ -1,10 +1,11 @@
 """A group of reservations, settlements and releases applied in order, in memory.
 
-The PostgreSQL ledger commits the budget calls of a worker in groups (as the receipt
-store does claims): one transaction locks every budget row the group touches and
-reads the reservations of its keys, then :class:`GroupLedger` applies the calls one
-after another, exactly as separate transactions would in that order (a later call
-sees an earlier one's reservation), and says what to write back. Pure: no I/O, so
+The ledger (:mod:`~playline.stores.budgets_ledger`, on SQLite and PostgreSQL alike)
+commits the budget calls of a process in groups: one transaction locks every budget
+row the group touches and reads the reservations of its keys, then
+:class:`GroupLedger` applies the calls one after another, exactly as separate
+transactions would in that order (a later call sees an earlier one's reservation),
+and says what to write back. Pure: no I/O, so
 the same rules are unit-testable and a transaction retried after a deadlock simply
 starts a new ``GroupLedger``.
 """

@@ -26,8 +26,8 @@ A job is never deleted by playline; its members' receipts hold each member's val
 once it is done. Webhook deliveries carry no delivery id, so they are de-duplicated
 by ``(job, status digest)`` (:meth:`JobStore.record_delivery`).
 
-Backends: :mod:`~playline.stores.jobs_sqlite` (``DIR/jobs.db``) and
-:mod:`~playline.stores.jobs_postgres` (the fleet's database).
+One implementation serves both databases: :mod:`~playline.stores.jobs_ledger`
+(``DIR/jobs.db`` on SQLite, the fleet's database on PostgreSQL).
 """
 
 from __future__ import annotations

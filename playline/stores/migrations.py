@@ -13,7 +13,7 @@ the missing ones in order, each exactly once, however many workers start at once
   the schema, so concurrent workers serialise and DDL is all-or-nothing.
 
 A store whose recorded version is newer than this playline knows is refused
-(:class:`~playline.stores.store_errors.StoreSchemaTooNew`) rather than used. A
+(:class:`~playline.db.errors.StoreSchemaTooNew`) rather than used. A
 client that opens a store to read it (``create=False``) never migrates; it only
 checks that the store exists and is not too new.
 """
@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from playline.stores.store_errors import StoreNotFound, StoreSchemaTooNew
+from playline.db.errors import StoreNotFound
+from playline.db.migrations import check_numbered, schema_too_new
 
 if TYPE_CHECKING:
     import psycopg
@@ -47,38 +48,24 @@ class Migration:
     apply: Callable[[sqlite3.Connection], None] | None = None
 
 
-def _checked(migrations: Sequence[Migration]) -> int:
-    versions = [m.version for m in migrations]
-    if versions != list(range(1, len(versions) + 1)):
-        raise ValueError(f"migrations must be numbered 1..n in order, got {versions}")
-    return len(versions)
-
-
-def _too_new(where: str, found: int, known: int) -> StoreSchemaTooNew:
-    return StoreSchemaTooNew(
-        f"the store {where} has schema version {found}, newer than this playline knows "
-        f"({known}); upgrade playline on this machine"
-    )
-
-
 def migrate_sqlite(
     conn: sqlite3.Connection, migrations: Sequence[Migration], *, where: str, create: bool
 ) -> int:
     """Bring the file to the latest version (``create``) or check it; the version."""
-    latest = _checked(migrations)
+    latest = check_numbered([m.version for m in migrations])
     if not create:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()
         if version == 0 and not tables[0]:
             raise StoreNotFound(f"{where} is not a playline store (it has no tables)")
         if version > latest:
-            raise _too_new(where, version, latest)
+            raise schema_too_new(where, version, latest)
         return version
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if version > latest:
-            raise _too_new(where, version, latest)
+            raise schema_too_new(where, version, latest)
         for migration in migrations[version:]:
             for statement in migration.statements:
                 conn.execute(statement)
@@ -125,7 +112,7 @@ async def migrate_postgres(
 
     ``conn`` must not be inside a transaction; the migration is one transaction.
     """
-    latest = _checked(migrations)
+    latest = check_numbered([m.version for m in migrations])
     if not create:
         version = await postgres_version(conn, component)
         if version == 0:
@@ -134,7 +121,7 @@ async def migrate_postgres(
                 "worker on it first, or set PLAYLINE_STORE_URL to the workers' store"
             )
         if version > latest:
-            raise _too_new(where, version, latest)
+            raise schema_too_new(where, version, latest)
         return version
     async with conn.transaction():
         await conn.execute(
@@ -143,7 +130,7 @@ async def migrate_postgres(
         await conn.execute(_VERSIONS_TABLE)
         version = await postgres_version(conn, component)
         if version > latest:
-            raise _too_new(where, version, latest)
+            raise schema_too_new(where, version, latest)
         for migration in migrations[version:]:
             if migration.apply is not None:
                 raise ValueError("PostgreSQL migrations are statements only")

@@ -16,52 +16,21 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import unquote, urlsplit
 
-from playline.errors import PlaylineError
+from playline.db.errors import psycopg_missing, unreachable
+from playline.db.urls import redact_url
 from playline.stores.migrations import Migration, migrate_postgres
 
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import AsyncConnectionPool
 
-__all__ = ["MIGRATIONS", "PostgresDatabase", "StoreUnavailable", "redact_url"]
+__all__ = ["MIGRATIONS", "PostgresDatabase"]
 
 T = TypeVar("T")
 
 #: A transaction that lost a deadlock or a serialization race is run again this often.
 _RETRIES = 3
-
-
-class StoreUnavailable(PlaylineError):
-    """The PostgreSQL store cannot be reached (or psycopg is not installed)."""
-
-    retryable = True
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its passwords, for messages and logs.
-
-    libpq also takes a password as a query parameter (``?password=...``, or
-    ``sslpassword`` for the client key; names may be percent-encoded), so every
-    parameter whose name ends in ``password`` is hidden as well as the netloc's.
-    Everything else is kept as written (no re-encoding).
-    """
-    parts = urlsplit(url)
-    if parts.password is not None:
-        host = parts.netloc.rsplit("@", 1)[-1]
-        # The netloc follows "scheme://" and is the first place it occurs.
-        url = url.replace(parts.netloc, f"{parts.username or ''}:***@{host}", 1)
-    if parts.query:
-        fields = []
-        for field in parts.query.split("&"):
-            name, sep, _ = field.partition("=")
-            if sep and unquote(name).strip().lower().endswith("password"):
-                field = f"{name}=***"
-            fields.append(field)
-        start = url.index("?") + 1  # neither the netloc nor the path holds a "?"
-        url = url[:start] + "&".join(fields) + url[start + len(parts.query) :]
-    return url
 
 
 _RECEIPTS = (
@@ -167,8 +136,9 @@ class PostgresDatabase:
     ) -> PostgresDatabase:
         """Connect, then migrate the schema (``create``) or check it is there.
 
-        Raises :class:`StoreUnavailable` when the database cannot be reached and
-        :class:`~playline.stores.store_errors.StoreNotFound` when a client
+        Raises :class:`~playline.db.errors.StoreUnavailable` when the database cannot be
+        reached and
+        :class:`~playline.db.errors.StoreNotFound` when a client
         (``create=False``) finds no store in it.
         """
         where = redact_url(url)
@@ -176,20 +146,13 @@ class PostgresDatabase:
             import psycopg
             from psycopg_pool import AsyncConnectionPool
         except ImportError as err:
-            raise StoreUnavailable(
-                "a PostgreSQL store needs psycopg; install playline with the 'postgres' "
-                "extra (pip install 'playline[postgres]')"
-            ) from err
+            raise psycopg_missing() from err
         # One connection first: a wrong URL fails at once with the server's reason,
         # and the schema is migrated (or checked) before any store uses it.
         try:
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
         except psycopg.Error as err:
-            reason = " ".join(str(err).split()) or type(err).__name__
-            raise StoreUnavailable(
-                f"cannot reach the PostgreSQL store at {where}: {reason}; check "
-                "PLAYLINE_STORE_URL and that the server is up"
-            ) from None
+            raise unreachable(where, err) from None
         try:
             await migrate_postgres(conn, MIGRATIONS, component="stores", where=where, create=create)
         finally:

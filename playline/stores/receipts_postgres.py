@@ -3,7 +3,7 @@
 See :mod:`playline.stores.receipts` for the states, the claim rule and the contract.
 Every bulk operation is a fixed number of statements whatever the number of keys
 (arrays passed to ``unnest``), and two of them coalesce across every chunk of the
-worker (:mod:`~playline.stores.coalesce`):
+worker (:mod:`~playline.db.coalesce`):
 
 * **claims**: one transaction per group of ``claim`` calls: insert the keys that
   have no receipt yet, lock every key's row in key order, apply
@@ -29,7 +29,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from playline.stores.coalesce import Coalescer
+from playline.db.coalesce import Coalescer
 from playline.stores.postgres_db import PostgresDatabase
 from playline.stores.receipts import (
     CREDITS_FROM_RULE,

@@ -9,7 +9,7 @@ or a long load runs. Everything the store does goes to that thread:
   *committed*. Writes queued in the same event-loop tick, or while the previous
   group was being committed, go to the thread together and run in one
   ``BEGIN IMMEDIATE`` ... ``COMMIT`` (group commit, see
-  :mod:`~playline.stores.coalesce`): one thread hop, one lock, one commit and one
+  :mod:`~playline.db.coalesce`): one thread hop, one lock, one commit and one
   loop wake-up for the whole group, instead of one each per call. Each function
   runs under its own ``SAVEPOINT``, so one that raises undoes only its own
   changes and gets its own exception; if the commit fails, every function of the
@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from playline.stores.coalesce import Coalescer
+from playline.db.coalesce import Coalescer
+from playline.db.errors import StoreNotFound
+from playline.db.sqlite import commit_group, connect
 from playline.stores.migrations import Migration, migrate_sqlite
-from playline.stores.store_errors import StoreNotFound
 
 __all__ = ["SqliteDatabase"]
 
@@ -48,7 +48,7 @@ class SqliteDatabase:
         migrations: the file's schema (applied when ``create`` is set).
         create: create the file and migrate it (a worker); otherwise the file
             must already hold a playline store (a client reading it), and
-            :class:`~playline.stores.store_errors.StoreNotFound` says where it
+            :class:`~playline.db.errors.StoreNotFound` says where it
             looked. Nothing is ever created by a client.
     """
 
@@ -70,17 +70,8 @@ class SqliteDatabase:
         self._writes: Coalescer[_Write, Any] = Coalescer(self._send_group)
 
     def _connect(self, migrations: Sequence[Migration], create: bool) -> sqlite3.Connection:
-        if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        else:
-            uri = f"{self.path.resolve().as_uri()}?mode=rw"
-            conn = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+        conn = connect(self.path, create=create)
         try:
-            if create:
-                _enable_wal(conn)
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA temp_store=FILE")
             migrate_sqlite(conn, migrations, where=str(self.path), create=create)
         except BaseException:
             conn.close()
@@ -101,52 +92,10 @@ class SqliteDatabase:
         return await loop.run_in_executor(self._thread, self._commit_group, group)
 
     def _commit_group(self, group: list[_Write]) -> list[Any]:
-        """On the database thread: the whole group in one transaction, one savepoint each."""
-        conn = self._conn
-        results: list[Any] = []
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for fn in group:
-                conn.execute("SAVEPOINT op")
-                try:
-                    results.append(fn(conn))
-                except Exception as err:
-                    conn.execute("ROLLBACK TO op")
-                    results.append(err)
-                conn.execute("RELEASE op")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return results
+        return commit_group(self._conn, group, self._conn)
 
     async def close(self) -> None:
         """Wait for queued writes to commit, then close the connection and the thread."""
         await self._writes.drain()
         await asyncio.get_running_loop().run_in_executor(self._thread, self._conn.close)
         self._thread.shutdown(wait=True)
-
-
-#: How long to keep asking for WAL mode while other processes open the same new file.
-WAL_SWITCH_TIMEOUT_S = 30.0
-
-
-def _enable_wal(conn: sqlite3.Connection) -> None:
-    """Switch the file to WAL, waiting out other processes doing the same.
-
-    The switch needs the file to itself for an instant, and SQLite's busy handler
-    does not cover it: several workers creating one store at once get "database is
-    locked" at once instead of waiting. So it is retried, briefly, like a busy wait.
-    """
-    deadline = time.monotonic() + WAL_SWITCH_TIMEOUT_S
-    delay = 0.01
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) or time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(0.5, delay * 2)

@@ -19,17 +19,15 @@ from playline.calls.catalog import Catalog
 from playline.calls.dispatch import ClaimedCall, Settled
 from playline.errors import BudgetReached
 from playline.stores.budgets import BudgetLine, BudgetState, Refusal, run_budget_id
-from playline.stores.budgets_sqlite import SqliteBudgetStore
+from playline.stores.budgets_ledger import BudgetLedger
 
 RUN = run_budget_id("r1")
 
 
-class FlakyBudgets(SqliteBudgetStore):
+class FlakyBudgets(BudgetLedger):
     """The ledger, whose ``state`` fails as often as asked (a reset connection)."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.state_failures = 0
+    state_failures = 0
 
     async def state(self, budget: str) -> BudgetState | None:
         if self.state_failures:
@@ -69,7 +67,7 @@ class Provider:
         return None
 
 
-def _dispatcher(store: SqliteBudgetStore, provider: Provider, cap: float) -> BudgetedDispatcher:
+def _dispatcher(store: BudgetLedger, provider: Provider, cap: float) -> BudgetedDispatcher:
     attempt = Attempt(receipts=Receipts(), owner="t", lease_id="L", lease_ttl_s=30)  # type: ignore[arg-type]
     return BudgetedDispatcher(provider, attempt, store, RunBudget("r1", max_credits=cap))  # type: ignore[arg-type]
 
@@ -82,7 +80,7 @@ def _call(key: str, payer: str | None = None) -> ClaimedCall:
 async def test_a_transient_error_reading_the_row_budget_does_not_leak_the_row(
     tmp_path: Path,
 ) -> None:
-    store = FlakyBudgets(tmp_path / "budgets.db")
+    store = FlakyBudgets.in_file(tmp_path / "budgets.db")
     try:
         budgets = _dispatcher(store, Provider(1.0), cap=10)
         assert await budgets.open_row("ref#1", 5)
@@ -98,7 +96,7 @@ async def test_a_transient_error_reading_the_row_budget_does_not_leak_the_row(
 async def test_a_retried_chunk_settles_the_rows_an_earlier_attempt_finished(
     tmp_path: Path,
 ) -> None:
-    store = FlakyBudgets(tmp_path / "budgets.db")
+    store = FlakyBudgets.in_file(tmp_path / "budgets.db")
     try:
         first = _dispatcher(store, Provider(1.0), cap=10)
         assert await first.open_row("ref#1", 5)
@@ -122,7 +120,7 @@ async def test_a_retried_chunk_settles_the_rows_an_earlier_attempt_finished(
 async def test_a_charge_above_its_reservation_is_reported_and_stops_the_budget(
     tmp_path: Path,
 ) -> None:
-    store = SqliteBudgetStore(tmp_path / "budgets.db")
+    store = BudgetLedger.in_file(tmp_path / "budgets.db")
     try:
         provider = Provider(10.0, together=5)  # reserved at 1, billed 10
         budgets = _dispatcher(store, provider, cap=5)
@@ -144,7 +142,7 @@ async def test_a_charge_above_its_reservation_is_reported_and_stops_the_budget(
         assert state is not None and state.spent == 60
         with sqlite3.connect(tmp_path / "budgets.db") as conn:
             reserved = conn.execute(
-                "SELECT credits FROM budget_reservations WHERE key = 'K6#0'"
+                "SELECT credits FROM playline_budget_reservations WHERE key = 'K6#0'"
             ).fetchone()
         assert reserved == (10.0,)
     finally:

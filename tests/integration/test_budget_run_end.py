@@ -4,7 +4,6 @@ PostgreSQL (``stores`` fixture); an old ledger migrated in place."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from playline.stores.backends import Stores
@@ -16,9 +15,9 @@ from playline.stores.budgets import (
     named_budget_ref,
     run_budget_id,
 )
-from playline.stores.budgets_sqlite import MIGRATIONS, SqliteBudgetStore
-from playline.stores.sqlite_db import SqliteDatabase
+from playline.stores.budgets_ledger import BudgetLedger
 from tests.integration.conftest import Clock
+from tests.old_schemas import BUDGETS_SQLITE_V1, old_sqlite
 
 RUN = run_budget_id("p1")
 ROW = "row:p1-ref#1"
@@ -119,18 +118,24 @@ async def test_an_old_ledger_is_migrated_in_place_and_its_reservations_still_wor
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "budgets.db"
-    old = SqliteDatabase(path, MIGRATIONS[:1], create=True)
-    await old.close()
-    with sqlite3.connect(path) as conn:
-        conn.execute(
-            "INSERT INTO budgets (id, credit_limit, spent, reserved, created_at, updated_at)"
-            " VALUES ('run:old', 10, 0, 4, 0, 0)"
-        )
-        conn.execute(
-            "INSERT INTO budget_reservations (key, budget, drawn_on, credits, status,"
-            " created_at) VALUES ('K#0', 'run:old', 'run:old', 4, 'open', 0)"
-        )
-    store = SqliteBudgetStore(path)
+    old_sqlite(
+        path,
+        BUDGETS_SQLITE_V1,
+        1,
+        [
+            (
+                "INSERT INTO budgets (id, credit_limit, spent, reserved, created_at, updated_at)"
+                " VALUES ('run:old', 10, 0, 4, 0, 0)",
+                (),
+            ),
+            (
+                "INSERT INTO budget_reservations (key, budget, drawn_on, credits, status,"
+                " created_at) VALUES ('K#0', 'run:old', 'run:old', 4, 'open', 0)",
+                (),
+            ),
+        ],
+    )
+    store = BudgetLedger.in_file(path)
     try:
         assert await store.open_reservations("old") == []  # no run recorded: not found
         await store.settle("K#0", 3, ["run:old"])

@@ -28,6 +28,7 @@ from playline.stores.budgets import (
     provider_budget_id,
     run_budget_id,
 )
+from playline.stores.budgets_ledger import BudgetLedger
 from tests.integration.conftest import Clock
 
 RUN = run_budget_id("r1")
@@ -408,16 +409,17 @@ async def _contend(store_url: str, worker: int, go: EventType, results: Any) -> 
     """One process: TASKS_PER_PROCESS 1-credit reservations, IN_FLIGHT at a time; how
     many were granted."""
     if store_url.startswith("postgres"):
-        from playline.stores.budgets_postgres import PostgresBudgetStore
-        from playline.stores.postgres_db import PostgresDatabase
+        from playline.db.postgres import PostgresPool
 
-        db = await PostgresDatabase.open(store_url, create=False, min_size=1, max_size=3)
-        budgets: Any = PostgresBudgetStore(db)
-        close: Any = db.close
+        pool = await PostgresPool.open(store_url, min_size=1, max_size=3)
+        budgets: Any = BudgetLedger.in_database(pool)
+
+        async def close() -> None:
+            await budgets.close()
+            await pool.close()
+
     else:
-        from playline.stores.budgets_sqlite import SqliteBudgetStore
-
-        budgets = SqliteBudgetStore(Settings(store_url=store_url).budgets_path)
+        budgets = BudgetLedger.in_file(Settings(store_url=store_url).budgets_path)
         close = budgets.close
     try:
         await budgets.definitions()  # opened (and migrated) before the race starts
@@ -499,6 +501,6 @@ async def _open_reservations(stores: Stores, store_url: str, budget: str) -> int
     with sqlite3.connect(path) as conn:
         return int(
             conn.execute(
-                "SELECT count(*) FROM budget_reservations WHERE drawn_on = ?", (budget,)
+                "SELECT count(*) FROM playline_budget_reservations WHERE drawn_on = ?", (budget,)
             ).fetchone()[0]
         )

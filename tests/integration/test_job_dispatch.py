@@ -19,7 +19,7 @@ from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.runner import ToolResult, ToolRunner
 from playline.errors import CallAmbiguous, JobPending
 from playline.pacing.governor import Governor
-from playline.stores.jobs_sqlite import SqliteJobStore
+from playline.stores.jobs_ledger import JobLedger
 from playline.stores.receipts_sqlite import SqliteReceiptStore
 from tests.e2e.test_async_jobs import CATALOG
 
@@ -52,7 +52,7 @@ async def test_calls_submit_once_wait_for_their_job_and_read_its_result(
     provider.configure(job_latency_s={"fullenrich": [0.1, 0.3]}, job_stuck={"fullenrich": stuck})
     catalog = job_catalog(provider.base_url, max_wait=1.5)
     receipts = SqliteReceiptStore(tmp_path / "receipts.db")
-    jobs = SqliteJobStore(tmp_path / "jobs.db")
+    jobs = JobLedger.in_file(tmp_path / "jobs.db")
     governor = Governor(catalog.pacing_policies())
     try:
         async with httpx.AsyncClient() as http:

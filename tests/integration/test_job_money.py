@@ -28,7 +28,7 @@ from playline.errors import CallAmbiguous, JobFailed, JobPending
 from playline.pacing.governor import Governor
 from playline.provider_server.config import DEFAULT_HIT_RATES
 from playline.stores.jobs import Job, JobStore
-from playline.stores.jobs_sqlite import SqliteJobStore
+from playline.stores.jobs_ledger import JobLedger
 from playline.stores.receipts_sqlite import SqliteReceiptStore
 from tests.integration.test_job_dispatch import PEOPLE, job_catalog
 
@@ -39,7 +39,7 @@ KEY = "k-fullenrich"
 class Harness:
     catalog: Catalog
     receipts: SqliteReceiptStore
-    jobs: SqliteJobStore
+    jobs: JobLedger
     governor: Governor
     client: ProviderClient
 
@@ -66,7 +66,7 @@ class Harness:
 @asynccontextmanager
 async def harness(tmp_path: Path, catalog: Catalog) -> AsyncIterator[Harness]:
     receipts = SqliteReceiptStore(tmp_path / "receipts.db")
-    jobs = SqliteJobStore(tmp_path / "jobs.db")
+    jobs = JobLedger.in_file(tmp_path / "jobs.db")
     try:
         async with httpx.AsyncClient() as http:
             client = ProviderClient(catalog, http, environ={"FULLENRICH_API_KEY": KEY})
@@ -287,9 +287,9 @@ async def test_a_job_out_of_credits_part_way_completes_the_members_it_billed(
 
 
 async def _only_job(jobs: JobStore) -> Job:
-    assert isinstance(jobs, SqliteJobStore)
-    db = await jobs._database()
-    keys = await db.read(lambda conn: [r[0] for r in conn.execute("SELECT key FROM jobs")])
+    assert isinstance(jobs, JobLedger)
+    db = await jobs._ready()
+    keys = await db.read(lambda conn: [r[0] for r in conn.all("SELECT key FROM playline_jobs")])
     assert len(keys) == 1, keys
     job = await jobs.get(keys[0])
     assert job is not None

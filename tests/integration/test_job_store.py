@@ -21,8 +21,7 @@ from playline.config import Settings
 from playline.errors import UnknownJob
 from playline.stores.backends import Stores, open_stores
 from playline.stores.jobs import Job, JobCounts, JobStore, member_ref
-from playline.stores.jobs_postgres import PostgresJobStore
-from playline.stores.jobs_sqlite import SqliteJobStore
+from playline.stores.jobs_ledger import JobLedger
 from tests.integration.conftest import Clock
 from tests.pg import pg_schema
 
@@ -397,7 +396,7 @@ def _in_another_process(path: str, key: str) -> tuple[str, str]:
     """Run in a child process: read ``key``, open a job of its own, mark it sent."""
 
     async def run() -> tuple[str, str]:
-        store = SqliteJobStore(path)
+        store = JobLedger.in_file(path)
         try:
             seen = await store.get(key)
             mine = await store.open(_job("child#job:1", ["r:child"], token="child-token"))
@@ -442,13 +441,13 @@ async def test_without_a_clock_times_come_from_the_real_clock(store_url: str) ->
 async def test_the_stores_open_the_job_ledger_and_close_it(tmp_path: Path, clock: Clock) -> None:
     settings = Settings(store_url=f"sqlite:///{tmp_path}")
     async with await open_stores(settings, create=True, clock=clock) as stores:
-        assert isinstance(stores.jobs, SqliteJobStore)
-        assert stores.jobs.path == settings.jobs_path == tmp_path / "jobs.db"
+        assert isinstance(stores.jobs, JobLedger)
+        assert stores.jobs.where == str(settings.jobs_path) == str(tmp_path / "jobs.db")
         assert not settings.jobs_path.exists()  # created by its first use only
         assert (await stores.jobs.open(_job())).opened_at == clock.now
         assert settings.jobs_path.is_file()
         jobs = stores.jobs
-    assert jobs._db is None  # closed with the stores
+    assert not jobs._ready.opened  # closed with the stores
     async with await open_stores(settings, create=False) as client:
         assert await client.jobs.get(_job().key) is not None
 
@@ -466,7 +465,7 @@ async def test_a_client_that_never_uses_jobs_creates_no_ledger(tmp_path: Path) -
 async def test_postgres_stores_open_the_job_ledger() -> None:
     async with pg_schema() as url:
         async with await open_stores(Settings(store_url=url), create=True) as stores:
-            assert isinstance(stores.jobs, PostgresJobStore)
+            assert isinstance(stores.jobs, JobLedger)
             await stores.jobs.open(_job())
         async with await open_stores(Settings(store_url=url), create=False) as client:
             assert await client.jobs.get(_job().key) is not None

@@ -11,14 +11,14 @@ import psycopg
 import pytest
 
 from playline.config import Settings
+from playline.db.errors import InvalidStoreUrl, StoreNotFound, StoreSchemaTooNew, StoreUnavailable
 from playline.stores.backends import open_stores
 from playline.stores.migrations import postgres_version
 from playline.stores.postgres_db import MIGRATIONS as PG_MIGRATIONS
-from playline.stores.postgres_db import PostgresDatabase, StoreUnavailable
+from playline.stores.postgres_db import PostgresDatabase
 from playline.stores.receipts import ClaimRequest
 from playline.stores.receipts_sqlite import MIGRATIONS as RECEIPT_MIGRATIONS
 from playline.stores.receipts_sqlite import SqliteReceiptStore
-from playline.stores.store_errors import InvalidStoreUrl, StoreNotFound, StoreSchemaTooNew
 from tests.pg import pg_schema
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from playline.calls.catalog import Catalog
 from playline.stores.jobs import Job, JobStore
-from playline.stores.jobs_sqlite import SqliteJobStore
+from playline.stores.jobs_ledger import JobLedger
 from playline.webhook import sign, webhook_app
 from tests.webhooks import (
     SECRET,
@@ -51,8 +51,8 @@ class Notified:
 
 
 @pytest.fixture
-async def jobs(tmp_path: Path) -> AsyncIterator[SqliteJobStore]:
-    store = SqliteJobStore(tmp_path / "jobs.db", clock=Clock())
+async def jobs(tmp_path: Path) -> AsyncIterator[JobLedger]:
+    store = JobLedger.in_file(tmp_path / "jobs.db", clock=Clock())
     try:
         yield store
     finally:
@@ -89,7 +89,7 @@ async def post(
 
 
 async def test_a_valid_delivery_stores_the_status_and_wakes_each_waiter(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     job = await open_job(jobs, waiters=("run-a", "run-b"))
     async with http(jobs, notified) as client:
@@ -106,7 +106,7 @@ async def test_a_valid_delivery_stores_the_status_and_wakes_each_waiter(
 
 
 async def test_a_duplicate_delivery_changes_nothing_and_wakes_nobody(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     job = await open_job(jobs, waiters=("run-a",))
     running = {"status": "IN_PROGRESS", "datas": [{"custom": {"row": 0}, "email": "a@x.co"}]}
@@ -125,7 +125,7 @@ async def test_a_duplicate_delivery_changes_nothing_and_wakes_nobody(
 
 
 async def test_a_bad_or_missing_signature_is_401_and_stores_nothing(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     job = await open_job(jobs, waiters=("run-a",))
     raw = body_bytes(finished())
@@ -148,7 +148,7 @@ async def test_a_bad_or_missing_signature_is_401_and_stores_nothing(
 
 
 async def test_an_unknown_token_or_another_providers_job_is_404_without_the_token(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     job = await open_job(jobs)
     raw = body_bytes(finished())
@@ -165,7 +165,7 @@ async def test_an_unknown_token_or_another_providers_job_is_404_without_the_toke
     assert notified.calls == []
 
 
-async def test_a_body_that_is_not_json_is_400(jobs: SqliteJobStore, notified: Notified) -> None:
+async def test_a_body_that_is_not_json_is_400(jobs: JobLedger, notified: Notified) -> None:
     job = await open_job(jobs, waiters=("run-a",))
     async with http(jobs, notified) as client:
         for raw in (b"status=FINISHED", b"", b'{"status": NaN}', b"\xff\xfe"):
@@ -179,7 +179,7 @@ async def test_a_body_that_is_not_json_is_400(jobs: SqliteJobStore, notified: No
 
 
 async def test_a_running_delivery_with_partial_results_is_stored_as_running(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     job = await open_job(jobs, waiters=("run-a",))
     partial = {
@@ -199,7 +199,7 @@ async def test_a_running_delivery_with_partial_results_is_stored_as_running(
 
 
 async def test_a_failed_state_is_stored_with_its_reason(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     job = await open_job(jobs, waiters=("run-a",))
     body = {"status": "CREDITS_INSUFFICIENT", "error": "not enough credits left"}
@@ -214,7 +214,7 @@ async def test_a_failed_state_is_stored_with_its_reason(
 
 
 async def test_an_unsigned_tool_takes_deliveries_by_its_token_alone(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     job = await open_job(jobs, tool_id="plain_enrich", provider="plainco", waiters=("run-p",))
     async with http(jobs, notified, environ={}) as client:
@@ -229,7 +229,7 @@ async def test_an_unsigned_tool_takes_deliveries_by_its_token_alone(
 
 
 async def test_a_tool_without_webhooks_refuses_deliveries(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     job = await open_job(jobs, tool_id="poll_enrich", provider="pollco")
     async with http(jobs, notified) as client:
@@ -242,7 +242,7 @@ async def test_a_tool_without_webhooks_refuses_deliveries(
 
 
 async def test_an_unset_secret_is_500_naming_the_variable(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     job = await open_job(jobs)
     async with http(jobs, notified, environ={}) as client:
@@ -254,7 +254,7 @@ async def test_an_unset_secret_is_500_naming_the_variable(
     assert stored.status is None
 
 
-async def test_a_body_over_the_limit_is_413(jobs: SqliteJobStore, notified: Notified) -> None:
+async def test_a_body_over_the_limit_is_413(jobs: JobLedger, notified: Notified) -> None:
     job = await open_job(jobs)
     raw = body_bytes({"status": "FINISHED", "datas": ["x" * 2000]})
     async with http(jobs, notified, max_body_bytes=1000) as client:
@@ -272,7 +272,7 @@ async def test_a_body_over_the_limit_is_413(jobs: SqliteJobStore, notified: Noti
 
 
 async def test_a_run_that_is_gone_does_not_stop_the_others_being_woken(
-    jobs: SqliteJobStore,
+    jobs: JobLedger,
 ) -> None:
     notify = Notified(gone=("run-gone",))
     job = await open_job(jobs, waiters=("run-gone", "run-here"))
@@ -305,7 +305,7 @@ class BrokenStore:
 
 @pytest.mark.parametrize("broken", ["by_token", "record_delivery", "record_status"])
 async def test_a_store_error_is_503_so_the_provider_delivers_again(
-    jobs: SqliteJobStore, notified: Notified, broken: str
+    jobs: JobLedger, notified: Notified, broken: str
 ) -> None:
     job = await open_job(jobs, waiters=("run-a",))
     async with http(BrokenStore(jobs, broken), notified) as client:
@@ -316,7 +316,7 @@ async def test_a_store_error_is_503_so_the_provider_delivers_again(
 
 
 async def test_health_and_logs_that_hold_no_secret(
-    jobs: SqliteJobStore, notified: Notified, caplog: pytest.LogCaptureFixture
+    jobs: JobLedger, notified: Notified, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     job = await open_job(jobs, waiters=("run-a",))
@@ -355,7 +355,7 @@ def _fullenrich_body(job_id: str, email: str) -> dict[str, Any]:
 
 
 async def test_a_signed_fullenrich_body_of_another_job_is_refused_and_nothing_recorded(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     """G16: job A's body, validly signed with the account's key (FullEnrich signs with
     the API key), posted to job B's URL is refused; B's own body then lands."""
@@ -406,7 +406,7 @@ async def test_a_signed_fullenrich_body_of_another_job_is_refused_and_nothing_re
 
 
 async def test_an_unsigned_body_naming_another_job_is_refused(
-    jobs: SqliteJobStore, notified: Notified
+    jobs: JobLedger, notified: Notified
 ) -> None:
     """G16, unsigned (the URL's token its only secret): a body naming another job id is
     refused and nothing recorded; a body that names none is the token's job's."""

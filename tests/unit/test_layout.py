@@ -61,6 +61,42 @@ def test_pacing_knows_nothing_of_the_catalog_or_the_call_path() -> None:
         assert not offenders, f"{rel(path)} imports {sorted(offenders)}"
 
 
+#: Modules that still drive a database themselves, until they move onto playline.db:
+#: the receipt and sheet stores with their engines, fleet pacing, the fixture index.
+DRIVERS_OUTSIDE_DB = {
+    "playline/stores/receipts_sqlite.py",
+    "playline/stores/receipts_postgres.py",
+    "playline/stores/sheet_sqlite.py",
+    "playline/stores/sheet_postgres.py",
+    "playline/stores/sqlite_db.py",
+    "playline/stores/postgres_db.py",
+    "playline/stores/migrations.py",
+    "playline/pacing/fleet_store.py",
+    "playline/calls/fixtures.py",
+}
+
+
+def test_only_playline_db_imports_a_database_driver() -> None:
+    """Stores are written over ``playline.db`` (``Conn``), never over sqlite3/psycopg."""
+    drivers = {"sqlite3", "psycopg", "psycopg_pool"}
+    for path in modules("."):
+        if path.parent.name == "db" or rel(path) in DRIVERS_OUTSIDE_DB:
+            continue
+        offenders = {n for n in imported(path) if n.split(".")[0] in drivers}
+        assert not offenders, f"{rel(path)} imports {sorted(offenders)}"
+
+
+def test_playline_db_is_the_bottom_of_the_house() -> None:
+    """``playline.db`` imports nothing of playline but itself and the base errors."""
+    for path in modules("db"):
+        offenders = {
+            n
+            for n in imported(path)
+            if n.startswith("playline.") and not n.startswith(("playline.db", "playline.errors"))
+        }
+        assert not offenders, f"{rel(path)} imports {sorted(offenders)}"
+
+
 def test_workflows_import_no_calls_pacing_or_stores() -> None:
     forbidden = ("playline.calls", "playline.pacing", "playline.stores", "playline.services")
     for path in modules("workflows"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from playline.stores.postgres_db import redact_url
+from playline.db.urls import redact_url
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,69 @@
+"""What differs between SQLite and PostgreSQL, in one small table.
+
+Store code is written once, in the SQL both databases speak (``?`` placeholders,
+``INSERT ... ON CONFLICT``, ``CASE``, ``substr``), and reaches for a :class:`Dialect`
+only where they really differ: locking a row it reads (``FOR UPDATE``: PostgreSQL
+locks rows, while SQLite's ``BEGIN IMMEDIATE`` already holds the whole file), type
+names in new DDL, the clock, and how placeholders are spelled. Nothing outside
+:mod:`playline.db` asks which database it runs on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Literal
+
+__all__ = ["POSTGRES", "SQLITE", "Dialect", "marks"]
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One database's spelling of what differs."""
+
+    name: Literal["sqlite", "postgresql"]
+    #: appended to a ``SELECT`` that reads rows the transaction will change
+    for_update: str
+    #: type names for new DDL (``{text}``, ``{real}``, ``{int}``, ``{bigint}`` in a
+    #: migration's statements)
+    types: Mapping[str, str] = field(default_factory=dict)
+    #: a query for the database's clock (epoch seconds), ``None``: this machine's
+    now_sql: str | None = None
+    #: placeholders one statement may hold (SQLite's limit, with room to spare)
+    max_params: int = 500
+
+    def sql(self, text: str) -> str:
+        """``text`` (written with ``?`` placeholders) as this database's driver wants it."""
+        return _pyformat(text) if self.name == "postgresql" else text
+
+
+@lru_cache(maxsize=1024)
+def _pyformat(text: str) -> str:
+    """``?`` placeholders as psycopg's ``%s``, and a literal ``%`` doubled; once per
+    statement text (store SQL is a handful of constant strings)."""
+    return text.replace("%", "%%").replace("?", "%s")
+
+
+def marks(count: int) -> str:
+    """``count`` placeholders for ``IN (...)``: ``"?, ?, ?"``."""
+    if count < 1:
+        raise ValueError("an IN list needs at least one value")
+    return ", ".join("?" * count)
+
+
+SQLITE = Dialect(
+    name="sqlite",
+    for_update="",
+    types=MappingProxyType({"text": "TEXT", "real": "REAL", "int": "INTEGER", "bigint": "INTEGER"}),
+)
+
+POSTGRES = Dialect(
+    name="postgresql",
+    for_update=" FOR UPDATE",
+    types=MappingProxyType(
+        {"text": "text", "real": "float8", "int": "integer", "bigint": "bigint"}
+    ),
+    now_sql="SELECT extract(epoch FROM statement_timestamp())::float8",
+)

@@ -1,0 +1,175 @@
+"""The job and budget ledgers' schemas as the code before ``playline.db`` created them.
+
+Copied from ``jobs_sqlite.py``/``jobs_postgres.py`` and ``budgets_sqlite.py``/
+``budgets_postgres.py`` as they were when those modules were replaced, so the tests
+can build a store exactly as a deployed playline left it and open it with today's
+code (:mod:`tests.integration.test_ledgers_in_place`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+JOBS_SQLITE_V1 = (
+    """CREATE TABLE jobs (
+        key TEXT PRIMARY KEY,
+        tool_id TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        request TEXT NOT NULL,
+        members TEXT NOT NULL,
+        state TEXT NOT NULL,
+        job_id TEXT,
+        token TEXT NOT NULL,
+        opened_at REAL NOT NULL,
+        submitted_at REAL,
+        polled_at REAL,
+        finished_at REAL,
+        status TEXT,
+        error TEXT,
+        waiters TEXT NOT NULL DEFAULT '[]'
+    )""",
+    "CREATE INDEX jobs_provider_job_id ON jobs (provider, job_id)",
+    "CREATE INDEX jobs_token ON jobs (token)",
+    "CREATE INDEX jobs_provider_state ON jobs (provider, state)",
+    """CREATE TABLE job_members (
+        seq INTEGER PRIMARY KEY,
+        member TEXT NOT NULL,
+        job TEXT NOT NULL,
+        opened_at REAL NOT NULL,
+        UNIQUE (member, job)
+    )""",
+    "CREATE INDEX job_members_latest ON job_members (member, opened_at)",
+    """CREATE TABLE job_waiters (
+        workflow_id TEXT NOT NULL,
+        job TEXT NOT NULL,
+        PRIMARY KEY (workflow_id, job)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE job_deliveries (
+        job TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        PRIMARY KEY (job, digest)
+    ) WITHOUT ROWID""",
+)
+
+JOBS_POSTGRES_V1 = (
+    "CREATE TABLE playline_jobs (key text PRIMARY KEY, tool_id text NOT NULL,"
+    " provider text NOT NULL, request text NOT NULL, members text NOT NULL,"
+    " state text NOT NULL, job_id text, token text NOT NULL,"
+    " opened_at float8 NOT NULL, submitted_at float8, polled_at float8,"
+    " finished_at float8, status text, error text,"
+    " waiters text NOT NULL DEFAULT '[]')",
+    "CREATE INDEX playline_jobs_provider_job_id ON playline_jobs (provider, job_id)",
+    "CREATE INDEX playline_jobs_token ON playline_jobs (token)",
+    "CREATE INDEX playline_jobs_provider_state ON playline_jobs (provider, state)",
+    "CREATE TABLE playline_job_members (member text NOT NULL, job text NOT NULL,"
+    " opened_at float8 NOT NULL, seq bigint GENERATED ALWAYS AS IDENTITY,"
+    " PRIMARY KEY (member, job))",
+    "CREATE INDEX playline_job_members_latest ON playline_job_members"
+    " (member, opened_at DESC, seq DESC)",
+    "CREATE TABLE playline_job_waiters (workflow_id text NOT NULL, job text NOT NULL,"
+    " PRIMARY KEY (workflow_id, job))",
+    "CREATE TABLE playline_job_deliveries (job text NOT NULL, digest text NOT NULL,"
+    " received_at float8 NOT NULL, PRIMARY KEY (job, digest))",
+)
+
+BUDGETS_SQLITE_V1 = (
+    """CREATE TABLE budgets (
+        id TEXT PRIMARY KEY,
+        credit_limit REAL NOT NULL,
+        spent REAL NOT NULL DEFAULT 0,
+        reserved REAL NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+    """CREATE TABLE budget_reservations (
+        key TEXT NOT NULL,
+        budget TEXT NOT NULL,
+        drawn_on TEXT NOT NULL,
+        credits REAL NOT NULL,
+        status TEXT NOT NULL,
+        charged REAL,
+        created_at REAL NOT NULL,
+        settled_at REAL,
+        PRIMARY KEY (key, budget)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE named_budgets (
+        name TEXT PRIMARY KEY,
+        period TEXT NOT NULL,
+        credit_limit REAL NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+)
+BUDGETS_SQLITE_V2 = (
+    "ALTER TABLE budget_reservations ADD COLUMN run TEXT",
+    "CREATE INDEX budget_reservations_open_by_run ON budget_reservations (run)"
+    " WHERE status = 'open'",
+    "ALTER TABLE budgets ADD COLUMN carried REAL NOT NULL DEFAULT 0",
+)
+
+BUDGETS_POSTGRES_V1 = (
+    "CREATE TABLE playline_budgets (id text PRIMARY KEY,"
+    " credit_limit float8 NOT NULL, spent float8 NOT NULL DEFAULT 0,"
+    " reserved float8 NOT NULL DEFAULT 0, created_at float8 NOT NULL,"
+    " updated_at float8 NOT NULL)",
+    "CREATE TABLE playline_budget_reservations (key text NOT NULL,"
+    " budget text NOT NULL, drawn_on text NOT NULL, credits float8 NOT NULL,"
+    " status text NOT NULL, charged float8, created_at float8 NOT NULL,"
+    " settled_at float8, PRIMARY KEY (key, budget))",
+    "CREATE TABLE playline_named_budgets (name text PRIMARY KEY, period text NOT NULL,"
+    " credit_limit float8 NOT NULL, created_at float8 NOT NULL,"
+    " updated_at float8 NOT NULL)",
+)
+BUDGETS_POSTGRES_V2 = (
+    "ALTER TABLE playline_budget_reservations ADD COLUMN run text",
+    "CREATE INDEX playline_budget_reservations_open_by_run"
+    " ON playline_budget_reservations (run) WHERE status = 'open'",
+    "ALTER TABLE playline_budgets ADD COLUMN carried float8 NOT NULL DEFAULT 0",
+)
+
+
+def old_sqlite(
+    path: Path, ddl: Sequence[str], version: int, rows: Sequence[tuple[str, Sequence[Any]]]
+) -> None:
+    """A SQLite file as the old code left it: its DDL, ``user_version``, and ``rows``
+    (statements with ``?`` parameters) inserted."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        for statement in ddl:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {version:d}")
+        for sql, params in rows:
+            conn.execute(sql, params)
+    conn.close()
+
+
+def old_postgres(
+    url: str,
+    component: str,
+    ddl: Sequence[str],
+    version: int,
+    rows: Sequence[tuple[str, Sequence[Any]]],
+) -> None:
+    """A PostgreSQL schema as the old code left ``component``: its DDL, its row in
+    ``playline_schema``, and ``rows`` (statements with ``?`` parameters) inserted."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS playline_schema ("
+            " component text PRIMARY KEY, version integer NOT NULL,"
+            " updated_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for statement in ddl:
+            conn.execute(statement)  # type: ignore[call-overload]
+        conn.execute(
+            "INSERT INTO playline_schema (component, version) VALUES (%s, %s)",
+            [component, version],
+        )
+        for sql, params in rows:
+            conn.execute(sql.replace("?", "%s"), params)  # type: ignore[call-overload]
