@@ -182,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the result (or failure) as one JSON document"
     )
     run.add_argument(
+        "--fail-on-row-errors",
+        action="store_true",
+        help="exit 3 when any row failed (without it: only when rows failed and none succeeded)",
+    )
+    run.add_argument(
         "--reconnect-timeout",
         type=float,
         default=60.0,

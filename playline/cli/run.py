@@ -5,6 +5,11 @@ terminated within seconds with the plays that do exist; a duplicate id names the
 existing run; a Temporal restart while following a play is ridden out for
 ``--reconnect-timeout`` seconds, and giving up says the play may still be running
 and how to follow it; a failed play prints its root cause.
+
+Exit codes (the README's "Exit codes" says the same): 0 the play completed; 1 it
+failed, or the command did (bad input, Temporal unreachable, an unknown play ended by
+the workers...); 2 refused before anything started (a usage error, ``--confirm-over``);
+3 the play completed but rows failed, see :func:`rows_failed`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -38,7 +44,12 @@ from playline.cli.render import (
     ui_url,
 )
 from playline.cli.spend import store_spend
-from playline.cli.starting import play_input, refuse_unknown_play, run_options, upload_input_csv
+from playline.cli.starting import (
+    play_input,
+    refuse_unknown_play,
+    run_options,
+    upload_input_csv,
+)
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
 from playline.datasets import export_run
@@ -57,6 +68,15 @@ PERMANENT = {
     RPCStatusCode.UNAUTHENTICATED,
     RPCStatusCode.UNIMPLEMENTED,
 }
+
+
+#: Refused before anything was uploaded or started (as argparse's usage errors).
+EXIT_REFUSED = 2
+#: The play completed, but no row succeeded (or, with ``--fail-on-row-errors``, a row
+#: failed): a cron job must not read it as a success.
+EXIT_ROWS_FAILED = 3
+#: How much of a row's error the exit line quotes.
+ERROR_QUOTED = 200
 
 
 #: ``--raw``'s help wherever a command exports (run, demo, runs export, runs cancel).
@@ -107,6 +127,38 @@ async def export_result(
         )
 
 
+def new_workflow_id(play: str) -> str:
+    """A run's default id: ``PLAY-timestamp-random``."""
+    return f"{play}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def rows_failed(result: PlayRunResult, workflow_id: str, *, any_row: bool = False) -> str | None:
+    """Why a completed play's exit is ``EXIT_ROWS_FAILED``, or ``None`` for 0.
+
+    "No row succeeded" is: at least one row failed and none succeeded, over all the
+    play's dataset runs (``stats.rows_ok`` counts rows answered from receipts or
+    fresh cells and rows an earlier attempt finished). A play that admitted no rows,
+    or whose rows were all skipped for budget (``--on-budget stop``: not failures,
+    the summary says so) or not sent because it was cancelled, has nothing failed,
+    so it exits 0. With ``any_row`` (``--fail-on-row-errors``) one failed row is
+    enough.
+    """
+    s = result.stats
+    if s.rows_failed <= 0 or (s.rows_ok > 0 and not any_row):
+        return None
+    first = ""
+    if s.first_error:
+        text = " ".join(s.first_error.split())
+        if len(text) > ERROR_QUOTED:
+            text = text[: ERROR_QUOTED - 3] + "..."
+        first = f"; first error: {text}"
+    see = f"; see `playline runs get {workflow_id}`"
+    if s.rows_ok == 0:
+        return f"no row succeeded ({s.rows_failed} failed{first}){see}"
+    done = s.rows_ok + s.rows_failed
+    return f"{s.rows_failed} of {done} rows failed (--fail-on-row-errors{first}){see}"
+
+
 async def wait_for_result(
     handle: WorkflowHandle[Any, PlayRunResult], settings: Settings, reconnect_s: float
 ) -> PlayRunResult:
@@ -155,7 +207,7 @@ async def execute(
     (or, with ``json_out``, one JSON document on stdout: the result or the failure),
     then export it to ``out_path`` (formulas inert unless ``raw``; with each computed
     cell's provenance if ``provenance``)."""
-    workflow_id = workflow_id or f"{play}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    workflow_id = workflow_id or new_workflow_id(play)
     summary, details = play_static(play, input, options)
     try:
         handle = await client.start_workflow(
@@ -236,16 +288,17 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         refused = refusal(found, args.confirm_over)
         if refused is not None:
             console.print(refused, markup=False, highlight=False)
-            return 2
+            return EXIT_REFUSED
         console.print(within(found, args.confirm_over), markup=False, highlight=False)
-    await execute(
+    workflow_id = args.id or new_workflow_id(args.play)
+    result = await execute(
         client,
         settings,
         play=args.play,
         input=input,
         options=options,
         task_queue=args.task_queue,
-        workflow_id=args.id,
+        workflow_id=workflow_id,
         watch=args.watch,
         out_path=args.out,
         reconnect_s=args.reconnect_timeout,
@@ -254,4 +307,9 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         # The flag is declared with the run flags; a parser without it exports as before.
         provenance=getattr(args, "provenance", False),
     )
+    failed = rows_failed(result, workflow_id, any_row=getattr(args, "fail_on_row_errors", False))
+    if failed is not None:
+        # After the summary (or the JSON document, still printed whole on stdout).
+        console.print(f"[red]error:[/] {escape(failed)}", highlight=False)
+        return EXIT_ROWS_FAILED
     return 0
