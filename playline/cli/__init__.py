@@ -187,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 3 when any row failed (without it: only when rows failed and none succeeded)",
     )
     run.add_argument(
+        "--no-play-check",
+        action="store_true",
+        help="start the play even if its name looks like a typo of a known play (a play "
+        "only the workers have, never run on this namespace); they still end a run of "
+        "a play none of them has",
+    )
+    run.add_argument(
         "--reconnect-timeout",
         type=float,
         default=60.0,

@@ -1,15 +1,16 @@
 """``playline run``: start a play, follow it, print its summary (or ``--json``), export it.
 
-Every way a run can go wrong ends in one line: a play no worker knows is
-terminated within seconds with the plays that do exist; a duplicate id names the
-existing run; a Temporal restart while following a play is ridden out for
-``--reconnect-timeout`` seconds, and giving up says the play may still be running
-and how to follow it; a failed play prints its root cause.
+Every way a run can go wrong ends in one line: a play name that is a typo of a
+known play is refused before anything is uploaded or started (exit 2), and a play
+no worker knows is terminated within seconds with the plays that do exist; a
+duplicate id names the existing run; a Temporal restart while following a play is
+ridden out for ``--reconnect-timeout`` seconds, and giving up says the play may
+still be running and how to follow it; a failed play prints its root cause.
 
 Exit codes (the README's "Exit codes" says the same): 0 the play completed; 1 it
 failed, or the command did (bad input, Temporal unreachable, an unknown play ended by
-the workers...); 2 refused before anything started (a usage error, ``--confirm-over``);
-3 the play completed but rows failed, see :func:`rows_failed`.
+the workers...); 2 refused before anything started (a usage error, ``--confirm-over``,
+a mistyped play name); 3 the play completed but rows failed, see :func:`rows_failed`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from playline.cli.render import (
 )
 from playline.cli.spend import store_spend
 from playline.cli.starting import (
+    check_play_name,
     play_input,
     refuse_unknown_play,
     run_options,
@@ -273,6 +275,14 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     options = run_options(args)
     input = play_input(args)
     client = await connect(settings=settings)
+    if not getattr(args, "no_play_check", False):
+        # Before anything is uploaded or started: a mistyped name leaves nothing behind.
+        checked = await check_play_name(client, args.play, args.task_queue)
+        if checked.refusal is not None:
+            console.print(f"[red]error:[/] {escape(checked.refusal)}", highlight=False)
+            return EXIT_REFUSED
+        if checked.warning is not None:
+            console.print(f"[yellow]warning:[/] {escape(checked.warning)}", highlight=False)
     if args.csv:
         input["csv_path"] = await upload_input_csv(args.csv, settings)
     if getattr(args, "confirm_over", None) is not None and not args.yes:

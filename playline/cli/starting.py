@@ -3,19 +3,28 @@
 
 The run flags become ``RunOptions`` (:func:`run_options`: fixtures, chunk size, budget,
 fairness and priority), ``--input`` becomes the play's input (:func:`play_input`) and
-``--csv`` is streamed into the workers' store (:func:`upload_input_csv`). Once a play is
-started, :func:`refuse_unknown_play` ends it within seconds if no worker on its task
-queue knows it, naming the plays that do exist.
+``--csv`` is streamed into the workers' store (:func:`upload_input_csv`).
+
+An unknown play is caught twice. Before anything is uploaded or started,
+:func:`check_play_name` compares the name with the plays this process can see (those
+it imports, the demo's, and those that have run on the namespace) and refuses a name
+that is almost surely a typo of one of them. The workers' own plays are not visible
+to a client (a worker publishes nothing of them before it runs one), so a name that
+is merely unknown here is still started: once it is, :func:`refuse_unknown_play`
+ends it within seconds if no worker on its task queue knows it, naming the plays
+that do exist.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 import math
 import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +33,17 @@ from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
 
+from playline import search_attributes as sa
 from playline.cli.render import console
 from playline.config import Settings
 from playline.contract import RunOptions
 from playline.datasets import store_source, upload_csv
 from playline.errors import PlaylineError, format_validation_errors
 from playline.stores.backends import open_stores
+from playline.worker import import_plays
+from playline.workflows.play import registered_plays
 
 #: The SDK's message when a worker is asked to run a workflow type it lacks.
 NOT_REGISTERED = "is not registered on this worker"
@@ -41,6 +54,19 @@ NOT_REGISTERED_ATTEMPTS = 3
 WATCH_START_S = 60.0
 #: Warn once when nothing polls the task queue this long after the start.
 NO_WORKER_WARNING_S = 5.0
+#: How alike (``difflib``'s ratio, case ignored) an unknown name and a known play must
+#: be for the name to be refused as a typo of it before anything starts: one letter
+#: off in a name of ten (``enrich_leds``), not a sibling (``t_waterfall`` and
+#: ``t_scalar_waterfall`` are 0.76; ``enrich_leads_v2`` and ``enrich_leads`` 0.89).
+TYPO_CUTOFF = 0.9
+#: How alike a known play must be to be suggested (``difflib``'s default).
+SUGGEST_CUTOFF = 0.6
+#: How many of the namespace's most recent play runs name the plays seen there.
+RECENT_PLAY_RUNS = 200
+#: At most this many known plays are listed in a message.
+KNOWN_LISTED = 20
+#: Names safe to put in a visibility query as they are.
+_QUERYABLE = re.compile(r"^[A-Za-z0-9_.:@/-]{1,200}$")
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:
@@ -178,6 +204,86 @@ async def upload_input_csv(path: str, settings: Settings) -> str:
         ref = await upload_csv(stores.sheet, path)
     console.print(f"uploaded {ref.count} rows of {path} to the store as {ref.id}")
     return store_source(ref.id)
+
+
+@dataclass
+class PlayCheck:
+    """What :func:`check_play_name` found: the plays known to this process, and
+    ``refusal`` (a typo: start nothing) or ``warning`` (start it all the same)."""
+
+    play: str
+    known: list[str] = field(default_factory=list)
+    refusal: str | None = None
+    warning: str | None = None
+
+
+async def check_play_name(client: Client, play: str, task_queue: str) -> PlayCheck:
+    """Is ``play`` a play, as far as this process can tell? Nothing is started.
+
+    Known plays are those this process registers (importing the demo's module, as
+    every worker does, and any module imported already) and those that have run on
+    the namespace (``PlaylinePlay``, set by a play as it runs; skipped when the
+    namespace lacks playline's search attributes or cannot be searched). A play
+    only a worker has and that never ran here is not among them, so an unknown name
+    is refused only when it is a near-copy of a known one (``TYPO_CUTOFF``: one
+    letter off, case ignored); any other unknown name is started, with a warning
+    when it resembles known plays, and left to :func:`refuse_unknown_play`.
+    """
+    check = PlayCheck(play)
+    import_plays(())
+    local = set(registered_plays())
+    if play in local:
+        return check
+    seen, exact = await _seen_on_namespace(client, play)
+    if exact:
+        return check
+    known = sorted(local | seen)
+    check.known = known
+    if play in known:
+        return check
+    listed = ", ".join(known[:KNOWN_LISTED]) or "no plays"
+    if len(known) > KNOWN_LISTED:
+        listed += f" and {len(known) - KNOWN_LISTED} more (playline plays list)"
+    typo = _close(play, known, TYPO_CUTOFF, 1)
+    if typo:
+        check.refusal = (
+            f"no play named {play!r}; did you mean {typo[0]!r}? (known: {listed}); nothing "
+            f"was started. If a worker on task queue {task_queue!r} does have {play!r} (a "
+            "play that never ran on this namespace), run again with --no-play-check"
+        )
+        return check
+    similar = _close(play, known, SUGGEST_CUTOFF, 3)
+    if similar:
+        check.warning = (
+            f"no play named {play!r} is registered here or has run on this namespace "
+            f"(did you mean {' or '.join(repr(n) for n in similar)}?); starting it for the "
+            f"workers on task queue {task_queue!r}, which end it if none of them has it"
+        )
+    return check
+
+
+def _close(play: str, known: list[str], cutoff: float, n: int) -> list[str]:
+    """The known names most like ``play`` (case ignored), best first."""
+    by_lower = {name.lower(): name for name in reversed(known)}
+    found = difflib.get_close_matches(play.lower(), list(by_lower), n=n, cutoff=cutoff)
+    return [by_lower[name] for name in found]
+
+
+async def _seen_on_namespace(client: Client, play: str) -> tuple[set[str], bool]:
+    """The plays of the namespace's most recent runs, and whether ``play`` ever ran
+    there; nothing when the namespace cannot be searched by ``PlaylinePlay``."""
+    try:
+        query = f"{sa.PLAY.name} = '{play}'"
+        if _QUERYABLE.match(play) and (await client.count_workflows(query)).count:
+            return set(), True
+        seen: set[str] = set()
+        async for execution in client.list_workflows(
+            f"{sa.PLAY.name} IS NOT NULL", limit=RECENT_PLAY_RUNS, page_size=RECENT_PLAY_RUNS
+        ):
+            seen.add(execution.typed_search_attributes.get(sa.PLAY) or execution.workflow_type)
+        return seen, False
+    except RPCError:
+        return set(), False
 
 
 async def refuse_unknown_play(
