@@ -57,7 +57,9 @@ NO_WORKER_WARNING_S = 5.0
 #: How alike (``difflib``'s ratio, case ignored) an unknown name and a known play must
 #: be for the name to be refused as a typo of it before anything starts: one letter
 #: off in a name of ten (``enrich_leds``), not a sibling (``t_waterfall`` and
-#: ``t_scalar_waterfall`` are 0.76; ``enrich_leads_v2`` and ``enrich_leads`` 0.89).
+#: ``t_scalar_waterfall`` are 0.76; ``enrich_leads_v2`` and ``enrich_leads`` 0.89). A
+#: name that extends a known one (``enrich_leads2``) is never taken for its typo: it is
+#: how a new version of a play is named.
 TYPO_CUTOFF = 0.9
 #: How alike a known play must be to be suggested (``difflib``'s default).
 SUGGEST_CUTOFF = 0.6
@@ -226,8 +228,9 @@ async def check_play_name(client: Client, play: str, task_queue: str) -> PlayChe
     namespace lacks playline's search attributes or cannot be searched). A play
     only a worker has and that never ran here is not among them, so an unknown name
     is refused only when it is a near-copy of a known one (``TYPO_CUTOFF``: one
-    letter off, case ignored); any other unknown name is started, with a warning
-    when it resembles known plays, and left to :func:`refuse_unknown_play`.
+    letter off, case ignored) that does not merely extend it; any other unknown
+    name is started, with a warning when it resembles known plays, and left to
+    :func:`refuse_unknown_play`.
     """
     check = PlayCheck(play)
     import_plays(())
@@ -244,10 +247,10 @@ async def check_play_name(client: Client, play: str, task_queue: str) -> PlayChe
     listed = ", ".join(known[:KNOWN_LISTED]) or "no plays"
     if len(known) > KNOWN_LISTED:
         listed += f" and {len(known) - KNOWN_LISTED} more (playline plays list)"
-    typo = _close(play, known, TYPO_CUTOFF, 1)
-    if typo:
+    typo = typo_of(play, known)
+    if typo is not None:
         check.refusal = (
-            f"no play named {play!r}; did you mean {typo[0]!r}? (known: {listed}); nothing "
+            f"no play named {play!r}; did you mean {typo!r}? (known: {listed}); nothing "
             f"was started. If a worker on task queue {task_queue!r} does have {play!r} (a "
             "play that never ran on this namespace), run again with --no-play-check"
         )
@@ -260,6 +263,15 @@ async def check_play_name(client: Client, play: str, task_queue: str) -> PlayChe
             f"workers on task queue {task_queue!r}, which end it if none of them has it"
         )
     return check
+
+
+def typo_of(play: str, known: list[str]) -> str | None:
+    """The known play ``play`` is almost surely a typo of (``TYPO_CUTOFF``), if any; a
+    name that extends a known one is a new play, not a typo."""
+    lower = play.lower()
+    candidates = [n for n in known if len(n) == len(play) or not lower.startswith(n.lower())]
+    found = _close(play, candidates, TYPO_CUTOFF, 1)
+    return found[0] if found else None
 
 
 def _close(play: str, known: list[str], cutoff: float, n: int) -> list[str]:
