@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -203,16 +204,18 @@ async def test_a_mistyped_play_is_refused_before_anything_is_uploaded_or_started
     common = ("--address", temporal_address, "--task-queue", task_queue)
     run_id, forced_id = new_id("typo"), new_id("typo-forced")
     async with worker():
+        started = time.monotonic()
         refused = await playline(
             "run", "enrich_leds", "--csv", str(csv_path), "--id", run_id, *common, home=home
         )
+        took = time.monotonic() - started
         line = error_line(
             refused,
             EXIT_REFUSED,
             "error: no play named 'enrich_leds'; did you mean 'enrich_leads'? (known: ",
             "--no-play-check",
         )
-        print(line)
+        print(f"{line}\n(refused after {took:.1f}s)")  # a figure for the record, not asserted
         assert "uploaded" not in refused.stderr and "started enrich_leds" not in refused.stderr
         # Nothing was started...
         with pytest.raises(RPCError) as missing:
