@@ -294,6 +294,10 @@ class ChunkStats(BaseModel):
     #: rows a cancelled run re-ran to read their jobs that still needed a new call
     #: (recorded with what they had paid for; nothing new was sent)
     rows_not_sent: int = 0
+    #: cells left empty because a tool call they needed left a required input blank
+    #: (``skipped_input`` in their provenance): nothing was sent for them, free; their
+    #: rows are ok and their other cells computed
+    cells_skipped_input: int = 0
     #: what the finished rows' cells cost: credits by provider and by column, and each
     #: waterfall column's answering steps (``playline.calls.provenance.SpendTally``);
     #: a few keys per provider and column, never a row

@@ -51,7 +51,31 @@ class UnknownTool(PlaylineError):
 
 
 class InvalidToolInput(PlaylineError):
-    """A tool call's input does not match the tool's input model."""
+    """A tool call's input does not match the tool's input model (an unknown field, a
+    wrong type): a bug in the play."""
+
+
+class BlankInput(PlaylineError):
+    """A tool call's required input field is blank: missing, ``None``, or an empty or
+    whitespace-only string. Missing data, not a bug in the play (so not an
+    ``InvalidToolInput``): the call is refused before a receipt is claimed, a budget
+    reserved or anything sent. A row's cell whose resolver lets it through is recorded
+    ``skipped_input`` (free) and the row goes on; a waterfall step records it as its
+    outcome and tries the next step. About one row, never retried.
+
+    The message names the tool and the fields, never the row's values.
+    """
+
+    def __init__(self, tool_id: str, fields: Sequence[str]) -> None:
+        names = ", ".join(repr(name) for name in fields)
+        noun = "input" if len(fields) == 1 else "inputs"
+        verb = "is" if len(fields) == 1 else "are"
+        super().__init__(
+            f"tool {tool_id!r}: required {noun} {names} {verb} blank; nothing was sent "
+            "(skipped_input, free)"
+        )
+        self.tool_id = tool_id
+        self.fields = tuple(fields)
 
 
 class UnknownResolver(PlaylineError):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from playline import PlayContext, RowContext, play, resolver
+from playline import PlayContext, RowContext, Step, play, resolver
 from playline.demo.enrich_leads import verified_email  # the catalog's work_email waterfall
 
 #: Rows whose ``first_name`` is this value make ``fail_on_boom`` raise.
@@ -373,6 +373,35 @@ async def t_async_scalar(ctx: PlayContext, input: AsyncInput) -> AsyncScalarOutp
         "fullenrich_contact", {"firstname": "Ada", "lastname": "Lovelace", "domain": "co1.example"}
     )
     return AsyncScalarOutput(found=answer)
+
+
+@resolver(tools=["mailfox_email", "prospectr_email"])
+async def t_email_by_domain_or_website(row: Mapping[str, Any], rc: RowContext) -> Any:
+    """mailfox by the company's domain, then prospectr by the row's website: a row
+    without a domain skips the first step (``skipped_input``, nothing sent) and still
+    gets the second; a row with neither skips both."""
+    person = {"first_name": row["first_name"], "last_name": row["last_name"]}
+    found = await rc.waterfall(
+        steps=[
+            Step("mailfox_email", input={**person, "domain": row["company_domain"]}),
+            Step("prospectr_email", input={**person, "domain": row["website"]}),
+        ],
+        value="email",
+    )
+    return found.value
+
+
+@play(name="t_blank_input")
+async def t_blank_input(ctx: PlayContext, input: WaterfallInput) -> None:
+    """A company by domain (a direct ``rc.tool``) and an email by domain or website (a
+    waterfall): rows missing either cost nothing for it."""
+    source = await ctx.csv("src", input.csv_path)
+    await (
+        ctx.dataset("t_blank", source)
+        .with_column("company", t_company)
+        .with_column("email", t_email_by_domain_or_website)
+        .run(key="lead_id")
+    )
 
 
 # -- helpers for the test modules (never called by a workflow) -------------

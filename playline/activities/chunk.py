@@ -60,7 +60,7 @@ from playline.calls.dispatch import Dispatcher
 from playline.calls.fixtures import FixtureDispatcher
 from playline.calls.jobs import JobDispatcher, job_dispatcher
 from playline.calls.live import LiveDispatcher, PacedSender
-from playline.calls.provenance import ColumnCalls, SpendTally, cell_provenance
+from playline.calls.provenance import ColumnCalls, SpendTally, blank_call, cell_provenance
 from playline.calls.reading import ReadingDispatcher
 from playline.calls.runner import REFRESH_OLDER_THAN, ToolResult, ToolRunner
 from playline.calls.upkeep import AttemptUpkeep
@@ -76,6 +76,7 @@ from playline.contract import (
     merge_spend,
 )
 from playline.errors import (
+    BlankInput,
     BudgetReached,
     CallAmbiguous,
     InvalidPlayInput,
@@ -141,9 +142,13 @@ class RowCall:
         force: bool = False,
         stale_after_seconds: float | None = None,
     ) -> ToolResult:
-        result = await self._runner.call(
-            tool_id, input, force=force, stale_after_s=stale_after_seconds, payer=self._payer
-        )
+        try:
+            result = await self._runner.call(
+                tool_id, input, force=force, stale_after_s=stale_after_seconds, payer=self._payer
+            )
+        except BlankInput as err:  # never sent: the cell (or the step) says skipped_input
+            self.column.blank.append(blank_call(err))
+            raise
         if not result.cached:
             self.paid_calls += 1
         self.column.calls.append(result)
@@ -470,6 +475,7 @@ class ChunkRun:
         column = ""
         now = time.time()
         fresh = 0
+        skipped = 0  # cells skipped for a blank input: due, computed, not fetched
         try:
             for spec, skip in zip(self.input.columns, self._later, strict=True):
                 column = spec.name
@@ -480,15 +486,24 @@ class ChunkRun:
                     provenance[spec.name] = kept_provenance(plan.previous)
                     continue
                 token = REFRESH_OLDER_THAN.set(plan.refresh_older_than)
+                blank = False
                 try:
                     ran, value = await _evaluate(spec, view, rc)
+                except BlankInput:
+                    # Missing data, not an error: the cell is empty and skipped_input
+                    # (nothing was sent for it), and the row's other columns go on.
+                    ran, value, blank = True, None, True
                 finally:
                     REFRESH_OLDER_THAN.reset(token)
                 made = rc.next_column()
                 cells[spec.name] = value if ran else data.get(spec.name)
                 data[spec.name] = cells[spec.name]
-                provenance[spec.name] = cell_provenance(made, value, ran=ran)
-                if ran:
+                provenance[spec.name] = cell_provenance(made, value, ran=ran, skipped_input=blank)
+                if blank:
+                    # No freshness metadata: nothing was fetched, so the next run
+                    # looks again (free while the input stays blank).
+                    skipped += 1
+                elif ran:
                     meta[spec.name] = cell_meta(plan.digest, fetch_dates(made), now)
         except Exception as err:
             if column and column not in provenance:
@@ -512,7 +527,7 @@ class ChunkRun:
             self.stats.rows_cached += 1
         self._row_metrics.row("cached" if rc.paid_calls == 0 else "ok")
         self.stats.cells_fresh += fresh
-        self.stats.cells_due += len(meta)
+        self.stats.cells_due += len(meta) + skipped
         self.spend.add_row(provenance)
         self.done.append(
             RowResult(row.seq, row.row_key, cells, "ok", provenance=provenance, cell_meta=meta)
@@ -717,6 +732,7 @@ class ChunkRun:
             )
         stats.elapsed_s = time.monotonic() - started
         stats.spend = self.spend.as_dict()
+        stats.cells_skipped_input = self.spend.skipped_input
         return stats_from(self.runner, stats)
 
 

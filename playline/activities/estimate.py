@@ -15,6 +15,9 @@ but did not call in that row are counted as dependent calls whose input is unkno
 (the worst case). One that raises with every answer known would fail the row in
 the run too: the row counts as failed and its later columns are not run.
 
+A column whose resolver lets a ``BlankInput`` through (a required tool input left
+blank) is empty, as in the run (``skipped_input``, never sent, free): the row goes on.
+
 A column that ends without raising but met an unknown value (an unpaid answer, a
 row's unknown cell, a branch on either: ``if not found.get("email")``, ``a or b``,
 ``== "valid"``) may have left a way untaken whose calls the run would make: its
@@ -65,7 +68,7 @@ from playline.contract import (
     ToolCallInput,
     WaterfallCallInput,
 )
-from playline.errors import InvalidPlayInput, PlaylineError
+from playline.errors import BlankInput, InvalidPlayInput, PlaylineError
 from playline.freshness import PreviousCell
 from playline.services import Services, ServicesHolder
 from playline.stores.sheet import RunRow
@@ -327,7 +330,10 @@ class ChunkEstimate:
                     token = REFRESH_OLDER_THAN.set(plan.refresh_older_than)
                     try:
                         with watching_unknowns() as met:
-                            data[spec.name] = await _evaluate(spec, reads, rc)
+                            try:
+                                data[spec.name] = await _evaluate(spec, reads, rc)
+                            except BlankInput:  # the run: skipped_input, free; the row goes on
+                                data[spec.name] = None
                     finally:
                         REFRESH_OLDER_THAN.reset(token)
                 except Exception as err:

@@ -80,6 +80,7 @@ from pydantic import (
 from playline.calls.billing import BillingSpec, Charge, bulk_charges, single_charge
 from playline.calls.waterfall_spec import WaterfallSpec
 from playline.errors import (
+    BlankInput,
     CatalogError,
     InvalidToolInput,
     UnknownTool,
@@ -444,7 +445,9 @@ class ToolSpec(BaseModel):
         default_factory=dict,
         description='the input fields and their types: "str", "int", "float" or "bool", a '
         '"?" suffix for an optional one; a call with another field or a wrong type is refused '
-        "before it is sent (empty: any input is sent as given)",
+        "before it is sent (empty: any input is sent as given); a call leaving a required "
+        "field blank (missing, null, or an empty or whitespace-only string) is never sent: "
+        "its cell or waterfall step is `skipped_input`, free",
     )
     getters: dict[str, str] = Field(
         default_factory=dict,
@@ -562,15 +565,44 @@ class ToolSpec(BaseModel):
         )
         return model
 
+    def blank_fields(self, value: Mapping[str, Any]) -> list[str]:
+        """The required input fields (declared without ``?``) that ``value`` leaves
+        blank: missing, ``None``, or an empty or whitespace-only string. A value of
+        another type (an estimate's unknown one included) is not blank."""
+        blank: list[str] = []
+        for name, type_name in self.input.items():
+            if type_name.endswith("?"):
+                continue
+            given = value.get(name)
+            if given is None or (isinstance(given, str) and not given.strip()):
+                blank.append(name)
+        return blank
+
     def validate_input(self, value: Mapping[str, Any]) -> dict[str, Any]:
-        """Validate and normalise a call's input, or raise ``InvalidToolInput``."""
+        """Validate and normalise a call's input.
+
+        Raises ``InvalidToolInput`` for a bug in the play (an unknown field, a wrong
+        type), else ``BlankInput`` when a required field is blank (missing data: the
+        call is never sent). A valid input is normalised as it always was (nothing is
+        stripped: the receipt key stays the same).
+        """
         if not self.input:
             return dict(value)
+        data = dict(value)
+        blank = self.blank_fields(data)
         try:
-            return self.input_model.model_validate(dict(value)).model_dump(exclude_none=True)
+            payload = self.input_model.model_validate(data).model_dump(exclude_none=True)
         except ValidationError as err:
-            problems = format_validation_errors(err.errors())
-            raise InvalidToolInput(f"tool {self.id!r} got invalid input: {problems}") from None
+            # A blank required field's own complaint ("field required", "not a valid
+            # integer" for a None or "") is the blank; anything else is the play's bug.
+            errors = [e for e in err.errors() if not (e["loc"] and e["loc"][0] in blank)]
+            if errors or not blank:
+                problems = format_validation_errors(errors or err.errors())
+                raise InvalidToolInput(f"tool {self.id!r} got invalid input: {problems}") from None
+            raise BlankInput(self.id, blank) from None
+        if blank:
+            raise BlankInput(self.id, blank)
+        return payload
 
     def get(self, result: Any, name: str) -> Any:
         """Read a named value from a result through its getter (a dotted path)."""

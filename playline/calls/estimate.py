@@ -13,6 +13,9 @@ provider. For each distinct call of a chunk:
 * anything else is a call the run would pay for: counted at the tool's worst case and
   at an expected price (:class:`ToolHistory`), and answered by an
   :class:`UnpaidResult` whose getters return :class:`Unknown` values;
+* a call leaving a required input blank raises ``BlankInput`` as the run's does, before
+  anything else: the run never sends it, so it is not counted (it is free), and the
+  column, or the waterfall's next step, goes on as in the run;
 * a call whose input holds an ``Unknown`` is a *dependent call whose input is unknown*:
   it cannot be looked up, so it counts as a call to pay (``unknown_input``), expected
   at ``p`` times its price, ``p`` the smallest chance among the Unknowns of its input.
@@ -43,6 +46,7 @@ from playline.calls.billing import is_present
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.estimate_tally import BASIS_RECEIPTS, BASIS_WORST_CASE, Basis, EstimateTally
 from playline.calls.runner import REFRESH_OLDER_THAN, ToolResult
+from playline.errors import BlankInput
 from playline.freshness import stricter, within_age
 from playline.stores.receipts import Receipt, receipt_key
 
@@ -349,7 +353,11 @@ class EstimatingRunner:
         tool = self.catalog.tool(tool_id)
         chance = unknown_p(tool_input)
         if chance is not None:
+            blank = tool.blank_fields(tool_input)
+            if blank:  # blank whatever the unknown values turn out to be: never sent
+                raise BlankInput(tool.id, blank)
             return await self.count_unknown_input(column, tool.id, reach * chance)
+        # As the run's: InvalidToolInput, or BlankInput (never sent, so not counted).
         payload = tool.validate_input(tool_input)
         key = receipt_key(tool.id, tool.version, payload, self._scope(tool))
         stale_after_s = stricter(stale_after_s, REFRESH_OLDER_THAN.get())

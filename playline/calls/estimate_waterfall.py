@@ -18,7 +18,9 @@ the :class:`~playline.calls.estimate.EstimatingRunner`, counted under its own to
   waterfall, free; refused, the next step is reached as surely as this one was.
 
 Code steps' ``when`` conditions are taken as true (the worst case); a step whose
-``input`` function fails is counted as a dependent call whose input is unknown. A
+``input`` function fails is counted as a dependent call whose input is unknown; a step
+whose input leaves a required field blank is skipped free, as the run skips it
+(``skipped_input``), and the next step is reached as surely as it would have been. A
 step dearer than the waterfall's ``max_credits`` on its own is skipped, as the run
 skips it.
 """
@@ -42,6 +44,7 @@ from playline.calls.waterfall import (
     _validation_worst,
 )
 from playline.calls.waterfall_spec import WaterfallSpec
+from playline.errors import BlankInput
 
 __all__ = ["estimate_waterfall"]
 
@@ -68,9 +71,12 @@ async def estimate_waterfall(
             tool.max_credits + validation_worst > spec.max_credits + 1e-9
         ):
             continue  # skipped_budget in every row
-        result = await runner.call(
-            tool.id, _input_of(step, tool, input, row), column=column, reach=reach
-        )
+        try:
+            result = await runner.call(
+                tool.id, _input_of(step, tool, input, row), column=column, reach=reach
+            )
+        except BlankInput:
+            continue  # skipped_input: never sent, free; the next step is reached as surely
         chance = await _chance_accepted(runner, spec, step, result, column=column, reach=reach)
         if chance.exact and chance.stops >= 1.0:
             if reach >= 1.0:  # receipts answer the whole waterfall
@@ -134,7 +140,10 @@ async def _chance_accepted(
         if check is None:
             return _Chance(1.0, 1.0, exact=True)
         found = stops = 1.0
-    verdict = await runner.call(check.tool, {check.input: value}, column=column, reach=reach)
+    try:
+        verdict = await runner.call(check.tool, {check.input: value}, column=column, reach=reach)
+    except BlankInput:  # not verifiable, not sent: the step is invalid, the next one runs
+        return _Chance(0.0, 0.0, exact=not isinstance(result, UnpaidResult))
     if isinstance(verdict, UnpaidResult):
         assert verdict.history is not None
         valid = verdict.history.share(

@@ -16,7 +16,12 @@ never in workflow history:
 ``by_provider``         those credits by provider (a column may call several)
 ``fetched_at``          when the value was fetched from the provider (for a reused
                         answer: when its receipt was completed)
-``miss``                why there is no value (a waterfall lists each step's outcome)
+``miss``                why there is no value (a waterfall lists each step's outcome);
+                        ``skipped_input`` when a call the column needed left a required
+                        input blank (nothing was sent, it cost nothing), or when every
+                        step of its waterfall did
+``blank``               for a ``skipped_input`` cell: the tool and the blank field(s)
+                        (names only, never the row's values)
 ``steps``               a waterfall's steps, each with its outcome, reason, credits
                         and receipt
 
@@ -34,10 +39,14 @@ from typing import Any
 from playline.calls.billing import is_present
 from playline.calls.runner import ToolResult
 from playline.calls.waterfall import WaterfallResult
+from playline.errors import BlankInput
 from playline.spend import NO_STEP
 from playline.stores.sheet import SheetStore
 
-__all__ = ["ColumnCalls", "cell_provenance", "tally_cell"]
+__all__ = ["SKIPPED_INPUT", "ColumnCalls", "blank_call", "cell_provenance", "tally_cell"]
+
+#: A cell's ``miss`` when a required tool input was blank: nothing sent, nothing paid.
+SKIPPED_INPUT = "skipped_input"
 
 
 @dataclass
@@ -46,12 +55,26 @@ class ColumnCalls:
 
     calls: list[ToolResult] = field(default_factory=list)
     waterfalls: list[WaterfallResult] = field(default_factory=list)
+    #: calls refused because a required input was blank (``BlankInput``), as
+    #: ``"tool: field, field"``: never sent, free
+    blank: list[str] = field(default_factory=list)
+
+
+def blank_call(err: BlankInput) -> str:
+    """How a refused call is recorded: its tool and blank fields, never the values."""
+    return f"{err.tool_id}: {', '.join(err.fields)}"
 
 
 def cell_provenance(
-    made: ColumnCalls, value: Any, *, ran: bool = True, failed: str | None = None
+    made: ColumnCalls,
+    value: Any,
+    *,
+    ran: bool = True,
+    failed: str | None = None,
+    skipped_input: bool = False,
 ) -> dict[str, Any]:
-    """The provenance of one cell (see the module docstring)."""
+    """The provenance of one cell (see the module docstring); ``skipped_input``: the
+    column's resolver let a ``BlankInput`` through (the cell is empty, and free)."""
     credits = sum(call.credits for call in made.calls)
     by_provider: dict[str, float] = {}
     for call in made.calls:
@@ -83,8 +106,12 @@ def cell_provenance(
         cell["miss"] = f"error: {failed}"
     elif not ran:
         cell["miss"] = "skipped (run_if)"
+    elif skipped_input:
+        cell["miss"] = SKIPPED_INPUT
     elif not is_present(value):
         cell["miss"] = _miss(made, waterfall)
+    if cell["miss"] == SKIPPED_INPUT and made.blank:
+        cell["blank"] = "; ".join(dict.fromkeys(made.blank))
     return cell
 
 
@@ -102,9 +129,13 @@ def _source(sources: set[str | None]) -> str | None:
 
 def _miss(made: ColumnCalls, waterfall: WaterfallResult | None) -> str:
     if waterfall is not None:
+        if waterfall.steps and all(s.outcome == SKIPPED_INPUT for s in waterfall.steps):
+            return SKIPPED_INPUT
         return waterfall.miss or "no value"
     if made.calls:
         return f"{made.calls[-1].tool.id}: no_match"
+    if made.blank:  # the resolver caught BlankInput and called nothing else
+        return SKIPPED_INPUT
     return "no value"
 
 
@@ -129,6 +160,9 @@ class SpendTally:
     tried: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     #: ``paid``/``reused``/``shared``/``waited`` answers over every cell
     receipts: dict[str, int] = field(default_factory=dict)
+    #: cells left empty because a required tool input was blank (``skipped_input``);
+    #: the chunk reports it as ``ChunkStats.cells_skipped_input``, not in ``as_dict``
+    skipped_input: int = 0
 
     def add_row(self, provenance: Mapping[str, Any] | None) -> None:
         """Count one row's provenance (``{column: cell provenance}``)."""
@@ -172,6 +206,8 @@ def tally_cell(tally: SpendTally, column: str, cell: Mapping[str, Any]) -> None:
     receipt = cell.get("receipt")
     if isinstance(receipt, str):
         tally.receipts[receipt] = tally.receipts.get(receipt, 0) + 1
+    if cell.get("miss") == SKIPPED_INPUT:
+        tally.skipped_input += 1
 
 
 def tally(rows: Iterable[Mapping[str, Any] | None]) -> SpendTally:

@@ -3,7 +3,10 @@
 A runner lives for one chunk attempt. For each call it
 
 1. validates the input against the catalog and computes the receipt key (the
-   dispatcher supplies the auth scope, so live and fixture answers never mix);
+   dispatcher supplies the auth scope, so live and fixture answers never mix); an
+   input leaving a required field blank raises ``BlankInput`` here, before anything
+   is shared, claimed, reserved or sent: the call costs nothing and leaves no trace
+   in the receipt store (the chunk records the cell ``skipped_input``);
 2. shares the call with any identical call already in flight in this chunk
    (one provider request, many rows);
 3. claims the receipt (claims arriving in the same event-loop tick go to the store
@@ -145,6 +148,9 @@ class ToolRunner:
         receipt records it, and a later attempt of the same payer that finds the
         receipt completed reads the answer as paid by it (with its credits), not as
         reused, so a retried or killed chunk still reports what its rows cost.
+
+        A required input left blank raises ``BlankInput`` before anything else (an
+        input that is wrong, ``InvalidToolInput``): nothing is claimed or sent.
         """
         tool = self.catalog.tool(tool_id)
         payload = tool.validate_input(tool_input)

@@ -26,6 +26,10 @@ What became of each step is one of :data:`~playline.calls.waterfall_spec.STEP_OU
                       been charged, never re-sent): typed in the reason
 ``skipped_budget``    the step could cost more than the row's ``max_credits`` left
 ``skipped_condition`` the step's ``when`` said no for this row
+``skipped_input``     the step's input leaves a required field of its tool blank
+                      (missing, null, empty or whitespace-only; the reason names the
+                      fields): nothing was claimed or sent, it cost nothing, and the
+                      next step (whose input may be present) is tried
 
 Errors that are about the chunk, not the step (a lost lease, a failed store write,
 an unknown tool, a missing API key) stop the waterfall as they stop any call.
@@ -48,6 +52,7 @@ from playline.calls.waterfall_spec import (
     WaterfallSpec,
 )
 from playline.errors import (
+    BlankInput,
     CallAmbiguous,
     FixtureMissing,
     InvalidPlayInput,
@@ -252,6 +257,8 @@ async def _try_step(
     step_input = _step_input(step, input, row, done, tool.input)
     try:
         result = await call(tool.id, step_input)
+    except BlankInput as err:
+        return StepResult(tool.id, tool.provider, "skipped_input", _blank(err))
     except JobPending:
         raise  # submitted (or queued): the row parks, never skips a step it pays for
     except ProviderQuotaExhausted as err:
@@ -281,6 +288,11 @@ async def _try_step(
     return StepResult(tool.id, tool.provider, "hit", None, credits, result.receipt, value, result)
 
 
+def _blank(err: BlankInput) -> str:
+    """A blank step's reason: the fields, never the row's values."""
+    return "blank: " + ", ".join(err.fields)
+
+
 def _unavailable(err: ProviderQuotaExhausted) -> str:
     return f"{err.provider} unavailable until {err.resume_at:.0f}"
 
@@ -306,6 +318,9 @@ async def _validate(call: CallTool, check: ValidateSpec, value: Any) -> tuple[st
     """The verifier's refusal (``None``: valid) and what the verification cost."""
     try:
         verdict = await call(check.tool, {check.input: value})
+    except BlankInput as err:
+        # Not verifiable (nothing sent, free): unverified is not accepted.
+        return f"{check.tool} skipped_input ({_blank(err)})", 0.0
     except JobPending:
         raise  # a verifier on a job: the row parks until its answer is read
     except (ProviderError, CallAmbiguous, FixtureMissing) as err:

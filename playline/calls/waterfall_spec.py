@@ -42,6 +42,7 @@ StepOutcomeName = Literal[
     "error",
     "skipped_budget",
     "skipped_condition",
+    "skipped_input",
 ]
 STEP_OUTCOMES: tuple[str, ...] = (
     "hit",
@@ -52,6 +53,7 @@ STEP_OUTCOMES: tuple[str, ...] = (
     "error",
     "skipped_budget",
     "skipped_condition",
+    "skipped_input",
 )
 
 

@@ -165,6 +165,13 @@ def print_summary(
             markup=False,
             highlight=False,
         )
+    if s.cells_skipped_input:
+        console_out.print(
+            f"  blank input: {s.cells_skipped_input} cells skipped, nothing sent for them "
+            "(a required tool input was blank; the export says skipped_input for each)",
+            markup=False,
+            highlight=False,
+        )
     if s.first_error:
         console_out.print(f"  first row error: {s.first_error}")
     print_changes(s.changes if changes is None else changes)

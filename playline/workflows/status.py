@@ -291,6 +291,8 @@ def dataset_current_details(state: DatasetRunState, now: datetime) -> str:
         lines.append(f"- {s.rows_skipped_budget} rows skipped: budget reached")
     if s.rows_not_sent:
         lines.append(f"- {s.rows_not_sent} rows not finished: cancelled (their jobs were read)")
+    if s.cells_skipped_input:
+        lines.append(f"- {s.cells_skipped_input} cells skipped: a required input was blank")
     if s.first_error:
         lines.append(f"- first row error: {s.first_error}")
     lines += [f"- {line}" for line in change_lines(s.changes)]
@@ -339,6 +341,8 @@ def play_current_details(
         lines.append(
             f"- {totals.rows_not_sent} rows not finished: cancelled (their jobs were read)"
         )
+    if totals.cells_skipped_input:
+        lines.append(f"- {totals.cells_skipped_input} cells skipped: a required input was blank")
     if totals.first_error:
         lines.append(f"- first row error: {totals.first_error}")
     lines += [f"- {line}" for line in change_lines(totals.changes)]

@@ -22,12 +22,14 @@ import asyncio
 import math
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
+from playline import demo
 from playline.contract import PlayRunResult, RunOptions
 from playline.errors import root_cause
 from tests.conftest import new_id
@@ -268,6 +270,22 @@ async def test_the_cli_summary_counts_duplicate_row_keys_and_names_the_first(
 SECRET_LEAD = ["jane.doe.x7q@acme.example", "Janeqx", "Doeqx", ""]
 #: What the provider server says of a request without a domain.
 PROVIDER_TEXT = b"must be a non-empty string"
+#: email_finder as the demo catalog has it...
+REQUIRED_DOMAIN = (
+    'path = "/acme/v1/email/find"\n'
+    'input = { first_name = "str", last_name = "str", domain = "str" }\n'
+)
+
+
+def optional_domain_catalog(tmp_path: Path) -> Path:
+    """The demo catalog with email_finder's domain declared optional (``str?``), so a
+    row without one is sent as it is and the provider rejects it (a required field left
+    blank would never be sent: ``skipped_input``)."""
+    text = demo.CATALOG.read_text()
+    assert REQUIRED_DOMAIN in text
+    path = tmp_path / "optional_domain.toml"
+    path.write_text(text.replace(REQUIRED_DOMAIN, REQUIRED_DOMAIN.replace('"str" }', '"str?" }')))
+    return path
 
 
 @pytest.mark.parametrize("on_row_error", ["isolate", "fail"])
@@ -283,7 +301,7 @@ async def test_with_preview_rows_0_no_row_key_or_provider_text_reaches_history(
     play_id = new_id("quiet")
     play_input = {"csv_path": str(csv_path), "on_row_error": on_row_error}
     options = RunOptions(preview_rows=0, chunk_size=3)
-    async with worker():
+    async with worker(catalog_path=str(optional_domain_catalog(tmp_path))):
         if on_row_error == "fail":
             with pytest.raises(WorkflowFailureError) as failure:
                 await run(
