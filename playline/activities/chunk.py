@@ -592,37 +592,37 @@ class ChunkRun:
         if self.input.options.on_budget == "wait":
             self.held.append(err)
             return True
-        for spec in self.input.columns:
-            cell = provenance.get(spec.name)
-            if cell is None:  # not reached
-                provenance[spec.name] = {"tool": None, "credits": 0.0, "miss": "skipped_budget"}
-            elif str(cell.get("miss") or "").startswith("error:"):
-                # the column the budget stopped: what its calls before that cost stays
-                cell["miss"] = "skipped_budget"
         self.stats.rows_skipped_budget += 1
-        self._row_metrics.row("skipped_budget")
-        self.spend.add_row(provenance)
-        message = f"skipped_budget: {err}"
-        self.done.append(
-            RowResult(row.seq, row.row_key, cells, "error", message[:1000], provenance=provenance)
-        )
-        return False
+        return self._stopped_row(row, cells, provenance, "skipped_budget", err)
 
     def _not_sent(
         self, row: RunRow, cells: dict[str, Any], err: NotSentCancelled, provenance: dict[str, Any]
     ) -> bool:
         """A row a cancelled run re-ran to read its jobs that needed a new call: recorded
         with what it had paid for (its job's answer included), the rest not sent."""
+        self.stats.rows_not_sent += 1
+        return self._stopped_row(row, cells, provenance, "not_sent", err)
+
+    def _stopped_row(
+        self,
+        row: RunRow,
+        cells: dict[str, Any],
+        provenance: dict[str, Any],
+        miss: str,
+        err: Exception,
+    ) -> bool:
+        """Record a row stopped before a call was sent (a budget, a cancel), cell by cell:
+        the cells it has keep their values and what their calls cost; the column it
+        stopped in and those not reached say ``miss``. The row is not left pending."""
         for spec in self.input.columns:
             cell = provenance.get(spec.name)
             if cell is None:  # not reached
-                provenance[spec.name] = {"tool": None, "credits": 0.0, "miss": "not_sent"}
+                provenance[spec.name] = {"tool": None, "credits": 0.0, "miss": miss}
             elif str(cell.get("miss") or "").startswith("error:"):
-                cell["miss"] = "not_sent"  # the column the cancel stopped keeps its cost
-        self.stats.rows_not_sent += 1
-        self._row_metrics.row("not_sent")
+                cell["miss"] = miss  # the column it stopped in: what it cost before stays
+        self._row_metrics.row(miss)
         self.spend.add_row(provenance)
-        message = f"not_sent: {err}"
+        message = f"{miss}: {err}"
         self.done.append(
             RowResult(row.seq, row.row_key, cells, "error", message[:1000], provenance=provenance)
         )
