@@ -59,7 +59,9 @@ billing = {{ rule = "per_field", fields = {{ email = 1 }} }}
 [tools.fullenrich_contact.job]
 items_field = "datas"
 max_items = 100
-linger_ms = 200
+# Long enough that a loaded machine still fills a batch from a whole chunk: how many
+# rows arrive within a window is timing, and the batching check below must not be.
+linger_ms = 1500
 id_field = "custom.playline_id"
 body = {{ name = "playline-test" }}
 item = {{ enrich_fields = ["contact.emails"] }}
