@@ -9,7 +9,10 @@ prints the medians and min-max of every ratio per checkout, and after / before.
     git worktree add /tmp/before <commit>
     python bench/revisions.py /tmp/before . --rounds 3 -- --rows 10000 --repeats 1 --scale ""
 
-Arguments after ``--`` go to bench/throughput.py unchanged.
+Arguments after ``--`` go to bench/throughput.py unchanged. With ``--script-of after``
+both checkouts are measured by the after checkout's bench/throughput.py (its
+``PLAYLINE_BENCH_CHECKOUT`` names whose playline runs), so designs the before checkout's
+script lacks (``fixture-pg``, ``live-pg``) are measured for both.
 """
 
 from __future__ import annotations
@@ -22,15 +25,28 @@ import subprocess
 import sys
 from pathlib import Path
 
-RATIOS = ("fixture_vs_naive", "live_vs_naive", "live_vs_aiohttp_roof", "live_none_vs_live")
+RATIOS = (
+    "fixture_vs_naive",
+    "live_vs_naive",
+    "live_vs_aiohttp_roof",
+    "live_none_vs_live",
+    "fixture_pg_vs_fixture",
+    "live_pg_vs_live",
+)
 
 
-def run_once(checkout: Path, bench_args: list[str]) -> dict[str, float]:
-    """One ``throughput.py --json`` in ``checkout``: its ratios and designs' rows/s."""
+def run_once(checkout: Path, bench_args: list[str], script: Path | None = None) -> dict[str, float]:
+    """One ``throughput.py --json`` of ``checkout``'s playline: its ratios and designs'
+    rows/s (measured by ``script``, default the checkout's own)."""
     done = subprocess.run(
-        [sys.executable, "bench/throughput.py", "--json", *bench_args],
+        [
+            sys.executable,
+            str(script or checkout / "bench" / "throughput.py"),
+            "--json",
+            *bench_args,
+        ],
         cwd=checkout,
-        env={**os.environ, "PYTHONPATH": str(checkout)},
+        env={**os.environ, "PYTHONPATH": str(checkout), "PLAYLINE_BENCH_CHECKOUT": str(checkout)},
         capture_output=True,
         text=True,
         check=False,
@@ -53,6 +69,12 @@ def main() -> int:
     parser.add_argument("before", type=Path, help="the checkout to compare against")
     parser.add_argument("after", type=Path, help="the checkout under test")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--script-of",
+        choices=("each", "after"),
+        default="each",
+        help="whose bench/throughput.py measures both checkouts",
+    )
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
@@ -61,7 +83,12 @@ def main() -> int:
     for round_no in range(args.rounds):
         order = ["before", "after"] if round_no % 2 == 0 else ["after", "before"]
         for name in order:
-            figures = run_once(getattr(args, name).resolve(), args.bench_args)
+            script = (
+                args.after.resolve() / "bench" / "throughput.py"
+                if args.script_of == "after"
+                else None
+            )
+            figures = run_once(getattr(args, name).resolve(), args.bench_args, script)
             samples[name].append(figures)
             shown = ", ".join(f"{k} {v:.3g}" for k, v in figures.items())
             print(f"round {round_no + 1} {name}: {shown}", file=sys.stderr)

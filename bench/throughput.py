@@ -16,6 +16,9 @@ temporary directory, and measures, interleaved and repeated (medians with min-ma
 ``live-none``     the same with ``idempotency = "none"`` (a provider that does not
                   de-duplicate keys): each call's receipt is marked sent before it goes
                   out, the price of never paying twice without the provider's help
+``fixture-pg``    ``fixture`` with the stores in PostgreSQL (``--pg-url``, a fresh schema
+                  a run) instead of SQLite files
+``live-pg``       ``live`` likewise, so PostgreSQL's throughput shows beside SQLite's
 ``naive``         one activity per call under a window of 200 (bench/naive.py)
 ``roof-httpx``    asyncio + httpx, 200 in flight, no durability
 ``roof-aiohttp``  asyncio + aiohttp, 200 in flight, no durability
@@ -28,7 +31,8 @@ bytes of any one workflow run, and the largest payload in any history.
 
 Every figure is printed as a table; ``--json`` prints one JSON object instead, with
 the same-run ratios under ``fixture_vs_naive``, ``live_vs_naive``,
-``live_vs_aiohttp_roof`` and ``live_none_vs_live``. JSON also goes to
+``live_vs_aiohttp_roof``, ``live_none_vs_live``, ``fixture_pg_vs_fixture`` and
+``live_pg_vs_live``. JSON also goes to
 bench/out/throughput-<timestamp>.json.
 """
 
@@ -52,7 +56,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+#: the checkout whose playline is measured (bench/revisions.py runs this script against
+#: an older checkout by setting PLAYLINE_BENCH_CHECKOUT, so both get the same designs)
+REPO = Path(os.environ.get("PLAYLINE_BENCH_CHECKOUT") or Path(__file__).resolve().parent.parent)
 sys.path.insert(0, str(REPO))
 
 from temporalio.api.common.v1 import Payload  # noqa: E402
@@ -65,7 +71,17 @@ from playline.provider_server.process import ProviderServerProcess  # noqa: E402
 from playline.sockets import free_port  # noqa: E402
 from playline.worker import connect  # noqa: E402
 
-DESIGNS = ("fixture", "live", "live-none", "naive", "roof-httpx", "roof-aiohttp")
+DESIGNS = (
+    "fixture",
+    "live",
+    "live-none",
+    "fixture-pg",
+    "live-pg",
+    "naive",
+    "roof-httpx",
+    "roof-aiohttp",
+)
+PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 UNPACED = REPO / "bench" / "catalogs" / "unpaced.toml"
 KEYS = {"ACME_API_KEY": "bench-acme-key", "FIRMO_API_KEY": "bench-firmo-key"}
 OUT = REPO / "bench" / "out"
@@ -135,6 +151,17 @@ async def wait_for_poller(client: Client, task_queue: str, proc: subprocess.Pope
             return
         await asyncio.sleep(0.2)
     raise RuntimeError(f"no worker polled {task_queue}")
+
+
+def pg_schema(url: str, schema: str, *, create: bool) -> None:
+    """Create (or drop) the PostgreSQL schema one ``-pg`` run keeps its stores in."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        if create:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        else:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 # ---------------------------------------------------------------- data
@@ -216,8 +243,15 @@ async def history_figures(client: Client, play_id: str, rows: int) -> dict[str, 
 
 
 class Bench:
-    def __init__(self, work: Path, server: DevServer, provider: ProviderServerProcess) -> None:
+    def __init__(
+        self,
+        work: Path,
+        server: DevServer,
+        provider: ProviderServerProcess,
+        pg_url: str = PG_URL,
+    ) -> None:
         self.work = work
+        self.pg_url = pg_url
         self.server = server
         self.provider = provider
         self.client: Client | None = None
@@ -237,6 +271,12 @@ class Bench:
             "PLAYLINE_PROVIDER_URL": self.provider.base_url,
             "PLAYLINE_DATA_DIRS": str(self.work),  # the generated CSVs and fixtures
         }
+        schema = None
+        if mode.endswith("-pg"):
+            schema = f"bench_{queue.replace('-', '_')}"
+            pg_schema(self.pg_url, schema, create=True)
+            env["PLAYLINE_STORE_URL"] = f"{self.pg_url}?options=-csearch_path%3D{schema}"
+            mode = mode.removesuffix("-pg")
         proc = start_process(
             [
                 sys.executable,
@@ -295,6 +335,8 @@ class Bench:
         finally:
             stop(proc)
             shutil.rmtree(home, ignore_errors=True)
+            if schema is not None:
+                pg_schema(self.pg_url, schema, create=False)
 
     async def naive(self, csv_path: Path, rows: int) -> dict[str, Any]:
         queue = f"tn-{uuid.uuid4().hex[:8]}"
@@ -456,7 +498,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     provider = ProviderServerProcess(
         {"latency_ms": [0, 5], "max_call_records": 0}, port=0, env=KEYS
     ).start()
-    bench = Bench(work, server, provider)
+    bench = Bench(work, server, provider, args.pg_url)
     try:
         bench.client = await connect(server.address)
         designs = [d for d in args.designs.split(",") if d]
@@ -468,11 +510,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 csv_path = work / f"leads-{tag}.csv"
                 write_leads(csv_path, args.rows, tag)  # fresh inputs: no receipt or replay
                 fixtures = None
-                if design == "fixture":
+                if design.startswith("fixture"):
                     fixtures = work / f"fixtures-{tag}.jsonl"
                     write_fixtures(csv_path, fixtures)
                 provider.reset()
-                if design in ("fixture", "live", "live-none"):
+                if design in ("fixture", "live", "live-none", "fixture-pg", "live-pg"):
                     figures = await bench.playline(design, csv_path, args.rows, fixtures)
                 elif design == "naive":
                     figures = await bench.naive(csv_path, args.rows)
@@ -529,6 +571,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "live_vs_naive": ratio("live", "naive"),
             "live_vs_aiohttp_roof": ratio("live", "roof-aiohttp"),
             "live_none_vs_live": ratio("live-none", "live"),
+            "fixture_pg_vs_fixture": ratio("fixture-pg", "fixture"),
+            "live_pg_vs_live": ratio("live-pg", "live"),
             "machine": {"cpus": os.cpu_count(), "load_at_end": os.getloadavg()},
         }
     finally:
@@ -551,7 +595,14 @@ def print_table(report: dict[str, Any]) -> None:
             )
         ]
         print(f"| {design} | " + " | ".join(cells) + " |")
-    for key in ("fixture_vs_naive", "live_vs_naive", "live_vs_aiohttp_roof", "live_none_vs_live"):
+    for key in (
+        "fixture_vs_naive",
+        "live_vs_naive",
+        "live_vs_aiohttp_roof",
+        "live_none_vs_live",
+        "fixture_pg_vs_fixture",
+        "live_pg_vs_live",
+    ):
         value = report[key]
         print(f"\n{key}: " + ("-" if value is None else f"{value:.2f}"), end="")
     print()
@@ -581,6 +632,9 @@ def main() -> int:
         help="fixture-mode scale runs, comma-separated row counts ('' skips)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--pg-url", default=PG_URL, help="the PostgreSQL the -pg designs keep their stores in"
+    )
     parser.add_argument("--roof", help=argparse.SUPPRESS)
     parser.add_argument("--csv", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
