@@ -168,7 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--input", help="play input as a JSON object")
     run.add_argument("--id", help="workflow id (default PLAY-timestamp-random)")
-    run.add_argument("--watch", action="store_true", help="show a progress bar")
+    run.add_argument(
+        "--watch",
+        action="store_true",
+        help="show the progress line even when stderr is not a terminal (on a terminal it "
+        "is shown by default); waits are announced on stderr either way",
+    )
+    run.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress line on a terminal (waits are still announced on stderr)",
+    )
     run.add_argument(
         "--confirm-over",
         type=float,

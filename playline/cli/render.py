@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import sys
 from typing import Any
@@ -11,12 +9,9 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError
 
 from playline.config import Settings
-from playline.contract import DatasetRunState, PlayRunResult, PlayState
+from playline.contract import PlayRunResult, PlayState
 from playline.errors import root_cause
 from playline.spend import account_lines, exact_accounts, spend_lines
 from playline.workflows.status import change_lines, fresh_lines
@@ -61,45 +56,6 @@ def print_failure(err: BaseException) -> None:
     kind = getattr(cause, "type", None) or type(cause).__name__
     message = getattr(cause, "message", None) or str(cause)
     out().print(f"[bold red]failed:[/] {message} [dim]({kind})[/]")
-
-
-async def progress(client: Client, handle: WorkflowHandle[Any, Any], play: str) -> None:
-    """A progress bar fed by the play's and its dataset run's ``state`` queries."""
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("rows"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as bar:
-        task = bar.add_task(play, total=None)
-        said: str | None = None  # the budget wait last shown
-        while True:
-            try:
-                state: PlayState = await handle.query("state", result_type=PlayState)
-                done, total = state.rows_done, state.rows_total
-                if state.current_child_id:
-                    # The play's count holds the run's last (spaced-out) report; the
-                    # run itself knows its rows to the chunk.
-                    before = done - (state.current.rows_done if state.current else 0)
-                    child = client.get_workflow_handle(state.current_child_id)
-                    with contextlib.suppress(RPCError):
-                        cs: DatasetRunState = await child.query(
-                            "state", result_type=DatasetRunState
-                        )
-                        done = before + cs.rows_done
-                description = state.phase + (" (paused)" if state.paused else "")
-                bar.update(task, completed=done, total=total or None, description=description)
-                if state.budget_wait and state.budget_wait != said:
-                    said = state.budget_wait
-                    console.print(said, markup=False, highlight=False)
-                if state.status in ("completed", "failed", "cancelled"):
-                    return
-            except RPCError:
-                pass
-            await asyncio.sleep(0.3)
 
 
 def print_summary(

@@ -35,13 +35,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from playline.cli.audit import read_audit
 from playline.cli.estimate import estimate, refusal, within
+from playline.cli.follow import follow
 from playline.cli.render import (
     RunDocument,
     console,
     out,
     print_json,
     print_summary,
-    progress,
     ui_url,
 )
 from playline.cli.spend import store_spend
@@ -233,7 +233,8 @@ async def execute(
     console.print(f"started {play} as {workflow_id}")
     console.print(f"  Temporal UI: {ui_url(settings, workflow_id, handle.result_run_id)}")
     await refuse_unknown_play(client, handle, play, task_queue)
-    watcher = asyncio.ensure_future(progress(client, handle, play)) if watch else None
+    # Every wait is announced on stderr whatever ``watch`` says; the bar only with it.
+    watcher = asyncio.ensure_future(follow(client, handle, console, bar=watch))
     document = RunDocument(
         workflow_id=workflow_id,
         run_id=handle.result_run_id,
@@ -248,11 +249,11 @@ async def execute(
             print_json(document.failed(err))
         raise
     finally:
-        if watcher is not None:
-            await asyncio.sleep(0.4)
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+        if not watcher.done():
+            await asyncio.sleep(0.4)  # the bar's last update: the rows all done
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
     document = document.completed(result)
     document.spend = await store_spend(settings, [d.run_ref for d in result.datasets])
     report = await read_audit(handle, await handle.describe(), settings)
@@ -269,6 +270,14 @@ async def execute(
     if json_out:
         print_json(document)
     return result
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """A progress line by default on a terminal; never in a pipe, with ``--json`` or
+    ``--no-progress``; ``--watch`` asks for it anywhere."""
+    if getattr(args, "no_progress", False) or args.json:
+        return False
+    return bool(args.watch) or console.is_terminal
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
@@ -309,7 +318,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         options=options,
         task_queue=args.task_queue,
         workflow_id=workflow_id,
-        watch=args.watch,
+        watch=show_progress(args),
         out_path=args.out,
         reconnect_s=args.reconnect_timeout,
         json_out=args.json,
