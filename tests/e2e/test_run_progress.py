@@ -115,9 +115,7 @@ async def test_a_capped_run_on_a_terminal_shows_progress_and_says_at_once_that_i
             assert "ETA" in lines[-1] and "3 credits" in lines[-1], lines[-1]
 
             # Raised, the run goes on and the command ends with its summary.
-            await client.get_workflow_handle(play_id).execute_update(
-                "budget", BudgetChange(add=20)
-            )
+            await client.get_workflow_handle(play_id).execute_update("budget", BudgetChange(add=20))
             deadline = time.monotonic() + 60
             while proc.poll() is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
@@ -162,9 +160,7 @@ async def test_in_a_pipe_there_is_no_progress_line_but_the_wait_is_announced(
         try:
             await until_waiting(client, play_id)
             await asyncio.sleep(3)  # the announcement is printed while the run waits
-            await client.get_workflow_handle(play_id).execute_update(
-                "budget", BudgetChange(add=20)
-            )
+            await client.get_workflow_handle(play_id).execute_update("budget", BudgetChange(add=20))
             out, err = await asyncio.wait_for(proc.communicate(), 60)
         finally:
             if proc.returncode is None:
