@@ -276,8 +276,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             temporal_namespace=getattr(args, "namespace", None),
             home=getattr(args, "home", None),
         )
-        if hasattr(args, "task_queue") and args.task_queue is None:
-            args.task_queue = settings.task_queue
+        if hasattr(args, "task_queue"):
+            # Given (--task-queue, $PLAYLINE_TASK_QUEUE): used as is. Else a `playline
+            # dev` running in this home names its queue (stack_record), else the default.
+            args.task_queue_given = args.task_queue is not None or bool(
+                settings.environ.get("PLAYLINE_TASK_QUEUE")
+            )
+            if args.task_queue is None:
+                live = None
+                if args.command not in ("dev", "demo", "worker"):
+                    from playline.cli.stack_record import live_stack_queue
+
+                    live = live_stack_queue(settings.home)
+                args.task_queue = live or settings.task_queue
         if hasattr(args, "metrics_port") and args.metrics_port is None:
             args.metrics_port = settings.metrics_port
         if args.command == "limits":

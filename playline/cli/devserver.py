@@ -27,6 +27,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from playline.children import die_with_parent
 from playline.search_attributes import dev_server_flags
 
 
@@ -161,6 +162,7 @@ class DevServer:
             stdout=log,
             stderr=log,
             stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,  # a SIGKILLed `playline dev` leaves no server
         )
         log.close()  # the child holds its own descriptor
         deadline = time.monotonic() + timeout_s

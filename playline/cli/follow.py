@@ -161,7 +161,9 @@ async def follow(
         while True:
             try:
                 state, current = await _states(client, handle)
-            except RPCError:
+            except (RPCError, RuntimeError, OSError, TimeoutError):
+                # Temporal away (a restart), the query not answered yet: the run's own
+                # wait rides that out; following it only tries again.
                 await asyncio.sleep(POLL_S)
                 continue
             now = datetime.now(UTC)

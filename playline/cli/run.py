@@ -252,7 +252,8 @@ async def execute(
         if not watcher.done():
             await asyncio.sleep(0.4)  # the bar's last update: the rows all done
         watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        # Following is a view: whatever ended it must not change how the run ends.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
             await watcher
     document = document.completed(result)
     document.spend = await store_spend(settings, [d.run_ref for d in result.datasets])

@@ -34,6 +34,7 @@ import httpx
 import uvicorn
 from starlette.applications import Starlette
 
+from playline.children import die_with_parent
 from playline.provider_server.app import ProviderServer, create_app
 from playline.provider_server.config import ServerConfig
 from playline.sockets import bind_socket, free_port
@@ -171,8 +172,11 @@ class ProviderServerProcess(AdminClient):
         host: str = "127.0.0.1",
         startup_timeout_s: float = 20.0,
         env: dict[str, str] | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.config = _as_config(config)
+        #: stop the server when the process that started it dies (Linux), even by SIGKILL
+        self.die_with_parent = die_with_parent
         self.host = host
         self.port = port or free_port(host)
         self.base_url = f"http://{host}:{self.port}"
@@ -212,6 +216,9 @@ class ProviderServerProcess(AdminClient):
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
             env=self._env(),
+            # Only when asked: the kernel ties the child to the *thread* that started
+            # it, and ``__aenter__`` starts it from a worker thread.
+            preexec_fn=die_with_parent if self.die_with_parent else None,
         )
         try:
             self._wait_healthy()
@@ -219,6 +226,11 @@ class ProviderServerProcess(AdminClient):
             self.stop()
             raise
         return self
+
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs."""
+        return self._proc.pid if self._proc is not None else None
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
