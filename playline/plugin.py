@@ -12,8 +12,11 @@ messages travel encoded too.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Sequence
+import importlib.metadata
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,7 +28,7 @@ from temporalio.converter import (
     PayloadCodec,
 )
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkflowRunner
+from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from playline.activities import (
@@ -41,9 +44,11 @@ from playline.codec import AesGcmCodec
 from playline.config import Settings
 from playline.errors import PlaylineError
 from playline.interceptors import ErrorTranslation
+from playline.published_plays import publish_plays
 from playline.services import Services, ServicesHolder
 from playline.workflows.dataset_run import DatasetRunWorkflow
 from playline.workflows.play import registered_plays
+from playline.workflows.registry import PlaysRegistry
 
 PASSTHROUGH_MODULES = ("playline", "pydantic", "pydantic_core", "annotated_types")
 
@@ -108,7 +113,7 @@ class PlaylinePlugin(SimplePlugin):
             # Resolved when a worker is built, so plays imported after the client
             # was connected are still registered.
             chosen = list(plays) if plays is not None else list(registered_plays().values())
-            return with_missing(existing or [], [DatasetRunWorkflow, *chosen])
+            return with_missing(existing or [], [DatasetRunWorkflow, PlaysRegistry, *chosen])
 
         owned = services is None
         # One reading of the environment for the codec and the services alike: a client
@@ -151,6 +156,29 @@ class PlaylinePlugin(SimplePlugin):
             run_context=run_context,
         )
 
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Run the worker, and publish its plays on its task queue as it starts (see
+        :mod:`playline.published_plays`), so clients can tell what it registered."""
+        config = worker.config(active_config=True)
+        plays = registered_plays()
+        names = [
+            name
+            for cls in config.get("workflows") or []
+            if (name := workflow_name(cls)) is not None and name in plays
+        ]
+        client = config["client"]
+        identity = config.get("identity") or client.identity
+        publishing = asyncio.ensure_future(
+            publish_plays(client, config["task_queue"], identity, names, _version())
+        )
+        try:
+            await super().run_worker(worker, next)
+        finally:
+            if not publishing.done():
+                publishing.cancel()
+            with contextlib.suppress(BaseException):
+                await publishing
+
     @asynccontextmanager
     async def run_replayer(self, replayer, histories, next):  # type: ignore[no-untyped-def]
         """Replaying needs no services: workflows only see recorded results."""
@@ -173,6 +201,13 @@ def with_missing(existing: Sequence[type], ours: Sequence[type]) -> list[type]:
             if name is not None:
                 taken.add(name)
     return [*existing, *added]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("playline")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def workflow_name(cls: type) -> str | None:

@@ -1,7 +1,11 @@
-"""``playline plays list``: the plays a worker would register, and those seen on Temporal.
+"""``playline plays list``: the plays the running workers registered, those a worker
+would register here, and those seen on Temporal.
 
-Two sources, each named in the output:
+Three sources, each named in the output:
 
+* **registered by the workers on the task queue**: what each worker polling it now
+  published as it started (:mod:`playline.published_plays`); the plays a run on that
+  queue can use;
 * **registered here**: importing ``--plays`` modules (and the demo's) declares plays,
   exactly as ``playline worker --plays ...`` does before it registers them;
 * **seen on the namespace**: the play types of the most recent runs, from Temporal's
@@ -17,12 +21,14 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
+from temporalio.client import Client
 from temporalio.service import RPCError
 
 from playline import search_attributes as sa
 from playline.cli.render import console, out, print_json
 from playline.cli.setup import registered_search_attributes
 from playline.config import Settings
+from playline.published_plays import QueuePlays, read_published_plays
 from playline.worker import connect, import_plays
 from playline.workflows.play import registered_plays
 
@@ -34,7 +40,9 @@ def add_plays_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], c
     plays = sub.add_parser("plays", help="list plays")
     plays_sub = plays.add_subparsers(dest="plays_command", required=True)
     listing = plays_sub.add_parser(
-        "list", help="plays a worker would register here, and play types seen on the namespace"
+        "list",
+        help="plays the workers on the task queue registered, those a worker would "
+        "register here, and play types seen on the namespace",
     )
     common(listing)
     listing.add_argument("--plays", nargs="*", default=[], help="modules declaring plays")
@@ -57,17 +65,32 @@ async def cmd_plays(args: argparse.Namespace, settings: Settings) -> int:
     }
     seen: dict[str, dict[str, Any]] = {}
     note = None
+    workers: QueuePlays | None = None
     if not args.local:
-        seen, note = await _seen_on_namespace(settings)
+        client = await connect(settings=settings)
+        workers = await read_published_plays(client, args.task_queue)
+        seen, note = await _seen_on_namespace(client)
     if args.json:
         print_json(
             {
+                "task_queue": args.task_queue,
+                "workers": None
+                if workers is None
+                else {
+                    "live": workers.live,
+                    "plays": [
+                        {"play": play, "workers": identities}
+                        for play, identities in sorted(workers.plays.items())
+                    ],
+                },
                 "registered_here": list(registered.values()),
                 "seen_on_namespace": list(seen.values()),
                 "note": note,
             }
         )
         return 0
+    if not args.local:
+        print_workers(args.task_queue, workers)
     out().print("[bold]registered here[/] (imported: the demo and --plays modules)")
     for info in registered.values():
         fields = ", ".join(info["input_fields"])
@@ -89,8 +112,25 @@ async def cmd_plays(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-async def _seen_on_namespace(settings: Settings) -> tuple[dict[str, dict[str, Any]], str | None]:
-    client = await connect(settings=settings)
+def print_workers(task_queue: str, workers: QueuePlays | None) -> None:
+    """The plays the workers polling ``task_queue`` published, or why there are none."""
+    if workers is None:
+        out().print(
+            f"[bold]registered by the workers on task queue {task_queue}[/]: no worker polls "
+            "it now, or its workers run a playline that does not publish its plays"
+        )
+        return
+    count = len(workers.live)
+    out().print(
+        f"[bold]registered by the workers on task queue {task_queue}[/] "
+        f"({count} worker{'s' if count != 1 else ''} polling now)"
+    )
+    for play, identities in sorted(workers.plays.items()):
+        shown = "all of them" if len(identities) == count else ", ".join(identities)
+        out().print(f"  {play:<24} {shown}")
+
+
+async def _seen_on_namespace(client: Client) -> tuple[dict[str, dict[str, Any]], str | None]:
     if sa.PLAY.name not in await registered_search_attributes(client):
         return {}, (
             "playline's search attributes are not registered in this namespace, so its "

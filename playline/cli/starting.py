@@ -6,11 +6,12 @@ fairness and priority), ``--input`` becomes the play's input (:func:`play_input`
 ``--csv`` is streamed into the workers' store (:func:`upload_input_csv`).
 
 An unknown play is caught twice. Before anything is uploaded or started,
-:func:`check_play_name` compares the name with the plays this process can see (those
-it imports, the demo's, and those that have run on the namespace) and refuses a name
-that is almost surely a typo of one of them. The workers' own plays are not visible
-to a client (a worker publishes nothing of them before it runs one), so a name that
-is merely unknown here is still started: once it is, :func:`refuse_unknown_play`
+:func:`check_play_name` asks what the workers polling the task queue published
+(:mod:`playline.published_plays`) and refuses a name none of them has, suggesting the
+closest. Where no worker answers (none polls yet, or they run an older playline) it
+compares the name with the plays this process can see (those it imports, the demo's,
+and those that have run on the namespace) and refuses only a name that is almost surely
+a typo of one of them; any other name is started, and :func:`refuse_unknown_play`
 ends it within seconds if no worker on its task queue knows it, naming the plays
 that do exist.
 """
@@ -41,6 +42,7 @@ from playline.config import Settings
 from playline.contract import RunOptions
 from playline.datasets import store_source, upload_csv
 from playline.errors import PlaylineError, format_validation_errors
+from playline.published_plays import QueuePlays, read_published_plays
 from playline.stores.backends import open_stores
 from playline.worker import import_plays
 from playline.workflows.play import registered_plays
@@ -233,6 +235,9 @@ async def check_play_name(client: Client, play: str, task_queue: str) -> PlayChe
     :func:`refuse_unknown_play`.
     """
     check = PlayCheck(play)
+    published = await read_published_plays(client, task_queue)
+    if published is not None:
+        return _against_published(check, published)
     import_plays(())
     local = set(registered_plays())
     if play in local:
@@ -262,6 +267,29 @@ async def check_play_name(client: Client, play: str, task_queue: str) -> PlayChe
             f"(did you mean {' or '.join(repr(n) for n in similar)}?); starting it for the "
             f"workers on task queue {task_queue!r}, which end it if none of them has it"
         )
+    return check
+
+
+def _against_published(check: PlayCheck, published: QueuePlays) -> PlayCheck:
+    """The workers polling the queue said what they have: a name none of them has is
+    refused, whatever it resembles (nothing would run it)."""
+    play, known = check.play, sorted(published.plays)
+    check.known = known
+    if play in published.plays:
+        return check
+    listed = ", ".join(known[:KNOWN_LISTED]) or "no plays"
+    if len(known) > KNOWN_LISTED:
+        listed += f" and {len(known) - KNOWN_LISTED} more (playline plays list)"
+    similar = _close(play, known, SUGGEST_CUTOFF, 1)
+    guess = f"; did you mean {similar[0]!r}?" if similar else ""
+    n = len(published.live)
+    workers = "the worker" if n == 1 else f"the {n} workers"
+    check.refusal = (
+        f"no play named {play!r}{guess} ({workers} on task queue {published.task_queue!r} "
+        f"{'has' if n == 1 else 'have'}: {listed}); nothing was started. Start a worker "
+        "that imports the play's module (playline worker --plays MODULE), name its queue "
+        "with --task-queue, or start it anyway with --no-play-check"
+    )
     return check
 
 

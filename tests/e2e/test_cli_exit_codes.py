@@ -212,7 +212,8 @@ async def test_a_mistyped_play_is_refused_before_anything_is_uploaded_or_started
         line = error_line(
             refused,
             EXIT_REFUSED,
-            "error: no play named 'enrich_leds'; did you mean 'enrich_leads'? (known: ",
+            "error: no play named 'enrich_leds'; did you mean 'enrich_leads'? (the worker on "
+            f"task queue {task_queue!r} has: ",
             "--no-play-check",
         )
         print(f"{line}\n(refused after {took:.1f}s)")  # a figure for the record, not asserted

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from playline.cli.devserver import DevServer
 from playline.provider_server.process import free_port
@@ -43,9 +44,9 @@ async def playline(
     return subprocess.CompletedProcess(args, proc.returncode or 0, out.decode(), err.decode())
 
 
-def one_clear_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """The error line, after checking: exit 1, no traceback, every needle present."""
-    assert result.returncode == 1, (result.stdout, result.stderr)
+def one_clear_line(result: subprocess.CompletedProcess[str], *needles: str, code: int = 1) -> str:
+    """The error line, after checking: exit ``code``, no traceback, every needle present."""
+    assert result.returncode == code, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr + result.stdout
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, result.stderr
@@ -144,7 +145,7 @@ async def test_bad_chunk_sizes_are_rejected_before_anything_starts(
         one_clear_line(result, "invalid run options", "chunk-size")
 
 
-async def test_an_unknown_play_fails_naming_the_known_ones_and_the_run_is_ended(
+async def test_an_unknown_play_is_refused_at_once_naming_the_workers_plays_leaving_nothing(
     client, worker, temporal_address: str, task_queue: str, tmp_path: Path
 ) -> None:
     async with worker():
@@ -161,11 +162,27 @@ async def test_an_unknown_play_fails_naming_the_known_ones_and_the_run_is_ended(
             home=tmp_path,
         )
         took = time.monotonic() - started
-    line = one_clear_line(result, "no_such_play", "t_tool_column", "enrich_leads", "terminated")
-    assert "playline.DatasetRun" not in line
-    desc = await client.get_workflow_handle("unknown-play-run").describe()
-    assert desc.status == WorkflowExecutionStatus.TERMINATED
-    print(f"unknown play failed after {took:.1f}s")  # a figure for the record, not asserted
+        # The workers published their plays: the name is refused before anything starts.
+        line = one_clear_line(
+            result, "no play named 'no_such_play'", "t_tool_column", "enrich_leads", code=2
+        )
+        assert "playline.DatasetRun" not in line and "playline.Plays" not in line
+        assert "did you mean" not in line  # nothing like it
+        with pytest.raises(RPCError) as missing:
+            await client.get_workflow_handle("unknown-play-run").describe()
+        assert missing.value.status == RPCStatusCode.NOT_FOUND
+        # One letter off: the closest is suggested.
+        typo = await playline(
+            "run",
+            "t_tool_colum",
+            "--address",
+            temporal_address,
+            "--task-queue",
+            task_queue,
+            home=tmp_path,
+        )
+        one_clear_line(typo, "did you mean 't_tool_column'?", code=2)
+    print(f"unknown play refused after {took:.1f}s")  # a figure for the record, not asserted
 
 
 async def test_a_duplicate_id_names_the_existing_run(
