@@ -142,6 +142,7 @@ class RowCall:
         force: bool = False,
         stale_after_seconds: float | None = None,
     ) -> ToolResult:
+        self.column.asked.add(tool_id)
         try:
             result = await self._runner.call(
                 tool_id, input, force=force, stale_after_s=stale_after_seconds, payer=self._payer
@@ -181,6 +182,7 @@ class RowCall:
             on_unavailable=on_unavailable,
             max_credits=max_credits,
         )
+        self.column.asked.update(spec.tools())
         result = await run_waterfall(
             self.tool,
             catalog,
