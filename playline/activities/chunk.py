@@ -109,7 +109,8 @@ class RowCall:
     It also records what each column's calls were (``column``), from which the chunk
     writes the cell's provenance. ``payer`` names the row in receipts: an answer this
     row paid for in an earlier attempt (a retried chunk, a worker killed after the
-    call) reads as paid by it, not as reused, so the run's credits stay exact.
+    call) reads as paid by it, not as reused, so the run's credits stay exact. An
+    estimate gives its rows the same, over a runner that counts instead of sending.
     """
 
     def __init__(

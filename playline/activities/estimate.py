@@ -195,7 +195,7 @@ async def _evaluate(spec: ColumnSpec, row: Mapping[str, Any], rc: RowCall) -> An
 
 
 class ChunkEstimate:
-    """One attempt of one estimate chunk: its rows run through the estimating runner."""
+    """One attempt of one estimate chunk: its rows run on the estimate's call path."""
 
     def __init__(self, input: ChunkInput, estimator: Estimator) -> None:
         self.input = input
