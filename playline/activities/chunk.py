@@ -109,7 +109,8 @@ class RowCall:
     It also records what each column's calls were (``column``), from which the chunk
     writes the cell's provenance. ``payer`` names the row in receipts: an answer this
     row paid for in an earlier attempt (a retried chunk, a worker killed after the
-    call) reads as paid by it, not as reused, so the run's credits stay exact.
+    call) reads as paid by it, not as reused, so the run's credits stay exact. An
+    estimate gives its rows the same, over a runner that counts instead of sending.
     """
 
     def __init__(
@@ -142,6 +143,7 @@ class RowCall:
         force: bool = False,
         stale_after_seconds: float | None = None,
     ) -> ToolResult:
+        self.column.asked.add(tool_id)
         try:
             result = await self._runner.call(
                 tool_id, input, force=force, stale_after_s=stale_after_seconds, payer=self._payer
@@ -181,6 +183,7 @@ class RowCall:
             on_unavailable=on_unavailable,
             max_credits=max_credits,
         )
+        self.column.asked.update(spec.tools())
         result = await run_waterfall(
             self.tool,
             catalog,

@@ -2,10 +2,11 @@
 
 ``playline.estimate_chunk`` is the chunk activity of an estimate (``RunOptions.estimate``):
 it reads the run's rows ``[start, end)`` from the sheet store like
-``playline.run_chunk`` and runs every column's resolver for each row, but with an
-:class:`EstimateRowCall` whose tool calls and waterfalls go to an
-:class:`~playline.calls.estimate.EstimatingRunner`: answered by fresh receipts where
-they exist, counted and priced where the run would pay. It sends no request, claims
+``playline.run_chunk`` and runs every column's resolver for each row with the run's
+own row context (``RowCall``), whose tool calls and waterfalls go down the run's call
+path to an :class:`~playline.calls.estimate.EstimatingDispatcher` (an
+:class:`~playline.calls.estimate.Estimator`): answered by fresh receipts where they
+exist, counted and priced where the run would pay. It sends no request, claims
 no receipt and writes no cell, so it can run many rows at once; it returns the rows
 it counted and the estimate's tally (``ChunkStats.estimate``).
 
@@ -42,22 +43,23 @@ from typing import Any
 from temporalio import activity
 
 from playline import resolvers
-from playline.calls import estimate_waterfall as waterfalls
+from playline.activities.chunk import RowCall
 from playline.calls.catalog import ToolSpec
 from playline.calls.cell_freshness import later_columns, plan_column
 from playline.calls.estimate import (
-    EstimatingRunner,
+    Estimator,
     Unknown,
     UnpaidResult,
+    counting_for,
     note_read,
     unknown_p,
     watching_unknowns,
 )
 from playline.calls.estimate_tally import PLAY_COLUMN
 from playline.calls.fixtures import FIXTURE_SCOPE
+from playline.calls.provenance import ColumnCalls
 from playline.calls.runner import REFRESH_OLDER_THAN, ToolResult
-from playline.calls.waterfall import Step, WaterfallResult, waterfall_of
-from playline.calls.waterfall_spec import AcceptSpec, ValidateSpec
+from playline.calls.waterfall import WaterfallResult
 from playline.contract import (
     ESTIMATE_DATASET_SUFFIX,
     ChunkInput,
@@ -69,7 +71,6 @@ from playline.contract import (
     WaterfallCallInput,
 )
 from playline.errors import BlankInput, InvalidPlayInput, PlaylineError
-from playline.freshness import PreviousCell
 from playline.services import Services, ServicesHolder
 from playline.stores.sheet import RunRow
 
@@ -116,18 +117,18 @@ def estimating_runner(
     *,
     seen: dict[bytes, int] | None = None,
     chunk: int = 0,
-) -> EstimatingRunner:
-    """A runner that counts instead of sending, keyed like the run's mode would key it
-    (a fixture-mode run pays nothing, so its calls are counted at 0 credits)."""
+) -> Estimator:
+    """The run's call path counting instead of sending, keyed like the run's mode would
+    key it (a fixture-mode run pays nothing, so its calls are counted at 0 credits)."""
 
     def fixture_scope(_tool: ToolSpec) -> str:
         return FIXTURE_SCOPE
 
     if options.integration_mode == "fixture":  # replayed answers: counted, never charged
-        return EstimatingRunner(
+        return Estimator(
             services.catalog, services.receipts, fixture_scope, free=True, seen=seen, chunk=chunk
         )
-    return EstimatingRunner(
+    return Estimator(
         services.catalog, services.receipts, services.provider.auth_scope, seen=seen, chunk=chunk
     )
 
@@ -170,85 +171,14 @@ class RowReads(Mapping[str, Any]):
         return f"RowReads({self._data!r})"
 
 
-class EstimateRowCall:
-    """The ``rc`` a resolver receives in an estimate: ``RowCall``'s surface, counting.
-
-    It remembers, per column, which tools were called and whether an answer was
-    unpaid (``Unknown``), which is how a failing resolver is told apart from one that
-    stumbled on an unknown value.
-    """
-
-    def __init__(self, row_key: str, runner: EstimatingRunner, row: Mapping[str, Any]) -> None:
-        self.row_key = row_key
-        self.row = row
-        self._runner = runner
-        self.column = ""
-        self.called: set[str] = set()
-        self.unpaid = False
-        #: the current column's cell as an earlier run left it (``RowCall.previous``)
-        self.previous: PreviousCell | None = None
-
-    def next_column(self, name: str) -> None:
-        self.column, self.called, self.unpaid = name, set(), False
-
-    async def tool(
-        self,
-        tool_id: str,
-        input: Mapping[str, Any],
-        *,
-        force: bool = False,
-        stale_after_seconds: float | None = None,
-    ) -> ToolResult:
-        self.called.add(tool_id)
-        result = await self._runner.call(
-            tool_id, input, force=force, stale_after_s=stale_after_seconds, column=self.column
-        )
-        self.unpaid = self.unpaid or isinstance(result, UnpaidResult)
-        return result
-
-    async def waterfall(
-        self,
-        name: str | None = None,
-        input: Mapping[str, Any] | None = None,
-        *,
-        steps: Sequence[str | Step] | None = None,
-        value: str | None = None,
-        accept: AcceptSpec | None = None,
-        validate: ValidateSpec | None = None,
-        on_unavailable: str = "skip",
-        max_credits: float | None = None,
-        row: Mapping[str, Any] | None = None,
-    ) -> WaterfallResult:
-        """``RowCall.waterfall``, estimated (:mod:`playline.calls.estimate_waterfall`)."""
-        catalog = self._runner.catalog
-        spec, code_steps = waterfall_of(
-            catalog,
-            name,
-            steps,
-            value=value,
-            accept=accept,
-            validate=validate,
-            on_unavailable=on_unavailable,
-            max_credits=max_credits,
-        )
-        self.called.update(spec.tools())
-        result = await waterfalls.estimate_waterfall(
-            self._runner,
-            spec,
-            input or {},
-            row if row is not None else self.row,
-            column=self.column,
-            name=name,
-            steps=code_steps,
-        )
-        self.unpaid = self.unpaid or isinstance(result.value, Unknown)
-        return result
-
-    def log(self, message: str) -> None:
-        activity.logger.debug("[estimate row %s] %s", self.row_key, message)
+def met_unpaid(column: ColumnCalls) -> bool:
+    """Whether a column's calls met an answer the run would pay for (an ``Unknown``)."""
+    return any(isinstance(call, UnpaidResult) for call in column.calls) or any(
+        isinstance(found.value, Unknown) for found in column.waterfalls
+    )
 
 
-async def _evaluate(spec: ColumnSpec, row: Mapping[str, Any], rc: EstimateRowCall) -> Any:
+async def _evaluate(spec: ColumnSpec, row: Mapping[str, Any], rc: RowCall) -> Any:
     """One column for one row, as the chunk runs it; the value it would hold."""
     if spec.run_if is not None:
         verdict = resolvers.lookup(spec.run_if)(row)
@@ -265,11 +195,11 @@ async def _evaluate(spec: ColumnSpec, row: Mapping[str, Any], rc: EstimateRowCal
 
 
 class ChunkEstimate:
-    """One attempt of one estimate chunk: its rows run through the estimating runner."""
+    """One attempt of one estimate chunk: its rows run on the estimate's call path."""
 
-    def __init__(self, input: ChunkInput, runner: EstimatingRunner) -> None:
+    def __init__(self, input: ChunkInput, estimator: Estimator) -> None:
         self.input = input
-        self.runner = runner
+        self.estimator = estimator
         self.rows_done = 0
         #: cells the run would compute / keep because they are fresh (``plan_column``)
         self.cells_due = 0
@@ -296,7 +226,7 @@ class ChunkEstimate:
                 await beats
         return ChunkStats(
             elapsed_s=time.monotonic() - started,
-            estimate=self.runner.tally.as_dict(),
+            estimate=self.estimator.tally.as_dict(),
             cells_due=self.cells_due,
             cells_fresh=self.cells_fresh,
         )
@@ -315,11 +245,11 @@ class ChunkEstimate:
             meta: Mapping[str, Any] = earlier[1] if earlier else row.cell_meta
             view = MappingProxyType(data)
             reads = RowReads(data)
-            rc = EstimateRowCall(row.row_key, self.runner, reads)
+            rc = RowCall(row.row_key, self.estimator.runner, row=reads)
             failed = False
             now = time.time()
             for spec, skip in zip(self.input.columns, self._later, strict=True):
-                rc.next_column(spec.name)
+                rc.next_column()
                 try:
                     plan = plan_column(spec, skip, view, meta, now)
                     rc.previous = plan.previous
@@ -329,7 +259,7 @@ class ChunkEstimate:
                     self.cells_due += 1
                     token = REFRESH_OLDER_THAN.set(plan.refresh_older_than)
                     try:
-                        with watching_unknowns() as met:
+                        with counting_for(spec.name), watching_unknowns() as met:
                             try:
                                 data[spec.name] = await _evaluate(spec, reads, rc)
                             except BlankInput:  # the run: skipped_input, free; the row goes on
@@ -340,26 +270,26 @@ class ChunkEstimate:
                     if isinstance(err, PlaylineError) and err.chunk_fatal:
                         raise
                     chance = unknown_p(data)
-                    if not rc.unpaid and chance is None:
+                    if not met_unpaid(rc.column) and chance is None:
                         failed = True  # the run fails this row too: its later columns never run
                         break
-                    await self._count_uncalled(spec, rc, 1.0 if chance is None else chance)
+                    await self._count_uncalled(spec, rc.column, 1.0 if chance is None else chance)
                     data[spec.name] = Unknown(1.0 if chance is None else chance)
                 else:
-                    if rc.unpaid or met.any:
+                    if met_unpaid(rc.column) or met.any:
                         # A way the estimate did not take (a fallback) may call the rest.
-                        await self._count_uncalled(spec, rc, met.fallback_chance())
-            tally = self.runner.tally
+                        await self._count_uncalled(spec, rc.column, met.fallback_chance())
+            tally = self.estimator.tally
             tally.rows += 1
             tally.rows_failed += int(failed)
             self.rows_done += 1
 
-    async def _count_uncalled(self, spec: ColumnSpec, rc: EstimateRowCall, chance: float) -> None:
+    async def _count_uncalled(self, spec: ColumnSpec, made: ColumnCalls, chance: float) -> None:
         """The column's declared tools it did not reach: dependent calls, input unknown,
         each expected with ``chance``."""
         for tool_id in resolvers.declared_tools(spec.resolver):
-            if tool_id not in rc.called:
-                await self.runner.count_unknown_input(spec.name, tool_id, chance)
+            if tool_id not in made.asked:
+                await self.estimator.dispatcher.count_unknown_input(spec.name, tool_id, chance)
 
 
 class EstimateActivities:
@@ -377,38 +307,36 @@ class EstimateActivities:
             raise InvalidPlayInput(
                 f"run {input.run_ref} has {len(rows)} rows in [{input.start}, {input.end})"
             )
-        runner = estimating_runner(
+        estimator = estimating_runner(
             services, input.options, seen=seen_calls(input.run_ref), chunk=input.start
         )
         earlier = await earlier_rows(services, input.run_ref, rows)
-        return await ChunkEstimate(input, runner).run(rows, earlier)
+        return await ChunkEstimate(input, estimator).run(rows, earlier)
 
     @activity.defn(name="playline.estimate_tool")
     async def estimate_tool(self, input: ToolCallInput) -> EstimatedCall:
         """``ctx.tool`` estimated: the receipt's answer if a fresh one holds it, else
         ``{}``."""
-        runner = estimating_runner(self._holder.services, input.options)
-        result = await runner.call(
-            input.tool_id,
-            input.input,
-            force=input.force,
-            stale_after_s=input.stale_after_seconds,
-            column=PLAY_COLUMN,
-        )
+        estimator = estimating_runner(self._holder.services, input.options)
+        with counting_for(PLAY_COLUMN):
+            result = await estimator.runner.call(
+                input.tool_id,
+                input.input,
+                force=input.force,
+                stale_after_s=input.stale_after_seconds,
+            )
         # Unpaid, the play gets an empty answer: code reading it (``.get``) goes on.
         data: Any = {} if isinstance(result, UnpaidResult) else result.data
-        return EstimatedCall(data=data, estimate=runner.tally.as_dict())
+        return EstimatedCall(data=data, estimate=estimator.tally.as_dict())
 
     @activity.defn(name="playline.estimate_waterfall")
     async def estimate_waterfall(self, input: WaterfallCallInput) -> EstimatedCall:
         """``ctx.waterfall`` estimated, shaped as ``call_waterfall``'s answer: the value
         when receipts give it for sure, else ``None`` with the miss ``UNPAID``."""
-        services = self._holder.services
-        runner = estimating_runner(services, input.options)
-        spec = services.catalog.waterfall(input.name)
-        result = await waterfalls.estimate_waterfall(
-            runner, spec, input.input, {}, column=PLAY_COLUMN, name=input.name
-        )
+        estimator = estimating_runner(self._holder.services, input.options)
+        rc = RowCall(PLAY_COLUMN, estimator.runner)
+        with counting_for(PLAY_COLUMN):
+            result = await rc.waterfall(input.name, input.input)
         known = not isinstance(result.value, Unknown)
         data: dict[str, Any] = {
             "value": result.value if known else None,
@@ -417,4 +345,4 @@ class EstimateActivities:
             "miss": (result.miss if result.value is None else None) if known else UNPAID,
             "steps": [],
         }
-        return EstimatedCall(data=data, estimate=runner.tally.as_dict())
+        return EstimatedCall(data=data, estimate=estimator.tally.as_dict())

@@ -34,11 +34,11 @@ ledger before it is sent and settled at what it cost (a row's worst case is rese
 as one before the row starts); :mod:`~playline.calls.accounting` counts each provider's
 requests, charges, replays and reuses.
 
-An estimate (:mod:`~playline.calls.estimate`) swaps ``ToolRunner`` for
-``EstimatingRunner``: the same validation and receipt key, then a read-only
+An estimate (:mod:`~playline.calls.estimate`) runs the same row context, ``ToolRunner``
+and waterfall loop with an ``EstimatingDispatcher`` below them: a read-only
 ``ReceiptStore.get`` instead of a claim, and a count
-(:mod:`~playline.calls.estimate_tally`) instead of a dispatch; its waterfalls are
-weighed step by step (:mod:`~playline.calls.estimate_waterfall`).
+(:mod:`~playline.calls.estimate_tally`) instead of a dispatch; the waterfall weighs an
+unpaid step by the chance it gives the value.
 """
 
 from playline.calls.attempt import Attempt, CallStats

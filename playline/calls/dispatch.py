@@ -7,8 +7,9 @@ The runner calls it one way and is called back by nobody; a new mode is a new
 class, not a new ``if`` in the runner.
 
 Implementations: :class:`~playline.calls.live.LiveDispatcher` (HTTP; routes
-tools with a bulk endpoint through :class:`~playline.calls.bulk.BulkDispatcher`)
-and :class:`~playline.calls.fixtures.FixtureDispatcher`.
+tools with a bulk endpoint through :class:`~playline.calls.bulk.BulkDispatcher`),
+:class:`~playline.calls.fixtures.FixtureDispatcher`, and an estimate's
+:class:`~playline.calls.estimate.EstimatingDispatcher` (counts, never sends).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class Settled:
     ``paid`` is False when the answer came without a request of this attempt's (a bulk
     request another owner finished, a fixture); ``credits`` is then 0. ``recorded`` is
     False when the receipt was taken over before the answer was recorded: its new owner
-    records the call and its cost.
+    records the call and its cost. ``data`` that is a whole ``ToolResult`` is the answer
+    as the dispatcher shaped it (an estimate's unpaid one) and is returned as it is.
     """
 
     data: Any

@@ -1,11 +1,14 @@
 """Estimating: a play's tool calls counted from receipts, never sent.
 
-``playline estimate`` runs a play as a run would, with an :class:`EstimatingRunner` in
-place of the :class:`~playline.calls.runner.ToolRunner`: the same ``call`` surface, the
-same input validation and receipt key (the auth scope of the run's mode), but the
-receipt store is only *read* (``get``, batched per event-loop tick as the runner batches
-its claims; an estimate never claims, leases or writes), and nothing reaches a
-provider. For each distinct call of a chunk:
+``playline estimate`` runs a play as a run would, on the run's own call path: the
+row context, ``rc.tool``, the waterfall loop and the
+:class:`~playline.calls.runner.ToolRunner` (input validation, receipt key in the auth
+scope of the run's mode, identical calls shared) are the run's. Below it an
+:class:`EstimatingDispatcher` stands in for the claims and the dispatcher (an
+:class:`Estimator` puts them together): the receipt store is only *read* (``get``,
+batched per event-loop tick as the runner batches its claims; an estimate never claims,
+leases or writes), and nothing reaches a provider. Calls count under the column
+being estimated (:func:`counting_for`). For each distinct call of a chunk:
 
 * a completed receipt that is fresh by the claim rule (not ``force``, not older than
   ``stale_after_s``) is a free hit, and its real answer is returned, so the calls that
@@ -40,24 +43,42 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from playline.calls.attempt import Attempt
 from playline.calls.billing import is_present
 from playline.calls.catalog import Catalog, ToolSpec
-from playline.calls.estimate_tally import BASIS_RECEIPTS, BASIS_WORST_CASE, Basis, EstimateTally
-from playline.calls.runner import REFRESH_OLDER_THAN, ToolResult
+from playline.calls.dispatch import ClaimedCall, Settled
+from playline.calls.estimate_tally import (
+    BASIS_RECEIPTS,
+    BASIS_WORST_CASE,
+    PLAY_COLUMN,
+    Basis,
+    EstimateTally,
+)
+from playline.calls.runner import CALL_REACH, ToolResult, ToolRunner
+from playline.calls.tick_batch import TickBatch
 from playline.errors import BlankInput
 from playline.freshness import stricter, within_age
-from playline.stores.receipts import Receipt, receipt_key
+from playline.stores.receipts import (
+    ClaimOutcome,
+    ClaimRequest,
+    ClaimStatus,
+    Receipt,
+    ReceiptStore,
+)
 
 __all__ = [
+    "COUNTED_COLUMN",
     "MIN_HISTORY",
-    "EstimatingRunner",
+    "EstimatingDispatcher",
+    "Estimator",
     "ReceiptReader",
     "ToolHistory",
     "Unknown",
     "UnknownsMet",
     "UnpaidResult",
+    "counting_for",
     "note_read",
     "unknown_p",
     "watching_unknowns",
@@ -67,6 +88,8 @@ __all__ = [
 MIN_HISTORY = 20
 #: How many of a tool's latest completed receipts its history reads.
 SAMPLE_SIZE = 1000
+#: An estimate holds no lease; its attempt's TTL only bounds what nothing waits for.
+ESTIMATE_LEASE_TTL_S = 60.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -159,13 +182,17 @@ _MET: ContextVar[UnknownsMet | None] = ContextVar("playline_estimate_unknowns_me
 @contextmanager
 def watching_unknowns() -> Iterator[UnknownsMet]:
     """Record what the code run inside (one column, in this task and the tasks it
-    starts) does with unknown values."""
+    starts) does with unknown values; a watch inside another adds its record to it."""
     met = UnknownsMet()
     token = _MET.set(met)
     try:
         yield met
     finally:
         _MET.reset(token)
+        outer = _MET.get()
+        if outer is not None:
+            outer.read = outer.read or met.read
+            outer.other_way.extend(met.other_way)
 
 
 def note_read() -> None:
@@ -281,8 +308,24 @@ class _Counted:
     price: float
 
 
-class EstimatingRunner:
-    """Counts the tool calls of one estimate attempt. See the module docstring.
+#: The column whose calls are being counted; a play's own calls count under the play.
+COUNTED_COLUMN: ContextVar[str] = ContextVar("playline_estimate_column", default=PLAY_COLUMN)
+
+
+@contextmanager
+def counting_for(column: str) -> Iterator[None]:
+    """Count the calls made inside (in this task and the tasks it starts) under ``column``."""
+    token = COUNTED_COLUMN.set(column)
+    try:
+        yield
+    finally:
+        COUNTED_COLUMN.reset(token)
+
+
+class EstimatingDispatcher:
+    """The claims and the dispatcher of an estimate's :class:`ToolRunner`: it reads
+    receipts instead of claiming them and counts calls instead of sending them. See the
+    module docstring.
 
     Args:
         catalog: the tools that exist.
@@ -296,7 +339,7 @@ class EstimatingRunner:
             the chunk (``chunk``) that counts them: the run pays for a call once and
             its other chunks find the receipt, so they count it free (a retried
             attempt of the counting chunk counts it again: its first tally was lost).
-        chunk: the chunk this runner counts for (its first row).
+        chunk: the chunk this dispatcher counts for (its first row).
     """
 
     def __init__(
@@ -320,10 +363,12 @@ class EstimatingRunner:
         self._scope = auth_scope
         self._clock = clock
         self._min_history = min_history
-        self._answers: dict[str, asyncio.Future[ToolResult]] = {}
         self._counted: dict[str, _Counted] = {}
         self._histories: dict[str, asyncio.Future[ToolHistory]] = {}
-        self._lookups = _LookupQueue(receipts)
+        self._lookups: TickBatch[str, Receipt | None] = TickBatch(self._read)
+
+    def auth_scope(self, tool: ToolSpec) -> str:
+        return self._scope(tool)
 
     async def history(self, tool: ToolSpec) -> ToolHistory:
         """The tool's history, read once per attempt (concurrent askers share it)."""
@@ -336,160 +381,146 @@ class EstimatingRunner:
         samples = await self._receipts.sample(tool.id, SAMPLE_SIZE)
         return ToolHistory(tool, samples, min_history=self._min_history)
 
-    async def call(
-        self,
-        tool_id: str,
-        tool_input: Mapping[str, Any],
-        *,
-        force: bool = False,
-        stale_after_s: float | None = None,
-        payer: str | None = None,
-        column: str = "",
-        reach: float = 1.0,
-    ) -> ToolResult:
-        """Count one call of ``column`` that happens with chance ``reach`` (a later
-        waterfall step is less likely to run); its answer if a receipt holds it.
-        ``payer`` is accepted for the row context's sake and ignored (nothing is paid)."""
-        tool = self.catalog.tool(tool_id)
-        chance = unknown_p(tool_input)
-        if chance is not None:
-            blank = tool.blank_fields(tool_input)
-            if blank:  # blank whatever the unknown values turn out to be: never sent
-                raise BlankInput(tool.id, blank)
-            return await self.count_unknown_input(column, tool.id, reach * chance)
-        # As the run's: InvalidToolInput, or BlankInput (never sent, so not counted).
-        payload = tool.validate_input(tool_input)
-        key = receipt_key(tool.id, tool.version, payload, self._scope(tool))
-        stale_after_s = stricter(stale_after_s, REFRESH_OLDER_THAN.get())
-        shared = self._answers.get(key)
-        if shared is not None:
-            result = await asyncio.shield(shared)
-            if self._young_enough(result, stale_after_s):
-                self._raise_reach(key, reach)
-                return result
-        future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
-        self._answers[key] = future
-        try:
-            result = await self._first(tool, key, column, reach, force, stale_after_s)
-        except BaseException as err:
-            future.set_exception(err)
-            future.exception()  # followers may be absent; mark it retrieved
-            raise
-        future.set_result(result)
-        return result
+    # -- the claims: a read ---------------------------------------------------------
 
-    async def count_unknown_input(self, column: str, tool_id: str, chance: float) -> UnpaidResult:
-        """A dependent call whose input is unknown (real with ``chance``): counted to pay."""
-        tool = self.catalog.tool(tool_id)
-        history = await self.history(tool)
-        self.tally.to_pay(
-            column,
-            tool.id,
-            tool.provider,
-            worst=self._worst(tool),
-            expected=chance * self._price(history),
-            basis=history.basis,
-            unknown_input=True,
-        )
-        return UnpaidResult(tool, Unknown(chance), cached=False, history=history, scale=chance)
-
-    async def _first(
-        self,
-        tool: ToolSpec,
-        key: str,
-        column: str,
-        reach: float,
-        force: bool,
-        stale_after_s: float | None,
-    ) -> ToolResult:
-        receipt = await self._lookups.get(key)
-        if receipt is not None and self._fresh(tool, receipt, force, stale_after_s):
-            self.tally.cached(column, tool.id, tool.provider)
-            return ToolResult(
-                tool, receipt.result, cached=True, receipt="reused", fetched_at=receipt.completed_at
+    async def claim(self, request: ClaimRequest) -> tuple[ClaimOutcome, float]:
+        """A fresh completed receipt is a hit (counted free); anything else is a call
+        the run would claim and pay for (counted by :meth:`settle`)."""
+        receipt = await self._lookups.submit(request.key)
+        if receipt is not None and self._fresh(receipt, request):
+            tool = self.catalog.tool(request.tool_id)
+            self.tally.cached(COUNTED_COLUMN.get(), tool.id, tool.provider)
+            hit = ClaimOutcome(
+                request.key,
+                ClaimStatus.HIT,
+                result=receipt.result,
+                completed_at=receipt.completed_at,
             )
-        if self._seen is not None:
-            digest = bytes.fromhex(key.rpartition(":")[2])
-            owner = self._seen.setdefault(digest, self._chunk)
-            if owner != self._chunk:
-                # Another chunk of this estimate pays for it; by then its receipt answers.
-                self.tally.cached(column, tool.id, tool.provider)
-                history = await self.history(tool)
-                return UnpaidResult(tool, Unknown(1.0), cached=True, history=history)
-        history = await self.history(tool)
-        line = self.tally.to_pay(
-            column,
-            tool.id,
-            tool.provider,
-            worst=self._worst(tool),
-            expected=reach * self._price(history),
-            basis=history.basis,
+            return hit, time.monotonic()
+        return ClaimOutcome(request.key, ClaimStatus.CLAIMED), time.monotonic()
+
+    async def unkeyed(self, tool: ToolSpec, tool_input: Mapping[str, Any]) -> ToolResult | None:
+        """A dependent call whose input holds an ``Unknown``: not looked up, counted to
+        pay at the chance its input is real (a blank one raises ``BlankInput``: never
+        sent whatever the unknown values turn out to be)."""
+        chance = unknown_p(tool_input)
+        if chance is None:
+            return None
+        blank = tool.blank_fields(tool_input)
+        if blank:
+            raise BlankInput(tool.id, blank)
+        return await self.count_unknown_input(
+            COUNTED_COLUMN.get(), tool.id, CALL_REACH.get() * chance
         )
-        self._counted[key] = _Counted(line, reach, self._price(history))
-        return UnpaidResult(tool, Unknown(1.0), cached=False, history=history)
 
-    def _worst(self, tool: ToolSpec) -> float:
-        return 0.0 if self.free else tool.max_credits
-
-    def _price(self, history: ToolHistory) -> float:
-        return 0.0 if self.free else history.price
-
-    def _fresh(
-        self, tool: ToolSpec, receipt: Receipt, force: bool, stale_after_s: float | None
-    ) -> bool:
-        """Whether the claim rule (``decide_claim``) would answer from this receipt: the
-        call's age limit and the tool's freshness rule on the receipt's answer."""
-        if receipt.status != "completed" or force:
-            return False
-        limit = stale_after_s
-        if tool.fresh_for is not None:
-            limit = stricter(limit, tool.max_age(receipt.result))
-        return within_age(receipt.completed_at, limit, self._clock())
-
-    def _young_enough(self, result: ToolResult, limit: float | None) -> bool:
-        """Whether a call refusing answers older than ``limit`` may share ``result``
-        (counted to pay: it will be fresh; a receipt's: if it is young enough)."""
-        if isinstance(result, UnpaidResult):
-            return True
-        return within_age(result.fetched_at, limit, self._clock())
-
-    def _raise_reach(self, key: str, reach: float) -> None:
+    def shared(self, key: str) -> None:
+        """A likelier caller of a call counted to pay raises its expected figure."""
+        reach = CALL_REACH.get()
         counted = self._counted.get(key)
         if counted is not None and reach > counted.reach:
             counted.line["expected_credits"] += (reach - counted.reach) * counted.price
             counted.reach = reach
 
+    async def _read(self, keys: list[str]) -> list[Receipt | None]:
+        found = await self._receipts.get(keys)
+        return [found.get(key) for key in keys]
 
-class _LookupQueue:
-    """Receipt reads queued in one event-loop tick go to the store as one ``get``."""
+    def _fresh(self, receipt: Receipt, request: ClaimRequest) -> bool:
+        """Whether the claim rule (``decide_claim``) would answer from this receipt: the
+        call's age limit and the tool's freshness rule on the receipt's answer."""
+        if receipt.status != "completed" or request.force:
+            return False
+        limit = request.stale_after_s
+        if request.max_age is not None:
+            limit = stricter(limit, request.max_age(receipt.result))
+        return within_age(receipt.completed_at, limit, self._clock())
 
-    def __init__(self, receipts: ReceiptReader) -> None:
-        self._receipts = receipts
-        self._queue: list[tuple[str, asyncio.Future[Receipt | None]]] = []
-        self._scheduled = False
+    # -- the dispatcher: a count ----------------------------------------------------
 
-    async def get(self, key: str) -> Receipt | None:
-        future: asyncio.Future[Receipt | None] = asyncio.get_running_loop().create_future()
-        self._queue.append((key, future))
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._start_read)
-        return await future
+    async def settle(self, call: ClaimedCall) -> Settled:
+        """Count a call the run would pay for (at the chance ``CALL_REACH`` it is made);
+        its answer is unpaid: every value read of it is an ``Unknown``."""
+        tool, column, reach = call.tool, COUNTED_COLUMN.get(), CALL_REACH.get()
+        if self._seen is not None:
+            digest = bytes.fromhex(call.key.rpartition(":")[2])
+            owner = self._seen.setdefault(digest, self._chunk)
+            if owner != self._chunk:
+                # Another chunk of this estimate pays for it; by then its receipt answers.
+                self.tally.cached(column, tool.id, tool.provider)
+                history = await self.history(tool)
+                return Settled(self._unpaid(tool, history, cached=True), paid=False)
+        history = await self.history(tool)
+        line = self._to_pay(column, history, reach)
+        self._counted[call.key] = _Counted(line, reach, self._price(history))
+        return Settled(self._unpaid(tool, history, cached=False), credits=0.0)
 
-    def _start_read(self) -> None:
-        self._scheduled = False
-        batch, self._queue = self._queue, []
-        task = asyncio.ensure_future(self._read(batch))
-        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+    def _unpaid(self, tool: ToolSpec, history: ToolHistory, *, cached: bool) -> UnpaidResult:
+        # Fetched now, for the runner's sharing (on its clock): the run's answer is fresh.
+        return UnpaidResult(
+            tool, Unknown(1.0), cached=cached, history=history, fetched_at=time.time()
+        )
 
-    async def _read(self, batch: list[tuple[str, asyncio.Future[Receipt | None]]]) -> None:
-        try:
-            found = await self._receipts.get([key for key, _ in batch])
-        except BaseException as err:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(err)
-            return
-        for key, future in batch:
-            if not future.done():
-                future.set_result(found.get(key))
+    async def count_unknown_input(self, column: str, tool_id: str, chance: float) -> UnpaidResult:
+        """A dependent call whose input is unknown (real with ``chance``): counted to pay."""
+        tool = self.catalog.tool(tool_id)
+        history = await self.history(tool)
+        self._to_pay(column, history, chance, unknown=True)
+        return UnpaidResult(tool, Unknown(chance), cached=False, history=history, scale=chance)
+
+    def _to_pay(
+        self, column: str, history: ToolHistory, chance: float, unknown: bool = False
+    ) -> dict[str, Any]:
+        """Count a call of ``history``'s tool to pay: in full in the worst case, at
+        ``chance`` expected (``unknown``: a dependent call whose input is unknown)."""
+        tool = history.tool
+        worst = 0.0 if self.free else tool.max_credits
+        expected = chance * self._price(history)
+        return self.tally.to_pay(
+            column,
+            tool.id,
+            tool.provider,
+            worst=worst,
+            expected=expected,
+            basis=history.basis,
+            unknown_input=unknown,
+        )
+
+    def _price(self, history: ToolHistory) -> float:
+        return 0.0 if self.free else history.price
+
+    async def aclose(self) -> None:
+        pass  # nothing runs on its own
+
+    def abort(self) -> None:
+        pass
+
+
+class Estimator:
+    """One estimate attempt's call path: the run's :class:`ToolRunner` with an
+    :class:`EstimatingDispatcher` as its claims and its dispatcher (arguments as the
+    dispatcher's). Its row contexts, ``rc.tool`` and waterfalls are the run's."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        receipts: ReceiptReader,
+        auth_scope: Callable[[ToolSpec], str],
+        **options: Any,
+    ) -> None:
+        self.dispatcher = EstimatingDispatcher(catalog, receipts, auth_scope, **options)
+        attempt = Attempt(
+            # Never claimed from nor written to: the dispatcher's claims only read.
+            receipts=cast(ReceiptStore, receipts),
+            owner="estimate",
+            lease_id="estimate",
+            lease_ttl_s=ESTIMATE_LEASE_TTL_S,
+        )
+        self.runner = ToolRunner(catalog, attempt, self.dispatcher, claims=self.dispatcher)
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.dispatcher.catalog
+
+    @property
+    def tally(self) -> EstimateTally:
+        return self.dispatcher.tally

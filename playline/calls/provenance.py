@@ -58,6 +58,9 @@ class ColumnCalls:
     #: calls refused because a required input was blank (``BlankInput``), as
     #: ``"tool: field, field"``: never sent, free
     blank: list[str] = field(default_factory=list)
+    #: every tool the resolver asked for (a waterfall: each it may call), answered or
+    #: not: an estimate counts the column's declared tools outside it as fallbacks
+    asked: set[str] = field(default_factory=set)
 
 
 def blank_call(err: BlankInput) -> str:

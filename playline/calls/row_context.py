@@ -6,8 +6,8 @@ A resolver is an ``async def resolver(row, rc) -> value`` registered with
 tool (``rc.tool``: the top of the call path in :mod:`playline.calls`), tries tools in
 order (``rc.waterfall``: :mod:`~playline.calls.waterfall`), reads the cell an earlier
 run left (``rc.previous``) and logs. The chunk activity gives each row its own
-(``RowCall`` in ``activities/chunk.py``); the estimator one that counts instead of
-calling. Plays import it as ``playline.RowContext``.
+(``RowCall`` in ``activities/chunk.py``), and so does an estimate's, whose calls are
+counted below the runner instead of sent. Plays import it as ``playline.RowContext``.
 """
 
 from __future__ import annotations

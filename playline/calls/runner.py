@@ -19,6 +19,10 @@ A runner lives for one chunk attempt. For each call it
    which obtains the answer (governor + HTTP, fixture, or bulk request) and
    records it under the lease.
 
+An estimate runs the same path with other :class:`Claims` and another dispatcher
+(:class:`~playline.calls.estimate.EstimatingDispatcher`): its claims only read the
+receipt store and its dispatcher counts what the call would cost instead of sending it.
+
 While a call is claimed and unsettled its key is held in the attempt's
 :class:`~playline.calls.attempt.LeaseKeeper`, which the chunk's heartbeat renews.
 
@@ -34,11 +38,12 @@ import time
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from playline.calls.attempt import Attempt, CallSpan, CallStats, until_released
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.dispatch import ClaimedCall, Dispatcher, Settled
+from playline.calls.tick_batch import TickBatch
 from playline.errors import CallAmbiguous, LeaseLost
 from playline.freshness import stricter, within_age
 from playline.stores.receipts import ClaimOutcome, ClaimRequest, ClaimStatus, receipt_key
@@ -50,7 +55,12 @@ REFRESH_OLDER_THAN: ContextVar[float | None] = ContextVar(
     "playline_refresh_older_than", default=None
 )
 
-__all__ = ["ReceiptUse", "ToolResult", "ToolRunner"]
+#: The chance the run makes the calls made now: 1, but for an estimate's waterfall,
+#: whose later steps are tried only when the earlier ones missed. Set by the waterfall
+#: around each step; an estimate expects a call at this share of its price.
+CALL_REACH: ContextVar[float] = ContextVar("playline_call_reach", default=1.0)
+
+__all__ = ["CALL_REACH", "Claims", "ReceiptUse", "ToolResult", "ToolRunner"]
 
 #: How a call's answer was obtained in this run: paid for now, reused from a completed
 #: receipt, shared with an identical call in flight in this chunk, or waited for
@@ -103,6 +113,25 @@ class ToolResult:
         return self.get(name)
 
 
+class Claims(Protocol):
+    """How a call's receipt is claimed: the store's claim for a run, a read that claims
+    nothing for an estimate."""
+
+    async def claim(self, request: ClaimRequest) -> tuple[ClaimOutcome, float]:
+        """The claim's outcome and when (``time.monotonic()``) it was sent."""
+        ...
+
+    async def unkeyed(self, tool: ToolSpec, tool_input: Mapping[str, Any]) -> ToolResult | None:
+        """The answer to a call whose input cannot be keyed yet (an estimate's input
+        holding values known only once the run pays), before validation; ``None``:
+        an ordinary input."""
+        ...
+
+    def shared(self, key: str) -> None:
+        """A call shared the answer of an earlier identical call of the attempt."""
+        ...
+
+
 class ToolRunner:
     """Runs the tool calls of one chunk attempt. See the module docstring.
 
@@ -110,16 +139,24 @@ class ToolRunner:
         catalog: the tools that exist.
         attempt: the attempt's leases, breaker, stats and metrics.
         dispatcher: how claimed calls are answered in this attempt's mode.
+        claims: how receipts are claimed (default: the attempt's store, claims of one
+            event-loop tick batched).
     """
 
-    def __init__(self, catalog: Catalog, attempt: Attempt, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        attempt: Attempt,
+        dispatcher: Dispatcher,
+        claims: Claims | None = None,
+    ) -> None:
         self.catalog = catalog
         self.attempt = attempt
         self.dispatcher = dispatcher
         self._in_flight: dict[str, asyncio.Future[ToolResult]] = {}
         #: keys whose earlier payment a sharing payer has been credited with already
         self._owned: set[str] = set()
-        self._claims = _ClaimQueue(attempt)
+        self._claims: Claims = claims if claims is not None else _ClaimQueue(attempt)
 
     @property
     def stats(self) -> CallStats:
@@ -153,6 +190,9 @@ class ToolRunner:
         input that is wrong, ``InvalidToolInput``): nothing is claimed or sent.
         """
         tool = self.catalog.tool(tool_id)
+        unkeyed = await self._claims.unkeyed(tool, tool_input)
+        if unkeyed is not None:
+            return unkeyed
         payload = tool.validate_input(tool_input)
         key = receipt_key(tool.id, tool.version, payload, self.dispatcher.auth_scope(tool))
         with self.attempt.metrics.span(tool.provider, tool.id) as span:
@@ -165,6 +205,7 @@ class ToolRunner:
                 self.stats.account(tool.provider).shared += 1
                 span.receipt("shared")
                 led = await asyncio.shield(existing)
+                self._claims.shared(key)
                 if (
                     payer is not None
                     and led.receipt == "reused"
@@ -255,6 +296,8 @@ class ToolRunner:
         if not settled.paid:
             # A bulk request another owner finished answered it: a follower.
             self._reused(tool, None, follower=True)
+        if isinstance(settled.data, ToolResult):
+            return settled.data  # shaped by its dispatcher (an estimate's unpaid answer)
         return ToolResult(
             tool,
             settled.data,
@@ -338,43 +381,26 @@ class _ClaimQueue:
 
     def __init__(self, attempt: Attempt) -> None:
         self._attempt = attempt
-        self._queue: list[tuple[ClaimRequest, asyncio.Future[_Claimed]]] = []
-        self._scheduled = False
+        self._batch: TickBatch[ClaimRequest, _Claimed] = TickBatch(self._send)
+
+    async def unkeyed(self, tool: ToolSpec, tool_input: Mapping[str, Any]) -> ToolResult | None:
+        return None  # a run's inputs are all known
+
+    def shared(self, key: str) -> None:
+        pass
 
     async def claim(self, request: ClaimRequest) -> _Claimed:
-        future: asyncio.Future[_Claimed] = asyncio.get_running_loop().create_future()
-        self._queue.append((request, future))
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._start_flush)
-        return await future
+        return await self._batch.submit(request)
 
-    def _start_flush(self) -> None:
-        self._scheduled = False
-        batch, self._queue = self._queue, []
-        task = asyncio.ensure_future(self._flush(batch))
-        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
-
-    async def _flush(self, batch: list[tuple[ClaimRequest, asyncio.Future[_Claimed]]]) -> None:
+    async def _send(self, batch: list[ClaimRequest]) -> list[_Claimed]:
         attempt = self._attempt
         started = time.monotonic()
-        try:
-            if attempt.latch.tripped:
-                attempt.latch.prevented += len(batch)
-                raise attempt.latch.error()
-            outcomes = await attempt.persist(
-                attempt.receipts.claim(
-                    [r for r, _ in batch],
-                    owner=attempt.owner,
-                    lease_id=attempt.lease_id,
-                    ttl_s=attempt.lease_ttl_s,
-                )
+        if attempt.latch.tripped:
+            attempt.latch.prevented += len(batch)
+            raise attempt.latch.error()
+        outcomes = await attempt.persist(
+            attempt.receipts.claim(
+                batch, owner=attempt.owner, lease_id=attempt.lease_id, ttl_s=attempt.lease_ttl_s
             )
-        except BaseException as err:
-            for _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(err)
-            return
-        for (_, fut), outcome in zip(batch, outcomes, strict=True):
-            if not fut.done():
-                fut.set_result((outcome, started))
+        )
+        return [(outcome, started) for outcome in outcomes]

@@ -30,6 +30,16 @@ What became of each step is one of :data:`~playline.calls.waterfall_spec.STEP_OU
                       (missing, null, empty or whitespace-only; the reason names the
                       fields): nothing was claimed or sent, it cost nothing, and the
                       next step (whose input may be present) is tried
+``unpaid``            only in an estimate: the run would pay for the step's answer,
+                      so it gives the value (and ends the waterfall) with a chance, by
+                      its tool's and the verifier's past answers
+
+An estimate runs this same loop on its own call path
+(:mod:`~playline.calls.estimate`): a step its receipts answer is exact, one the run
+would pay for is weighed by chances. There the worst case counts every step that may
+run: a ``when`` it cannot judge (an earlier step is only a chance, or it read an
+unknown value) is taken as true, and a code step's ``input`` function that fails on
+such values makes a dependent call whose input is unknown.
 
 Errors that are about the chunk, not the step (a lost lease, a failed store write,
 an unknown tool, a missing API key) stop the waterfall as they stop any call.
@@ -43,7 +53,8 @@ from typing import Any, Protocol
 
 from playline.calls.billing import is_present
 from playline.calls.catalog import Catalog
-from playline.calls.runner import ReceiptUse, ToolResult
+from playline.calls.estimate import Unknown, UnpaidResult, watching_unknowns
+from playline.calls.runner import CALL_REACH, ReceiptUse, ToolResult
 from playline.calls.waterfall_spec import (
     AcceptSpec,
     StepOutcomeName,
@@ -106,6 +117,19 @@ class StepResult:
     receipt: ReceiptUse | None = None
     value: Any = None
     result: ToolResult | None = field(default=None, repr=False)
+    #: ``unpaid`` (an estimate's): the chance the step gives the value and the chance
+    #: it ends the waterfall; ``None`` for an outcome in hand
+    odds: tuple[float, float] | None = field(default=None, repr=False)
+
+    @property
+    def found(self) -> float:
+        """The chance this step gave the value (1 for a hit, 0 for any other outcome)."""
+        return self.odds[0] if self.odds is not None else float(self.outcome == "hit")
+
+    @property
+    def stops(self) -> float:
+        """The chance this step ended the waterfall."""
+        return self.odds[1] if self.odds is not None else float(self.outcome == "hit")
 
     def provenance(self) -> dict[str, Any]:
         """The step as a cell's provenance records it (no value: that is the cell's)."""
@@ -201,12 +225,22 @@ async def run_waterfall(
     name: str | None = None,
     steps: list[Step] | None = None,
 ) -> WaterfallResult:
-    """Run ``spec`` (its code ``steps`` if given) for one row; see the module docstring."""
+    """Run ``spec`` (its code ``steps`` if given) for one row; see the module docstring.
+
+    Estimated, a step's answer may be unpaid (``unpaid``: it gives the value and ends
+    the waterfall only with a chance), so each later step is tried with the chance
+    (``reach``, its calls expected at that share of their price: ``CALL_REACH``) that
+    every step before it missed, and the value is an ``Unknown`` holding the chance
+    some step gives it. In a run every answer is in hand and ``reach`` stays 1.
+    """
     done: list[StepResult] = []
     spent = 0.0
+    reach = 1.0  # the chance the run tries this step
+    found = 0.0  # the chance an earlier step gave the value
     for step in steps if steps is not None else _steps_of(spec):
         tool = catalog.tool(step.tool)
-        if step.when is not None and not step.when(row, list(done)):
+        sure = reach >= 1.0 and all(d.odds is None for d in done)
+        if step.when is not None and not _when(step, row, done, sure):
             done.append(StepResult(tool.id, tool.provider, "skipped_condition"))
             continue
         worst = tool.max_credits + _validation_worst(catalog, spec)
@@ -214,12 +248,34 @@ async def run_waterfall(
             reason = f"may cost {worst:g}, {max(spec.max_credits - spent, 0):g} left"
             done.append(StepResult(tool.id, tool.provider, "skipped_budget", reason))
             continue
-        outcome = await _try_step(call, catalog, spec, step, input, row, done)
+        token = CALL_REACH.set(reach)
+        try:
+            outcome = await _try_step(call, catalog, spec, step, input, row, done, sure)
+        finally:
+            CALL_REACH.reset(token)
         spent += outcome.credits
         done.append(outcome)
         if outcome.outcome == "hit":
-            return WaterfallResult(name, outcome.value, tool.id, done, outcome.result)
+            if reach >= 1.0:
+                return WaterfallResult(name, outcome.value, tool.id, done, outcome.result)
+            found += reach
+            break  # an estimate's: no later step can run
+        found += reach * outcome.found
+        reach *= 1.0 - outcome.stops
+    if found > 0.0:  # an estimate's: some step may give the value
+        return WaterfallResult(name, Unknown(min(found, 1.0)), None, done)
     return WaterfallResult(name, None, None, done)
+
+
+def _when(step: Step, row: Mapping[str, Any], done: list[StepResult], sure: bool) -> bool:
+    """The step's ``when``; taken as true (the worst case) where an estimate cannot tell
+    what it says in the run: an earlier step is only a chance, or it read an unknown."""
+    assert step.when is not None
+    if not sure:
+        return True
+    with watching_unknowns() as met:
+        verdict = step.when(row, list(done))
+    return bool(verdict) or met.any
 
 
 def _validation_worst(catalog: Catalog, spec: WaterfallSpec) -> float:
@@ -252,9 +308,10 @@ async def _try_step(
     input: Mapping[str, Any],
     row: Mapping[str, Any],
     done: list[StepResult],
+    sure: bool = True,
 ) -> StepResult:
     tool = catalog.tool(step.tool)
-    step_input = _step_input(step, input, row, done, tool.input)
+    step_input = _input_of(step, tool.input, input, row, done, sure)
     try:
         result = await call(tool.id, step_input)
     except BlankInput as err:
@@ -269,23 +326,76 @@ async def _try_step(
         return StepResult(tool.id, tool.provider, "error", f"CallAmbiguous: {err}")
     except (ProviderError, FixtureMissing) as err:
         return StepResult(tool.id, tool.provider, "error", type(err).__name__)
+    rule = step.accept if step.accept is not None else spec.accept
+    if isinstance(result, UnpaidResult):
+        return await _unpaid_step(call, spec, rule, result)
     value = result.get(spec.value)
     if not is_present(value):
         return StepResult(tool.id, tool.provider, "no_match", None, result.credits, result.receipt)
-    refused = _refusal(step.accept if step.accept is not None else spec.accept, result)
+    refused = _refusal(rule, result)
     if refused is not None:
         return StepResult(
             tool.id, tool.provider, "rejected", refused, result.credits, result.receipt, value
         )
     credits = result.credits
     if spec.validate_with is not None:
-        verdict, cost = await _validate(call, spec.validate_with, value)
+        verdict, cost, odds = await _validate(call, spec.validate_with, value)
         credits += cost
+        if odds is not None:  # an estimate's unpaid verdict: valid with a chance
+            return StepResult(
+                tool.id, tool.provider, "unpaid", None, credits, result.receipt, value, result, odds
+            )
         if verdict is not None:
             return StepResult(
                 tool.id, tool.provider, "invalid", verdict, credits, result.receipt, value
             )
     return StepResult(tool.id, tool.provider, "hit", None, credits, result.receipt, value, result)
+
+
+def _input_of(
+    step: Step,
+    declared: Mapping[str, str],
+    input: Mapping[str, Any],
+    row: Mapping[str, Any],
+    done: list[StepResult],
+    sure: bool,
+) -> Mapping[str, Any]:
+    """The step's input. Estimated, a function of the earlier steps that fails where an
+    earlier step is only a chance, or on an unknown value, gives an input that is not
+    known (a dependent call); in a run its error stops the waterfall."""
+    with watching_unknowns() as met:
+        try:
+            return _step_input(step, input, row, done, declared)
+        except Exception:
+            if sure and not met.any:
+                raise
+    return {name: Unknown() for name in declared} or {"input": Unknown()}
+
+
+async def _unpaid_step(
+    call: CallTool, spec: WaterfallSpec, rule: AcceptRule, result: UnpaidResult
+) -> StepResult:
+    """An estimate's step whose answer the run would pay for: the chance its tool's past
+    answers hold an accepted value (and the verifier's past verdicts accept it) is the
+    chance it gives the value; a tool (or verifier) with too little history is taken
+    never to end the waterfall (the worst case for the steps after it)."""
+    history = result.history
+    assert history is not None
+    found = result.scale * history.share(
+        ("accepted", spec.value, repr(rule)),
+        lambda answer: is_present(answer.get(spec.value)) and _refusal(rule, answer) is None,
+    )
+    stops = found if history.enough else 0.0
+    check = spec.validate_with
+    if check is not None and found > 0.0:
+        # The verifier runs only on a found value: a dependent call, its input unknown.
+        verdict, _, odds = await _validate(call, check, Unknown(found))
+        valid, settles = odds if odds is not None else (float(verdict is None),) * 2
+        found, stops = found * valid, stops * settles
+    tool = result.tool
+    return StepResult(
+        tool.id, tool.provider, "unpaid", None, 0.0, result.receipt, None, result, (found, stops)
+    )
 
 
 def _blank(err: BlankInput) -> str:
@@ -314,22 +424,34 @@ def _refusal(rule: AcceptRule, result: ToolResult) -> str | None:
     return None
 
 
-async def _validate(call: CallTool, check: ValidateSpec, value: Any) -> tuple[str | None, float]:
-    """The verifier's refusal (``None``: valid) and what the verification cost."""
+async def _validate(
+    call: CallTool, check: ValidateSpec, value: Any
+) -> tuple[str | None, float, tuple[float, float] | None]:
+    """The verifier's refusal (``None``: valid) and what the verification cost; for an
+    estimate's unpaid verdict, the chance it accepts the value (by the verifier's past
+    verdicts) and that chance again where the verifier's history is long enough to
+    stop the waterfall on it (else 0)."""
     try:
         verdict = await call(check.tool, {check.input: value})
     except BlankInput as err:
         # Not verifiable (nothing sent, free): unverified is not accepted.
-        return f"{check.tool} skipped_input ({_blank(err)})", 0.0
+        return f"{check.tool} skipped_input ({_blank(err)})", 0.0, None
     except JobPending:
         raise  # a verifier on a job: the row parks until its answer is read
     except (ProviderError, CallAmbiguous, FixtureMissing) as err:
         # Unverified is not accepted: the next step may find a value that verifies.
-        return f"{check.tool} failed: {type(err).__name__}", 0.0
+        return f"{check.tool} failed: {type(err).__name__}", 0.0, None
+    if isinstance(verdict, UnpaidResult):
+        assert verdict.history is not None
+        valid = verdict.history.share(
+            ("valid", check.field, repr(check.accept)),
+            lambda answer: answer.get(check.field) in check.accept,
+        )
+        return None, 0.0, (valid, valid if verdict.history.enough else 0.0)
     status = verdict.get(check.field)
     if status in check.accept:
-        return None, verdict.credits
-    return f"{check.field} {status}", verdict.credits
+        return None, verdict.credits, None
+    return f"{check.field} {status}", verdict.credits, None
 
 
 def waterfall_of(

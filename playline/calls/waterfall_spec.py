@@ -19,7 +19,7 @@ max_credits = 5                                   # optional: a row's cap; deare
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -32,7 +32,8 @@ __all__ = [
     "WaterfallSpec",
 ]
 
-#: What became of one waterfall step: one typed set shared by every tool.
+#: What became of one waterfall step: one typed set shared by every tool (``unpaid``
+#: only in an estimate: a step whose answer the run would pay for, weighed by chances).
 StepOutcomeName = Literal[
     "hit",
     "no_match",
@@ -43,18 +44,9 @@ StepOutcomeName = Literal[
     "skipped_budget",
     "skipped_condition",
     "skipped_input",
+    "unpaid",
 ]
-STEP_OUTCOMES: tuple[str, ...] = (
-    "hit",
-    "no_match",
-    "rejected",
-    "invalid",
-    "unavailable",
-    "error",
-    "skipped_budget",
-    "skipped_condition",
-    "skipped_input",
-)
+STEP_OUTCOMES: tuple[str, ...] = get_args(StepOutcomeName)
 
 
 class AcceptSpec(BaseModel):

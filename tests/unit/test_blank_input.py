@@ -19,7 +19,6 @@ from playline import resolver
 from playline.activities.estimate import ChunkEstimate
 from playline.calls.catalog import Catalog
 from playline.calls.estimate import Unknown
-from playline.calls.estimate_waterfall import estimate_waterfall
 from playline.calls.provenance import SKIPPED_INPUT, ColumnCalls, cell_provenance, tally
 from playline.calls.runner import ToolResult
 from playline.calls.waterfall import Step, run_waterfall, spec_from_code
@@ -27,7 +26,7 @@ from playline.contract import ChunkInput, ChunkStats, ColumnSpec, DatasetRunStat
 from playline.errors import BlankInput, InvalidToolInput, PlaylineError, non_retryable_types
 from playline.stores.sheet import RunRow
 from playline.workflows.status import dataset_current_details
-from tests.unit.test_estimate import Reader, line
+from tests.unit.test_estimate import Reader, estimate_waterfall, line
 from tests.unit.test_estimate import runner as estimating_runner
 from tests.unit.test_runner import MemoryReceipts, make
 

@@ -14,11 +14,14 @@ from typing import Any
 import pytest
 
 from playline import resolver
-from playline.activities.estimate import ChunkEstimate, EstimateRowCall
+from playline.activities.chunk import RowCall
+from playline.activities.estimate import ChunkEstimate, met_unpaid
 from playline.calls.catalog import Catalog
-from playline.calls.estimate import EstimatingRunner, ToolHistory, Unknown, unknown_p
+from playline.calls.estimate import Estimator, ToolHistory, Unknown, counting_for, unknown_p
 from playline.calls.estimate_tally import Estimate, EstimateTally
-from playline.calls.estimate_waterfall import estimate_waterfall
+from playline.calls.runner import CALL_REACH, ToolResult
+from playline.calls.waterfall import Step, WaterfallResult, run_waterfall
+from playline.calls.waterfall_spec import WaterfallSpec
 from playline.contract import ChunkInput, ColumnSpec, RunOptions, merge_spend
 from playline.stores.receipts import Receipt, receipt_key
 from playline.stores.sheet import RunRow
@@ -87,8 +90,49 @@ class Reader:
         return self.samples.get(tool_id, [])[:limit]
 
 
-def runner(reader: Reader, *, now: float = 1000.0) -> EstimatingRunner:
-    return EstimatingRunner(CATALOG, reader, lambda tool: SCOPE, clock=lambda: now)
+class Counting(Estimator):
+    """An estimate's call path, called here as a column's resolver (or a waterfall's
+    step, reached with chance ``reach``) would call it."""
+
+    async def call(
+        self,
+        tool_id: str,
+        tool_input: Mapping[str, Any],
+        *,
+        column: str = "",
+        reach: float = 1.0,
+        force: bool = False,
+        stale_after_s: float | None = None,
+    ) -> ToolResult:
+        token = CALL_REACH.set(reach)
+        try:
+            with counting_for(column):
+                return await self.runner.call(
+                    tool_id, tool_input, force=force, stale_after_s=stale_after_s
+                )
+        finally:
+            CALL_REACH.reset(token)
+
+
+def runner(reader: Reader, *, now: float = 1000.0) -> Counting:
+    return Counting(CATALOG, reader, lambda tool: SCOPE, clock=lambda: now)
+
+
+async def estimate_waterfall(
+    counting: Estimator,
+    spec: WaterfallSpec,
+    input: Mapping[str, Any],
+    row: Mapping[str, Any],
+    *,
+    column: str,
+    name: str | None = None,
+    steps: list[Step] | None = None,
+) -> WaterfallResult:
+    """The run's waterfall loop on an estimate's call path, counted under ``column``."""
+    with counting_for(column):
+        return await run_waterfall(
+            counting.runner.call, counting.catalog, spec, input, row, name=name, steps=steps
+        )
 
 
 def line(tally: EstimateTally, column: str, tool: str) -> dict[str, Any]:
@@ -297,7 +341,7 @@ async def _broken(row: Mapping[str, Any], rc: Any) -> Any:
     raise ValueError("a bug, whatever the answers")
 
 
-async def _rows(columns: list[ColumnSpec], reader: Reader) -> EstimatingRunner:
+async def _rows(columns: list[ColumnSpec], reader: Reader) -> Estimator:
     counting = runner(reader)
     chunk = ChunkEstimate(
         ChunkInput(
@@ -335,10 +379,13 @@ async def test_a_resolver_failing_with_every_answer_known_fails_the_row_as_the_r
     assert counting.tally.as_dict()["lines"] == {}  # the later column never runs
 
 
-def test_the_row_context_records_the_tools_a_column_called() -> None:
-    rc = EstimateRowCall("k", runner(Reader()), MappingProxyType({}))
-    rc.next_column("c")
-    assert rc.column == "c" and rc.called == set() and rc.unpaid is False
+async def test_the_row_context_records_the_tools_a_column_called() -> None:
+    rc = RowCall("k", runner(Reader()).runner, row=MappingProxyType({}))
+    with counting_for("c"):
+        await rc.tool("finder", {"name": "ada"})
+    made = rc.next_column()
+    assert made.asked == {"finder"} and met_unpaid(made)
+    assert rc.column.asked == set() and met_unpaid(rc.column) is False
 
 
 # -- what an estimate says and skips ----------------------------------------------
