@@ -2,7 +2,7 @@
 
 Each worker's :class:`~playline.pacing.governor.Governor` paces its own
 process; with several workers that alone would multiply a provider's limit by
-N. A :class:`FleetPacer` makes the budget shared. It keeps two tables (names
+N. A :class:`FleetPacer` makes the budget shared. It keeps five tables (names
 prefixed with ``table_prefix``):
 
 ``<prefix>pacing`` - one row per pacing key, the GCRA state and the shared
