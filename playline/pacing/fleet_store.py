@@ -182,6 +182,7 @@ class FleetPacer:
         self.table_prefix = table_prefix
         self._q = FleetStatements.build(table_prefix)
         self._known: set[str] = set()
+        self._closed = False
 
     @classmethod
     async def create(cls, dsn: str, *, table_prefix: str = DEFAULT_TABLE_PREFIX) -> FleetPacer:
@@ -232,8 +233,11 @@ class FleetPacer:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the pacer's connections; it cannot be used afterwards."""
-        await self._db.close()
+        """Close the pacer's connections; it cannot be used afterwards (a call still
+        made gets :class:`FleetPacingUnavailable`, as from a database gone)."""
+        if not self._closed:
+            self._closed = True
+            await self._db.close()
 
     # ------------------------------------------------------------------ tickets
 
@@ -453,6 +457,8 @@ class FleetPacer:
     async def _statement(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn``, one statement, outside a transaction: PostgreSQL makes a lone
         statement atomic by itself, in one round trip (a transaction adds two)."""
+        if self._closed:
+            raise FleetPacingUnavailable("the fleet pacer is closed")
         try:
             return await self._db.read(fn)
         except self._db.driver_error as err:
@@ -460,6 +466,8 @@ class FleetPacer:
 
     async def _transaction(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn``, several statements, in one transaction."""
+        if self._closed:
+            raise FleetPacingUnavailable("the fleet pacer is closed")
         try:
             return await self._db.write(fn)
         except self._db.driver_error as err:

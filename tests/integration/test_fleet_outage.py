@@ -109,3 +109,5 @@ async def test_a_restart_is_ridden_out_and_an_outage_is_unavailable(
                 await asyncio.sleep(0.5)
         else:
             pytest.fail("no ticket after the server came back")
+    with pytest.raises(FleetPacingUnavailable, match="closed"):  # a call after the close
+        await pacer.take("acme")
