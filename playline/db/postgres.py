@@ -12,6 +12,12 @@ re-runnable. Rows a write reads to change are locked with the dialect's
 Synchronous psycopg on threads, not the async driver: the store logic is then the
 same plain functions SQLite runs on its thread, with no ``await`` per statement.
 psycopg (the ``postgres`` extra) is imported only when a pool is opened.
+
+A store on the call path (fleet pacing) opens its pool with bounds instead of
+waiting: a short ``wait_s`` for a connection, a ``statement_timeout_s``, and
+``retry_lost`` (a call whose pooled connection turns out cut, the server having
+restarted since, runs once more on a new one). It catches :attr:`PostgresPool.driver_error`
+to tell a failing database from its own bugs without importing psycopg.
 """
 
 from __future__ import annotations
@@ -45,15 +51,49 @@ class PostgresPool:
 
     dialect = POSTGRES
 
-    def __init__(self, pool: ConnectionPool[Any], where: str, threads: int) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool[Any],
+        where: str,
+        threads: int,
+        *,
+        wait_s: float | None = None,
+        retry_lost: bool = False,
+        statement_timeout_ms: str | None = None,
+    ) -> None:
         self._pool = pool
         self.where = where
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="playline-pg")
+        self._wait_s = wait_s
+        self._retry_lost = retry_lost
+        self._statement_timeout_ms = statement_timeout_ms
 
     @classmethod
-    async def open(cls, url: str, *, min_size: int = 1, max_size: int = 10) -> PostgresPool:
+    async def open(
+        cls,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout_s: int = 10,
+        wait_s: float | None = None,
+        statement_timeout_s: float | None = None,
+        retry_lost: bool = False,
+    ) -> PostgresPool:
         """Connect (:class:`~playline.db.errors.StoreUnavailable` with the server's
-        reason when it cannot be reached), then open the pool."""
+        reason when it cannot be reached), then open the pool.
+
+        Args:
+            connect_timeout_s: how long one connection attempt may take.
+            wait_s: how long a call waits for a connection of the pool before the
+                driver's error (``None``: the pool's default, 30 s).
+            statement_timeout_s: the server cancels a statement of a read or a write
+                running longer (``None``: the server's setting; a migration has none:
+                it may wait for another process's, or rewrite a big table).
+            retry_lost: run a call once more on a new connection when its pooled one
+                turns out cut. A statement that was running when the connection was
+                cut may have been applied: only for stores whose calls may run twice.
+        """
         where = redact_url(url)
         try:
             import psycopg
@@ -61,45 +101,85 @@ class PostgresPool:
         except ImportError as err:
             raise psycopg_missing() from err
 
+        timeout_ms = None
+        if statement_timeout_s is not None:
+            timeout_ms = str(max(1, round(statement_timeout_s * 1000)))
+
+        def configure(raw: psycopg.Connection[Any]) -> None:
+            if timeout_ms is not None:
+                raw.execute("SELECT set_config('statement_timeout', %s, false)", [timeout_ms])
+
         def connect() -> ConnectionPool[Any]:
             # One connection first: a wrong URL fails at once with the server's reason.
             try:
-                psycopg.connect(url, autocommit=True, connect_timeout=10).close()
+                psycopg.connect(url, autocommit=True, connect_timeout=connect_timeout_s).close()
             except psycopg.Error as err:
                 raise unreachable(where, err) from None
             pool: ConnectionPool[Any] = ConnectionPool(
                 url,
                 min_size=min_size,
                 max_size=max_size,
-                kwargs={"autocommit": True},
+                kwargs={"autocommit": True, "connect_timeout": connect_timeout_s},
+                configure=configure,
                 open=False,
                 name="playline-db",
             )
             pool.open(wait=True, timeout=30.0)
             return pool
 
-        return cls(await asyncio.to_thread(connect), where, max_size)
+        pool = await asyncio.to_thread(connect)
+        return cls(
+            pool,
+            where,
+            max_size,
+            wait_s=wait_s,
+            retry_lost=retry_lost,
+            statement_timeout_ms=timeout_ms,
+        )
+
+    @property
+    def driver_error(self) -> type[Exception]:
+        """The base class of every error the database or its driver raises (a server
+        gone, a statement cancelled, a constraint broken), so a store above this
+        package can tell them from its own bugs without importing the driver."""
+        import psycopg
+
+        return psycopg.Error
 
     async def _on_thread(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn)
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
-        def run() -> T:
-            with self._pool.connection() as raw:
-                return fn(_conn(raw))
-
-        return await self._on_thread(run)
+        return await self._on_thread(lambda: self._run(fn, transaction=False))
 
     async def write(self, fn: Callable[[Conn], T]) -> T:
         return await self._on_thread(lambda: self._transaction(fn))
+
+    def _run(self, fn: Callable[[Conn], T], *, transaction: bool) -> T:
+        """``fn`` on a connection of the pool (in a transaction, or autocommit); once
+        more if the connection was cut and ``retry_lost`` allows, after the pool has
+        dropped every other cut one (a restart cuts them all)."""
+        from psycopg import OperationalError
+
+        for attempt in (1, 2):
+            with self._pool.connection(timeout=self._wait_s) as raw:
+                try:
+                    if not transaction:
+                        return fn(_conn(raw))
+                    with raw.transaction():
+                        return fn(_conn(raw))
+                except OperationalError:
+                    if attempt == 2 or not (self._retry_lost and raw.broken):
+                        raise
+            self._pool.check()
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _transaction(self, fn: Callable[[Conn], T]) -> T:
         from psycopg import errors
 
         for attempt in range(1, RETRIES + 1):
             try:
-                with self._pool.connection() as raw, raw.transaction():
-                    return fn(_conn(raw))
+                return self._run(fn, transaction=True)
             except (errors.DeadlockDetected, errors.SerializationFailure):
                 if attempt == RETRIES:
                     raise
@@ -108,8 +188,18 @@ class PostgresPool:
 
     async def migrate(self, schema: Schema, *, create: bool) -> int:
         def run() -> int:
-            with self._pool.connection() as raw:
-                return migrate(_conn(raw), schema, where=self.where, create=create)
+            with self._pool.connection(timeout=self._wait_s) as raw:
+                conn, timeout_ms = _conn(raw), self._statement_timeout_ms
+                if timeout_ms is None:
+                    return migrate(conn, schema, where=self.where, create=create)
+                conn.execute("SELECT set_config('statement_timeout', '0', false)")
+                try:
+                    return migrate(conn, schema, where=self.where, create=create)
+                finally:
+                    if not raw.broken:
+                        conn.execute(
+                            "SELECT set_config('statement_timeout', ?, false)", [timeout_ms]
+                        )
 
         return await self._on_thread(run)
 

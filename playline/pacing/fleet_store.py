@@ -2,7 +2,7 @@
 
 Each worker's :class:`~playline.pacing.governor.Governor` paces its own
 process; with several workers that alone would multiply a provider's limit by
-N. A :class:`FleetPacer` makes the budget shared. It keeps two tables (names
+N. A :class:`FleetPacer` makes the budget shared. It keeps five tables (names
 prefixed with ``table_prefix``):
 
 ``<prefix>pacing`` - one row per pacing key, the GCRA state and the shared
@@ -54,29 +54,42 @@ gets at most ``burst + rps x w`` tickets due in any window of ``w`` seconds
 statement mirrors). How a governor uses all this is
 :class:`~playline.pacing.fleet_sync.FleetSync`.
 
-psycopg is imported only when a pacer is created, so playline works without
-the ``postgres`` extra as long as fleet pacing is not asked for.
+The tables live in :mod:`playline.db`'s PostgreSQL pool: their DDL is a versioned
+schema (:func:`~playline.pacing.fleet_sql.fleet_schema`, applied by :meth:`FleetPacer.create`),
+the statements (:class:`~playline.pacing.fleet_sql.FleetStatements`) run as functions
+of a :class:`~playline.db.conn.Conn`. A statement that stands alone (a ticket, a cut,
+a read) runs outside a transaction, where PostgreSQL makes it atomic by itself: one
+round trip, as a ticket on the call path needs; a window slot or a worker's shares
+take several statements and run as one transaction. psycopg is imported only when a
+pacer is created, so playline works without the ``postgres`` extra as long as fleet
+pacing is not asked for.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from playline.db.errors import StoreUnavailable
 from playline.errors import PlaylineError
+from playline.pacing.fleet_sql import (
+    DEFAULT_TABLE_PREFIX,
+    FleetStatements,
+    check_prefix,
+    fleet_schema,
+)
 from playline.pacing.gcra import gcra_take
 from playline.pacing.policy import LIMIT_FIELDS, Limits
 
 if TYPE_CHECKING:
-    import psycopg
-    from psycopg import sql
+    from playline.db.conn import Conn
+    from playline.db.postgres import PostgresPool
 
 __all__ = [
+    "DEFAULT_TABLE_PREFIX",
     "FleetKeyState",
     "FleetPacer",
     "FleetPacingUnavailable",
@@ -84,10 +97,18 @@ __all__ = [
     "FleetShare",
 ]
 
-DEFAULT_TABLE_PREFIX = "playline_"
-_PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
-#: Seconds since the Unix epoch on the server clock, as float8.
-_NOW = "extract(epoch FROM clock_timestamp())::float8"
+T = TypeVar("T")
+
+#: The pool's bounds: a ticket is on the call path, so a database that does not
+#: answer fails it within seconds (the governor then stops the chunk) rather than
+#: holding calls for the libpq defaults.
+CONNECT_TIMEOUT_S = 3
+#: How long a call waits for a connection (a restarting server: one comes back).
+CONNECTION_WAIT_S = 2.0
+#: The server cancels a fleet statement running longer (a lock never released).
+STATEMENT_TIMEOUT_S = 10.0
+#: Connections per pacer: tickets of several keys and a refresh go side by side.
+POOL_SIZE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,49 +168,54 @@ class FleetKeyState:
 class FleetPacer:
     """GCRA tickets, shared adapted rate and live limits in PostgreSQL.
 
-    Create with :meth:`create` (which creates the tables if needed), close
-    with :meth:`aclose` or ``async with``. Safe for concurrent use by many
-    tasks: tickets go over one connection, rate reports and limit reads over
-    another, so a refresh never queues behind a burst of tickets.
+    Create with :meth:`create` (which migrates the tables), close with
+    :meth:`aclose` or ``async with``. Safe for concurrent use by many tasks: calls
+    run on a small pool of connections, so a refresh never queues behind a burst of
+    tickets.
 
-    Every database error is raised as :class:`FleetPacingUnavailable`, after
-    one reconnect attempt.
+    Every database error is raised as :class:`FleetPacingUnavailable`; a call whose
+    connection was cut (the server restarted) runs once more on a new one first.
     """
 
-    def __init__(self, dsn: str, table_prefix: str, queries: _Queries) -> None:
-        self._dsn = dsn
+    def __init__(self, db: PostgresPool, table_prefix: str) -> None:
+        self._db = db
         self.table_prefix = table_prefix
-        self._q = queries
-        self._tickets: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
-        self._control: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
+        self._q = FleetStatements.build(table_prefix)
         self._known: set[str] = set()
-        self._lock = asyncio.Lock()
+        self._closed = False
 
     @classmethod
     async def create(cls, dsn: str, *, table_prefix: str = DEFAULT_TABLE_PREFIX) -> FleetPacer:
-        """Connect and make sure the pacing tables exist.
+        """Connect and bring the pacing tables to the current version.
 
         Args:
             dsn: a libpq connection string or URL.
-            table_prefix: prefix of both table names (letters, digits and
+            table_prefix: prefix of the table names (letters, digits and
                 underscores), so several deployments or test runs can share a
                 database.
         """
-        if not _PREFIX_RE.match(table_prefix):
-            raise ValueError(
-                f"table_prefix {table_prefix!r} must be letters, digits and underscores, "
-                "starting with a letter or underscore"
+        check_prefix(table_prefix)
+        from playline.db.postgres import PostgresPool
+
+        try:
+            db = await PostgresPool.open(
+                dsn,
+                min_size=1,
+                max_size=POOL_SIZE,
+                connect_timeout_s=CONNECT_TIMEOUT_S,
+                wait_s=CONNECTION_WAIT_S,
+                statement_timeout_s=STATEMENT_TIMEOUT_S,
+                # Every fleet call may run twice: a ticket taken twice errs slow.
+                retry_lost=True,
             )
+        except StoreUnavailable as err:
+            raise _unavailable(err) from err
+        pacer = cls(db, table_prefix)
         try:
-            import psycopg  # noqa: F401  (fail early, with a clear message)
-        except ImportError as err:
-            raise FleetPacingUnavailable(
-                "fleet pacing needs psycopg; install playline with the 'postgres' extra "
-                "(pip install 'playline[postgres]')"
-            ) from err
-        pacer = cls(dsn, table_prefix, _Queries.build(table_prefix))
-        try:
-            await pacer._create_tables()
+            try:
+                await db.migrate(fleet_schema(table_prefix), create=True)
+            except db.driver_error as err:
+                raise _unavailable(err) from err
         except BaseException:
             await pacer.aclose()
             raise
@@ -207,11 +233,11 @@ class FleetPacer:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close both connections; the pacer cannot be used afterwards."""
-        for conn in (self._tickets, self._control):
-            if conn is not None:
-                await conn.close()
-        self._tickets = self._control = None
+        """Close the pacer's connections; it cannot be used afterwards (a call still
+        made gets :class:`FleetPacingUnavailable`, as from a database gone)."""
+        if not self._closed:
+            self._closed = True
+            await self._db.close()
 
     # ------------------------------------------------------------------ tickets
 
@@ -249,12 +275,12 @@ class FleetPacer:
         if n < 1:
             raise ValueError("n must be >= 1")
         await self._ensure_key(key, rps, burst)
-        params = {"key": key, "n": n, "margin": margin}
-        row = await self._fetchone("tickets", self._q.take, params)
+        params = (n, margin, key)
+        row = await self._statement(lambda conn: conn.one(self._q.take, params))
         if row is None:  # the row vanished (tables reset): recreate it once
             self._known.discard(key)
             await self._ensure_key(key, rps, burst)
-            row = await self._fetchone("tickets", self._q.take, params)
+            row = await self._statement(lambda conn: conn.one(self._q.take, params))
             if row is None:
                 raise FleetPacingUnavailable(f"fleet pacing row for key {key!r} disappeared")
         tat, row_rps, paused_until, now = (float(row[i]) for i in (0, 1, 3, 4))
@@ -279,9 +305,8 @@ class FleetPacer:
         (GCRA tickets come due no earlier than its end).
         """
         await self._ensure_key(key, rps, None)
-        row = await self._fetchone(
-            "control", self._q.cut, {"key": key, "rps": rps, "min_rps": min_rps, "pause": pause_s}
-        )
+        params = (rps, min_rps, rps, min_rps, pause_s, key)
+        row = await self._statement(lambda conn: conn.one(self._q.cut, params))
         if row is None:
             raise FleetPacingUnavailable(f"fleet pacing row for key {key!r} disappeared")
         return _rate(key, row)
@@ -295,18 +320,15 @@ class FleetPacer:
         (a cut or a ``limits set`` happened that this worker has not seen; its
         next refresh will adopt it).
         """
-        row = await self._fetchone(
-            "control",
-            self._q.increase,
-            {"key": key, "rps": rps, "ceiling": ceiling_rps, "epoch": epoch},
-        )
+        params = (ceiling_rps, rps, key, epoch)
+        row = await self._statement(lambda conn: conn.one(self._q.increase, params))
         return None if row is None else _rate(key, row)
 
     # ------------------------------------------------------------------ limits
 
     async def read_state(self) -> dict[str, FleetKeyState]:
         """Every key's limits and shared rate, read in one statement."""
-        rows = await self._fetchall("control", self._q.read_state, {})
+        rows = await self._statement(lambda conn: conn.all(self._q.read_state))
         out: dict[str, FleetKeyState] = {}
         for row in rows:
             key, has_limits = row[0], row[1]
@@ -342,8 +364,14 @@ class FleetPacer:
         """
         if not limits.given():
             raise ValueError("give at least one limit to set")
-        params: dict[str, Any] = {"key": key, **limits.model_dump()}
-        row = await self._fetchone("control", self._q.set_limits, params)
+        values = limits.model_dump()
+        params = (
+            key,
+            *(values[name] for name in LIMIT_FIELDS),
+            values["rps"],
+            values["burst"],
+        )
+        row = await self._statement(lambda conn: conn.one(self._q.set_limits, params))
         if row is None:  # pragma: no cover - an upsert always returns its row
             raise FleetPacingUnavailable(f"setting the limits of {key!r} returned nothing")
         self._known.add(key)
@@ -354,29 +382,20 @@ class FleetPacer:
     # ------------------------------------------------------------------ shares
 
     async def publish_shares(self, worker: str, shares: list[FleetShare]) -> None:
-        """Say which fairness keys wait on ``worker`` now (its other rows go)."""
+        """Say which fairness keys wait on ``worker`` now (its other rows go), in one
+        transaction: the others never read half of a worker's report."""
         kept = [f"{s.key}\x1f{s.fairness_key}" for s in shares]
-        for share in shares:
-            await self._execute(
-                "control",
-                self._q.publish_share,
-                {
-                    "key": share.key,
-                    "worker": worker,
-                    "fairness_key": share.fairness_key,
-                    "weight": share.weight,
-                    "priority": share.priority,
-                    "waiting": share.waiting,
-                },
-                fetch_all=False,
-            )
-        await self._execute(
-            "control", self._q.clear_shares, {"worker": worker, "kept": kept}, fetch_all=False
-        )
+        rows = [(s.key, worker, s.fairness_key, s.weight, s.priority, s.waiting) for s in shares]
+
+        def tx(conn: Conn) -> None:
+            conn.many(self._q.publish_share, rows)
+            conn.execute(self._q.clear_shares, (worker, kept))
+
+        await self._transaction(tx)
 
     async def read_shares(self, max_age_s: float) -> list[FleetShare]:
         """Every worker's waiting fairness keys reported in the last ``max_age_s``."""
-        rows = await self._fetchall("control", self._q.read_shares, {"max_age": max_age_s})
+        rows = await self._statement(lambda conn: conn.all(self._q.read_shares, (max_age_s,)))
         return [
             FleetShare(str(r[0]), str(r[2]), float(r[3]), int(r[4]), int(r[5]), str(r[1]))
             for r in rows
@@ -385,340 +404,74 @@ class FleetPacer:
     async def set_share_weight(self, fairness_key: str, weight: float | None) -> None:
         """Weigh ``fairness_key`` by ``weight`` fleet-wide (``None``: as its runs say)."""
         if weight is None:
-            await self._execute(
-                "control", self._q.clear_weight, {"fairness_key": fairness_key}, fetch_all=False
-            )
+            await self._statement(lambda conn: conn.execute(self._q.clear_weight, (fairness_key,)))
             return
         if not (math.isfinite(weight) and 0 < weight <= 1000):
             raise ValueError(f"a weight must be a number in (0, 1000], got {weight!r}")
-        await self._execute(
-            "control",
-            self._q.set_weight,
-            {"fairness_key": fairness_key, "weight": weight},
-            fetch_all=False,
-        )
+        await self._statement(lambda conn: conn.execute(self._q.set_weight, (fairness_key, weight)))
 
     async def read_share_weights(self) -> dict[str, float]:
         """The weights set with ``playline limits share``, by fairness key."""
-        rows = await self._fetchall("control", self._q.read_weights, {})
+        rows = await self._statement(lambda conn: conn.all(self._q.read_weights))
         return {str(r[0]): float(r[1]) for r in rows}
 
     async def take_window_slot(self, key: str, windows: Mapping[float, int]) -> float:
         """Count one call in every fleet-wide window of ``key``, if all have room.
 
         Returns ``0.0`` when the call is admitted (and counted), else the seconds
-        until the fullest window's oldest bucket ages out (nothing counted).
+        until the fullest window's oldest bucket ages out (nothing counted). One
+        transaction under an advisory lock per key: two workers never both take
+        a window's last slot.
         """
         if not windows:
             return 0.0
-        conn = await self._conn("tickets")
-        try:
-            async with conn.transaction():
-                await conn.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(%s))",
-                    [f"playline:{self.table_prefix}:{key}"],
-                )
-                waits: list[float] = []
-                for window_s, limit in sorted(windows.items()):
-                    cur = await conn.execute(
-                        self._q.window_used,
-                        {"key": key, "w": window_s, "nb": WINDOW_BUCKETS},
-                    )
-                    used, oldest, now = await cur.fetchone() or (0, None, 0.0)
-                    if int(used) >= limit:
-                        bucket_s = window_s / WINDOW_BUCKETS
-                        waits.append(max(bucket_s, (oldest + WINDOW_BUCKETS + 1) * bucket_s - now))
-                if waits:
-                    return max(waits)
-                for window_s in windows:
-                    await conn.execute(
-                        self._q.window_count,
-                        {"key": key, "w": window_s, "nb": WINDOW_BUCKETS},
-                    )
-        except Exception as err:
-            if isinstance(err, FleetPacingUnavailable):
-                raise
-            raise _unavailable(err) from err
-        return 0.0
+        q, nb = self._q, WINDOW_BUCKETS
+        lock = f"playline:{self.table_prefix}:{key}"
+
+        def tx(conn: Conn) -> float:
+            conn.execute(q.window_lock, (lock,))
+            waits: list[float] = []
+            for window_s, limit in sorted(windows.items()):
+                row = conn.one(q.window_used, (window_s, nb, key, window_s, nb))
+                used, oldest, now = row or (0, None, 0.0)
+                if int(used) >= limit:
+                    bucket_s = window_s / nb
+                    waits.append(max(bucket_s, (oldest + nb + 1) * bucket_s - now))
+            if waits:
+                return max(waits)
+            for window_s in windows:
+                conn.execute(q.window_count, (window_s, nb, key, window_s, nb, key, window_s))
+            return 0.0
+
+        return await self._transaction(tx)
 
     # ------------------------------------------------------------------ plumbing
-
-    async def _create_tables(self) -> None:
-        conn = await self._conn("control")
-        try:
-            async with conn.transaction():
-                # Two workers starting together would race on CREATE TABLE IF NOT EXISTS.
-                await conn.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(%s))", ["playline:" + self.table_prefix]
-                )
-                for stmt in self._q.create:
-                    await conn.execute(stmt)
-        except Exception as err:
-            raise _unavailable(err) from err
 
     async def _ensure_key(self, key: str, rps: float | None, burst: int | None) -> None:
         if key in self._known:
             return
-        await self._fetchall(
-            "control",
-            self._q.ensure,
-            {"key": key, "rps": rps if rps is not None else 10.0, "burst": burst or 1},
-        )
+        params = (key, rps if rps is not None else 10.0, burst or 1, key)
+        await self._statement(lambda conn: conn.execute(self._q.ensure, params))
         self._known.add(key)
 
-    async def _conn(self, which: str) -> psycopg.AsyncConnection[tuple[Any, ...]]:
-        import psycopg
+    async def _statement(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn``, one statement, outside a transaction: PostgreSQL makes a lone
+        statement atomic by itself, in one round trip (a transaction adds two)."""
+        if self._closed:
+            raise FleetPacingUnavailable("the fleet pacer is closed")
+        try:
+            return await self._db.read(fn)
+        except self._db.driver_error as err:
+            raise _unavailable(err) from err
 
-        async with self._lock:
-            conn = self._tickets if which == "tickets" else self._control
-            if conn is None or conn.closed or conn.broken:
-                try:
-                    conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
-                except psycopg.Error as err:
-                    raise _unavailable(err) from err
-                if which == "tickets":
-                    self._tickets = conn
-                else:
-                    self._control = conn
-            return conn
-
-    async def _execute(
-        self, which: str, query: sql.Composed, params: Mapping[str, Any], fetch_all: bool
-    ) -> list[tuple[Any, ...]]:
-        import psycopg
-
-        for attempt in (1, 2):
-            conn = await self._conn(which)
-            try:
-                cur = await conn.execute(query, params)
-                if cur.description is None:
-                    return []
-                if fetch_all:
-                    return await cur.fetchall()
-                row = await cur.fetchone()
-                return [] if row is None else [row]
-            except psycopg.OperationalError as err:
-                # A dropped connection is worth one reconnect; anything else is not.
-                if attempt == 2 or not conn.broken:
-                    raise _unavailable(err) from err
-            except psycopg.Error as err:
-                raise _unavailable(err) from err
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _fetchone(
-        self, which: str, query: sql.Composed, params: Mapping[str, Any]
-    ) -> tuple[Any, ...] | None:
-        rows = await self._execute(which, query, params, fetch_all=False)
-        return rows[0] if rows else None
-
-    async def _fetchall(
-        self, which: str, query: sql.Composed, params: Mapping[str, Any]
-    ) -> list[tuple[Any, ...]]:
-        return await self._execute(which, query, params, fetch_all=True)
-
-
-@dataclass(frozen=True, slots=True)
-class _Queries:
-    """Every statement, composed once per table prefix."""
-
-    create: tuple[sql.Composed, ...]
-    ensure: sql.Composed
-    take: sql.Composed
-    cut: sql.Composed
-    increase: sql.Composed
-    read_state: sql.Composed
-    set_limits: sql.Composed
-    window_used: sql.Composed
-    window_count: sql.Composed
-    publish_share: sql.Composed
-    clear_shares: sql.Composed
-    read_shares: sql.Composed
-    set_weight: sql.Composed
-    clear_weight: sql.Composed
-    read_weights: sql.Composed
-
-    @classmethod
-    def build(cls, prefix: str) -> _Queries:
-        from psycopg import sql
-
-        names = {
-            "pacing": sql.Identifier(prefix + "pacing"),
-            "limits": sql.Identifier(prefix + "limits"),
-            "windows": sql.Identifier(prefix + "windows"),
-            "shares": sql.Identifier(prefix + "shares"),
-            "weights": sql.Identifier(prefix + "share_weights"),
-            "now": sql.SQL(_NOW),
-        }
-
-        def q(text: str) -> sql.Composed:
-            return sql.SQL(text).format(**names)
-
-        rate_cols = "g.rps, g.burst, g.epoch, GREATEST(g.paused_until - {now}, 0)"
-        return cls(
-            create=(
-                q(
-                    "CREATE TABLE IF NOT EXISTS {pacing} ("
-                    " key text PRIMARY KEY,"
-                    " tat float8 NOT NULL DEFAULT 0,"
-                    " rps float8 NOT NULL CHECK (rps > 0),"
-                    " burst integer NOT NULL CHECK (burst >= 1),"
-                    " epoch bigint NOT NULL DEFAULT 0,"
-                    " paused_until float8 NOT NULL DEFAULT 0,"
-                    " last_now float8 NOT NULL DEFAULT 0)"
-                ),
-                q(
-                    "CREATE TABLE IF NOT EXISTS {limits} ("
-                    " key text PRIMARY KEY,"
-                    " rps float8 CHECK (rps > 0),"
-                    " burst integer CHECK (burst >= 1),"
-                    " max_concurrency integer CHECK (max_concurrency >= 1),"
-                    " updated_at timestamptz NOT NULL DEFAULT now())"
-                ),
-                # Tables made by playline 0.2 lack the quota columns and hold NOT NULLs.
-                q(
-                    "ALTER TABLE {limits}"
-                    " ADD COLUMN IF NOT EXISTS per_minute integer CHECK (per_minute >= 1),"
-                    " ADD COLUMN IF NOT EXISTS per_hour integer CHECK (per_hour >= 1),"
-                    " ADD COLUMN IF NOT EXISTS per_day integer CHECK (per_day >= 1),"
-                    " ADD COLUMN IF NOT EXISTS min_rps float8 CHECK (min_rps > 0),"
-                    " ALTER COLUMN rps DROP NOT NULL,"
-                    " ALTER COLUMN burst DROP NOT NULL,"
-                    " ALTER COLUMN max_concurrency DROP NOT NULL"
-                ),
-                q(
-                    "CREATE TABLE IF NOT EXISTS {windows} ("
-                    " key text NOT NULL,"
-                    " window_s float8 NOT NULL,"
-                    " bucket bigint NOT NULL,"
-                    " count integer NOT NULL,"
-                    " PRIMARY KEY (key, window_s, bucket))"
-                ),
-                q(
-                    "CREATE TABLE IF NOT EXISTS {shares} ("
-                    " key text NOT NULL,"
-                    " worker text NOT NULL,"
-                    " fairness_key text NOT NULL,"
-                    " weight float8 NOT NULL CHECK (weight > 0),"
-                    " priority integer NOT NULL,"
-                    " waiting integer NOT NULL,"
-                    " seen_at float8 NOT NULL,"
-                    " PRIMARY KEY (key, worker, fairness_key))"
-                ),
-                q(
-                    "CREATE TABLE IF NOT EXISTS {weights} ("
-                    " fairness_key text PRIMARY KEY,"
-                    " weight float8 NOT NULL CHECK (weight > 0),"
-                    " updated_at timestamptz NOT NULL DEFAULT now())"
-                ),
-            ),
-            # A new key starts at its configured limits (the limits table wins
-            # over the worker's catalog) with an empty bucket.
-            ensure=q(
-                "INSERT INTO {pacing} (key, rps, burst)"
-                " SELECT %(key)s, COALESCE(l.rps, %(rps)s), COALESCE(l.burst, %(burst)s)"
-                " FROM (SELECT 1) AS one LEFT JOIN {limits} AS l ON l.key = %(key)s"
-                " ON CONFLICT (key) DO NOTHING"
-            ),
-            # The GCRA step, atomically: the clock is read once, after the row
-            # lock is held, and returned with the new tat so the caller computes
-            # each ticket's delay from the very reading the step used.
-            take=q(
-                "UPDATE {pacing} AS g SET (tat, last_now) = ("
-                "  SELECT GREATEST(g.tat, c.now, g.paused_until) + %(n)s / (g.rps * %(margin)s),"
-                "  c.now"
-                "  FROM (SELECT {now} AS now) AS c)"
-                " WHERE g.key = %(key)s"
-                " RETURNING g.tat, g.rps, g.burst, g.paused_until, g.last_now"
-            ),
-            cut=q(
-                "UPDATE {pacing} AS g SET"
-                " rps = LEAST(g.rps, GREATEST(%(rps)s, %(min_rps)s)),"
-                " epoch = g.epoch + CASE WHEN GREATEST(%(rps)s, %(min_rps)s) < g.rps"
-                "   THEN 1 ELSE 0 END,"
-                " paused_until = GREATEST(g.paused_until, {now} + %(pause)s)"
-                " WHERE g.key = %(key)s"
-                " RETURNING " + rate_cols
-            ),
-            increase=q(
-                "UPDATE {pacing} AS g SET rps = LEAST(%(ceiling)s, GREATEST(g.rps, %(rps)s))"
-                " WHERE g.key = %(key)s AND g.epoch = %(epoch)s"
-                " RETURNING " + rate_cols
-            ),
-            read_state=q(
-                "SELECT COALESCE(l.key, g.key), l.key IS NOT NULL, l.rps, l.burst,"
-                " l.max_concurrency, l.per_minute, l.per_hour, l.per_day, l.min_rps, "
-                + rate_cols
-                + " FROM {limits} AS l FULL JOIN {pacing} AS g ON g.key = l.key"
-                " ORDER BY 1"
-            ),
-            # One statement, so the limits and the reset shared rate change together.
-            set_limits=q(
-                "WITH lim AS ("
-                " INSERT INTO {limits} AS t (key, rps, burst, max_concurrency, per_minute,"
-                "  per_hour, per_day, min_rps, updated_at)"
-                " VALUES (%(key)s, %(rps)s, %(burst)s, %(max_concurrency)s, %(per_minute)s,"
-                "  %(per_hour)s, %(per_day)s, %(min_rps)s, now())"
-                " ON CONFLICT (key) DO UPDATE SET"
-                "  rps = COALESCE(EXCLUDED.rps, t.rps),"
-                "  burst = COALESCE(EXCLUDED.burst, t.burst),"
-                "  max_concurrency = COALESCE(EXCLUDED.max_concurrency, t.max_concurrency),"
-                "  per_minute = COALESCE(EXCLUDED.per_minute, t.per_minute),"
-                "  per_hour = COALESCE(EXCLUDED.per_hour, t.per_hour),"
-                "  per_day = COALESCE(EXCLUDED.per_day, t.per_day),"
-                "  min_rps = COALESCE(EXCLUDED.min_rps, t.min_rps),"
-                "  updated_at = now()"
-                " RETURNING t.key, t.rps, t.burst, t.max_concurrency, t.per_minute,"
-                "  t.per_hour, t.per_day, t.min_rps),"
-                " reset AS ("
-                " INSERT INTO {pacing} AS g (key, rps, burst)"
-                " SELECT key, rps, COALESCE(burst, 1) FROM lim"
-                "  WHERE lim.rps IS NOT NULL AND %(rps)s::float8 IS NOT NULL"
-                " ON CONFLICT (key) DO UPDATE SET rps = EXCLUDED.rps,"
-                "  burst = COALESCE(%(burst)s::integer, g.burst), epoch = g.epoch + 1)"
-                " SELECT * FROM lim"
-            ),
-            window_used=q(
-                "SELECT COALESCE(SUM(w.count), 0), MIN(w.bucket), c.now FROM"
-                " (SELECT {now} AS now, floor({now} / (%(w)s / %(nb)s))::bigint AS cur) AS c"
-                " LEFT JOIN {windows} AS w ON w.key = %(key)s AND w.window_s = %(w)s"
-                "  AND w.bucket >= c.cur - %(nb)s"
-                " GROUP BY c.cur, c.now"
-            ),
-            window_count=q(
-                "WITH c AS (SELECT floor({now} / (%(w)s / %(nb)s))::bigint AS cur),"
-                " gone AS (DELETE FROM {windows} WHERE key = %(key)s AND window_s = %(w)s"
-                "  AND bucket < (SELECT cur FROM c) - 2 * %(nb)s)"
-                " INSERT INTO {windows} (key, window_s, bucket, count)"
-                " SELECT %(key)s, %(w)s, cur, 1 FROM c"
-                " ON CONFLICT (key, window_s, bucket)"
-                " DO UPDATE SET count = {windows}.count + 1"
-            ),
-            publish_share=q(
-                "INSERT INTO {shares} AS s (key, worker, fairness_key, weight, priority,"
-                " waiting, seen_at) VALUES (%(key)s, %(worker)s, %(fairness_key)s,"
-                " %(weight)s, %(priority)s, %(waiting)s, {now})"
-                " ON CONFLICT (key, worker, fairness_key) DO UPDATE SET"
-                " weight = EXCLUDED.weight, priority = EXCLUDED.priority,"
-                " waiting = EXCLUDED.waiting, seen_at = EXCLUDED.seen_at"
-            ),
-            clear_shares=q(
-                "DELETE FROM {shares} WHERE (worker = %(worker)s AND seen_at < {now} - 0.001"
-                " AND NOT (key || chr(31) || fairness_key = ANY(%(kept)s)))"
-                " OR seen_at < {now} - 600"
-            ),
-            read_shares=q(
-                "SELECT key, worker, fairness_key, weight, priority, waiting FROM {shares}"
-                " WHERE seen_at >= {now} - %(max_age)s"
-            ),
-            set_weight=q(
-                "INSERT INTO {weights} (fairness_key, weight, updated_at)"
-                " VALUES (%(fairness_key)s, %(weight)s, now())"
-                " ON CONFLICT (fairness_key) DO UPDATE SET weight = EXCLUDED.weight,"
-                " updated_at = now()"
-            ),
-            clear_weight=q("DELETE FROM {weights} WHERE fairness_key = %(fairness_key)s"),
-            read_weights=q("SELECT fairness_key, weight FROM {weights}"),
-        )
+    async def _transaction(self, fn: Callable[[Conn], T]) -> T:
+        """Run ``fn``, several statements, in one transaction."""
+        if self._closed:
+            raise FleetPacingUnavailable("the fleet pacer is closed")
+        try:
+            return await self._db.write(fn)
+        except self._db.driver_error as err:
+            raise _unavailable(err) from err
 
 
 def _rate(key: str, row: tuple[Any, ...]) -> FleetRate:

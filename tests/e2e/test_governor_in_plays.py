@@ -33,6 +33,7 @@ from playline.contract import PlayRunResult, RunOptions
 from playline.provider_server.fake_data import find_email
 from playline.provider_server.ledger import max_in_window
 from tests.conftest import REPO, new_id, start_worker_process
+from tests.old_fleet_schema import forget_fleet_schema
 from tests.plays import lead, run, write_csv
 
 DSN = os.environ.get("PLAYLINE_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -120,12 +121,13 @@ async def fleet_prefix() -> AsyncIterator[str]:
     try:
         yield prefix
     finally:
-        for table in ("pacing", "limits", "windows"):
+        for table in ("pacing", "limits", "windows", "shares", "share_weights"):
             await conn.execute(
                 psycopg.sql.SQL("DROP TABLE IF EXISTS {}").format(
                     psycopg.sql.Identifier(prefix + table)
                 )
             )
+        await forget_fleet_schema(conn, prefix)
         await conn.close()
 
 

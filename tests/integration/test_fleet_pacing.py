@@ -22,6 +22,7 @@ from playline.pacing.governor import Governor
 from playline.pacing.pacer import KeyBlocked
 from playline.pacing.policy import PacingPolicy
 from playline.provider_server.ledger import max_in_window
+from tests.old_fleet_schema import forget_fleet_schema
 
 pytestmark = pytest.mark.postgres
 
@@ -45,6 +46,7 @@ async def prefix() -> AsyncIterator[str]:
                     psycopg.sql.Identifier(name + table)
                 )
             )
+        await forget_fleet_schema(conn, name)
         await conn.close()
 
 
