@@ -9,9 +9,11 @@ finds every call answered by a receipt.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowFailureError
 
 from playline import Estimate, estimate_play
 from playline.cli.estimate import credits_text
@@ -300,3 +302,22 @@ async def test_an_estimate_counts_a_resolvers_fallbacks_and_its_worst_case_cover
     assert estimate.total.worst_credits >= ledger["credits"]
     for name, credits in billed.items():
         assert estimate.by_provider[name].worst_credits >= credits - 1e-9, name
+
+
+async def test_an_estimate_needs_no_api_key_and_a_run_still_does(
+    client, provider, worker, task_queue, tmp_path
+) -> None:
+    """An estimate sends nothing, so a worker without the providers' keys prices the
+    play; a run on it is still refused, naming the missing variable."""
+    keyless = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(5)])
+    async with worker(environ=keyless):
+        estimate = await estimate_play(
+            client, "t_tool_column", {"csv_path": str(csv_path)}, task_queue=task_queue
+        )
+        assert estimate.rows == 5 and estimate.total.to_pay == 5
+        assert estimate.total.worst_credits > 0
+        with pytest.raises(WorkflowFailureError) as refused:
+            await run(client, "t_tool_column", {"csv_path": str(csv_path)}, task_queue=task_queue)
+    assert "ACME_API_KEY" in str(refused.value.cause), refused.value.cause
+    assert provider.ledger()["received"] == 0
