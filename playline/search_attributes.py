@@ -22,6 +22,7 @@ from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKe
 __all__ = [
     "ALL_KEYS",
     "CREDITS",
+    "KIND",
     "PLAY",
     "ROWS_DONE",
     "ROWS_FAILED",
@@ -39,6 +40,9 @@ ROWS_TOTAL = SearchAttributeKey.for_int("PlaylineRowsTotal")
 ROWS_DONE = SearchAttributeKey.for_int("PlaylineRowsDone")
 ROWS_FAILED = SearchAttributeKey.for_int("PlaylineRowsFailed")
 CREDITS = SearchAttributeKey.for_float("PlaylineCredits")
+#: ``run`` or ``estimate``: an estimate (``playline estimate``) is a play run that sends
+#: nothing, kept out of ``playline runs list`` unless asked for
+KIND = SearchAttributeKey.for_keyword("PlaylineKind")
 
 ALL_KEYS: tuple[SearchAttributeKey[Any], ...] = (
     PLAY,
@@ -47,7 +51,11 @@ ALL_KEYS: tuple[SearchAttributeKey[Any], ...] = (
     ROWS_DONE,
     ROWS_FAILED,
     CREDITS,
+    KIND,
 )
+#: The keys ``playline runs list`` needs to search plays (``KIND`` came later: a
+#: namespace set up before it still lists plays, estimates included).
+LIST_KEYS = ALL_KEYS[:-1]
 
 #: The names the Temporal CLI and server use for each value type.
 _TYPE_NAMES = {

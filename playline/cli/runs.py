@@ -139,6 +139,11 @@ def add_runs_parser(
     listing.add_argument("--status", choices=STATUSES, help="only runs in this status")
     listing.add_argument("--query", help="a Temporal list query, ANDed with the above")
     listing.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    listing.add_argument(
+        "--estimates",
+        action="store_true",
+        help="include estimates (`playline estimate`), left out by default",
+    )
     listing.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -423,10 +428,12 @@ async def export_changed(
 
 async def list_runs(client: Client, args: argparse.Namespace, settings: Settings) -> int:
     registered = set(await registered_search_attributes(client))
-    searchable = {k.name for k in sa.ALL_KEYS} <= registered
+    searchable = {k.name for k in sa.LIST_KEYS} <= registered
     clauses = []
     if searchable:
         clauses.append("PlaylinePlay IS NOT NULL")
+        if sa.KIND.name in registered and not getattr(args, "estimates", False):
+            clauses.append(f"({sa.KIND.name} IS NULL OR {sa.KIND.name} != 'estimate')")
         if args.play:
             clauses.append(f"PlaylinePlay = {_quoted(args.play)}")
         if args.status:

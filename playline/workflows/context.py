@@ -573,6 +573,8 @@ class PlayContext:
             (sa.ROWS_DONE, state.rows_done),
             (sa.ROWS_FAILED, state.rows_failed),
             (sa.CREDITS, round(state.credits, 6)),
+            # Only where the namespace has it, which a history from before it lacks.
+            (sa.KIND, "estimate" if self.options.estimate else "run"),
         ]
         updates: list[SearchAttributeUpdate[Any]] = []
         for key, value in values:

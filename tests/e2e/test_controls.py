@@ -174,6 +174,7 @@ async def test_pause_holds_dispatch_resume_finishes_and_bad_requests_never_enter
         "PlaylineRowsDone": rows,
         "PlaylineRowsFailed": 0,
         "PlaylineCredits": pytest.approx(result.stats.credits),
+        "PlaylineKind": "run",
     }
     listed = await eventually(
         lambda: _ids(client, 'PlaylinePlay = "t_tool_column" AND PlaylineStatus = "completed"'),

@@ -9,6 +9,7 @@ finds every call answered by a receipt.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from temporalio.client import WorkflowFailureError
 
 from playline import Estimate, estimate_play
+from playline import search_attributes as sa
 from playline.cli.estimate import credits_text
 from playline.contract import RunOptions
 from tests import plays_fallback  # noqa: F401  (registers the t_fallback play)
@@ -321,3 +323,33 @@ async def test_an_estimate_needs_no_api_key_and_a_run_still_does(
             await run(client, "t_tool_column", {"csv_path": str(csv_path)}, task_queue=task_queue)
     assert "ACME_API_KEY" in str(refused.value.cause), refused.value.cause
     assert provider.ledger()["received"] == 0
+
+
+async def test_estimates_are_marked_and_left_out_of_runs_list_unless_asked_for(
+    client, provider, worker, temporal_address, task_queue, home, tmp_path
+) -> None:
+    csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(3)])
+    async with worker():
+        estimate = await estimate_play(
+            client, "t_tool_column", {"csv_path": str(csv_path)}, task_queue=task_queue
+        )
+        result = await run(
+            client, "t_tool_column", {"csv_path": str(csv_path)}, task_queue=task_queue
+        )
+    assert estimate.workflow_id is not None and result.stats.rows_ok == 3
+    described = await client.get_workflow_handle(estimate.workflow_id).describe()
+    assert described.typed_search_attributes.get(sa.KIND) == "estimate"
+    common = ("--address", temporal_address, "--play", "t_tool_column", "--json")
+
+    async def listed(*flags: str) -> set[str]:
+        shown = await playline("runs", "list", *common, *flags, home=home)
+        assert shown.returncode == 0, shown.stderr
+        return {r["workflow_id"] for r in json.loads(shown.stdout)["runs"]}
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while estimate.workflow_id not in await listed("--estimates"):  # visibility lags
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.5)
+    plain = await listed()
+    assert estimate.workflow_id not in plain
+    assert plain  # the run itself is listed

@@ -174,6 +174,7 @@ def test_search_attribute_keys_and_their_dev_server_flags() -> None:
         ("PlaylineRowsDone", "Int"),
         ("PlaylineRowsFailed", "Int"),
         ("PlaylineCredits", "Double"),
+        ("PlaylineKind", "Keyword"),
     ]
     assert dev_server_flags()[:4] == [
         "--search-attribute",
