@@ -207,7 +207,7 @@ def _shape(dialect: str, version: int) -> _Shape:
     )
 
 
-_INSERT_SOURCE_ROW = "INSERT INTO playline_source_rows (dataset_id, pos, data) VALUES (?, ?, ?)"
+_INSERT_SOURCE_ROWS = "INSERT INTO playline_source_rows (dataset_id, pos, data) VALUES"
 _TEMP_KEYS = "CREATE TEMP TABLE staged_keys (pos {int} PRIMARY KEY, row_key {text} NOT NULL)"
 _TEMP_PICKED = (
     "CREATE TEMP TABLE picked (seq {int} PRIMARY KEY, pos {int} NOT NULL, row_key {text} NOT NULL)"
@@ -292,8 +292,9 @@ class SheetLedger(LedgerStore):
             started = True
             count = 0
             while page := list(islice(stream, PAGE_ROWS)):
-                conn.many(
-                    _INSERT_SOURCE_ROW,
+                _insert_rows(
+                    conn,
+                    _INSERT_SOURCE_ROWS,
                     [
                         (dataset_id, count + i, json.dumps(dict(zip(names, values, strict=True))))
                         for i, values in enumerate(page)
@@ -645,15 +646,44 @@ def _locked_manifest(
     return found
 
 
+def _insert_rows(conn: Conn, insert: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """``insert`` (``INSERT INTO t (a, b) VALUES``) of ``rows``, as many rows per
+    statement as the dialect's placeholders allow, the full statements in one
+    ``Conn.many``: one statement per row costs PostgreSQL a parse, a bind and an
+    execute per row, several times what the row itself costs."""
+    if not rows:
+        return
+    width = len(rows[0])
+    per = max(1, conn.dialect.max_params // width)
+    one = f"({marks(width)})"
+    full = len(rows) - len(rows) % per
+    if full:
+        conn.many(
+            f"{insert} {', '.join([one] * per)}",
+            [
+                [v for row in rows[start : start + per] for v in row]
+                for start in range(0, full, per)
+            ],
+        )
+    if full < len(rows):
+        tail = rows[full:]
+        conn.execute(f"{insert} {', '.join([one] * len(tail))}", [v for row in tail for v in row])
+
+
 def _json(stored: Any) -> Any:
     """A JSON column's value: PostgreSQL's ``jsonb`` arrives parsed, SQLite's text not
     (every JSON column holds an object or a list, never a bare string)."""
     return json.loads(stored) if isinstance(stored, str) else stored
 
 
+#: compact JSON for the maps the manifest rows keep (one encoder: ``json.dumps`` with
+#: ``separators`` builds a new one per call, four calls per row written)
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def _dumped(value: dict[str, Any] | None) -> str | None:
     """A JSON map as stored (compact), ``None`` when there is none."""
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else _COMPACT.encode(value)
 
 
 def _loaded(stored: str | None) -> dict[str, Any] | None:
@@ -677,8 +707,9 @@ def _stage_keys(conn: Conn, source_id: str, key_fields: list[str]) -> None:
             " ORDER BY pos LIMIT ?",
             [source_id, after, PAGE_ROWS],
         ):
-            conn.many(
-                "INSERT INTO staged_keys (pos, row_key) VALUES (?, ?)",
+            _insert_rows(
+                conn,
+                "INSERT INTO staged_keys (pos, row_key) VALUES",
                 [(pos, row_key_of(_json(data), key_fields, pos)) for pos, data in page],
             )
             after = int(page[-1][0])
