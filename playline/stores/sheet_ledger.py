@@ -5,8 +5,9 @@ change is one function run by :meth:`Database.write
 <playline.db.engine.Database.write>`, so it is all or nothing; the shapes that
 matter for a fleet and a million rows:
 
-* a source is inserted page by page from its iterator (``Conn.many``: one prepared
-  statement per page, pipelined on PostgreSQL), so memory never holds a file;
+* a source is inserted page by page from its iterator, as multi-row ``INSERT``
+  statements run by ``Conn.many`` (:func:`_insert_rows`; pipelined on PostgreSQL),
+  so memory never holds a file;
 * its ``sources`` row is inserted *first* (count 0, set at the end of the same
   transaction): a second loader of the same source waits on that row's key
   (PostgreSQL) or on the file lock (SQLite), then finds it stored and reads nothing;
@@ -21,8 +22,9 @@ matter for a fleet and a million rows:
   (:func:`~playline.stores.sheet_changes.merge_changes`) in Python, and write them
   back with two ``Conn.many`` statements.
 
-JSON columns are ``jsonb`` on PostgreSQL (cells merge in SQL, ``data || new``) and
-text on SQLite (``json_patch``; source values are strings, which it merges exactly);
+JSON columns are ``jsonb`` on PostgreSQL and text on SQLite; a rerun merges a
+source row into its sheet row in SQL with the dialect's ``json_merge`` (``||``;
+SQLite's ``json_patch``, exact here since source values are strings), and
 :func:`_json` reads either.
 
 The schema continues both old ones: on SQLite (``sheet.db``, version = ``PRAGMA
