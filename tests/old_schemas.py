@@ -173,3 +173,95 @@ def old_postgres(
         )
         for sql, params in rows:
             conn.execute(sql.replace("?", "%s"), params)  # type: ignore[call-overload]
+
+
+# --------------------------------------------------------------------------- sheet
+# The sheet store's schemas as ``sheet_sqlite.py`` and ``sheet_postgres.py`` (with the
+# sheet's tables of ``postgres_db.MIGRATIONS``, component ``stores``) created them when
+# they were replaced by ``sheet_ledger.py`` (:mod:`tests.integration.test_sheet_in_place`).
+
+#: SQLite, ``sheet.db``: the ``PRAGMA user_version`` each step left, and its DDL.
+SHEET_SQLITE = {
+    1: (
+        "CREATE TABLE IF NOT EXISTS sources (dataset_id TEXT PRIMARY KEY, "
+        "columns TEXT NOT NULL, count INTEGER NOT NULL, created_at REAL)",
+        "CREATE TABLE IF NOT EXISTS source_rows (dataset_id TEXT NOT NULL, "
+        "pos INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (dataset_id, pos))",
+        "CREATE TABLE IF NOT EXISTS sheet_rows (dataset TEXT NOT NULL, "
+        "row_key TEXT NOT NULL, data TEXT NOT NULL, first_run TEXT, updated_at REAL, "
+        "PRIMARY KEY (dataset, row_key))",
+        "CREATE TABLE IF NOT EXISTS runs (run_ref TEXT PRIMARY KEY, dataset TEXT NOT NULL, "
+        "source_id TEXT NOT NULL, mode TEXT NOT NULL, total INTEGER NOT NULL, "
+        "admitted INTEGER NOT NULL, duplicates INTEGER NOT NULL, "
+        "seen_before INTEGER NOT NULL, columns TEXT NOT NULL, created_at REAL)",
+        "CREATE TABLE IF NOT EXISTS run_rows (run_ref TEXT NOT NULL, seq INTEGER NOT NULL, "
+        "row_key TEXT NOT NULL, status TEXT NOT NULL, error TEXT, "
+        "PRIMARY KEY (run_ref, seq))",
+    ),
+    2: ("ALTER TABLE runs ADD COLUMN duplicate_keys TEXT",),
+    3: ("ALTER TABLE run_rows ADD COLUMN provenance TEXT",),
+    4: (
+        "ALTER TABLE sheet_rows ADD COLUMN cell_meta TEXT",
+        "ALTER TABLE run_rows ADD COLUMN changes TEXT",
+        "ALTER TABLE run_rows ADD COLUMN compared TEXT",
+    ),
+}
+
+#: PostgreSQL: the sheet's tables of the ``stores`` component's version 1 (the same
+#: statements created the receipts' table; only the sheet's are copied here).
+SHEET_POSTGRES_STORES_V1 = (
+    "CREATE TABLE playline_sources (dataset_id text PRIMARY KEY, columns jsonb NOT NULL,"
+    " count integer NOT NULL, created_at float8)",
+    "CREATE TABLE playline_source_rows (dataset_id text NOT NULL, pos integer NOT NULL,"
+    " data jsonb NOT NULL, PRIMARY KEY (dataset_id, pos))",
+    "CREATE TABLE playline_sheet_rows (dataset text NOT NULL, row_key text NOT NULL,"
+    " data jsonb NOT NULL, first_run text, updated_at float8,"
+    " PRIMARY KEY (dataset, row_key))",
+    "CREATE TABLE playline_runs (run_ref text PRIMARY KEY, dataset text NOT NULL,"
+    " source_id text NOT NULL, mode text NOT NULL, total integer NOT NULL,"
+    " admitted integer NOT NULL, duplicates integer NOT NULL,"
+    " seen_before integer NOT NULL, columns jsonb NOT NULL, created_at float8)",
+    "CREATE TABLE playline_run_rows (run_ref text NOT NULL, seq integer NOT NULL,"
+    " row_key text NOT NULL, status text NOT NULL, error text,"
+    " PRIMARY KEY (run_ref, seq))",
+)
+
+#: PostgreSQL, component ``sheet`` (the sheet's later columns): the version each step
+#: left, and its DDL.
+SHEET_POSTGRES = {
+    1: ("ALTER TABLE playline_runs ADD COLUMN duplicate_keys jsonb",),
+    2: ("ALTER TABLE playline_run_rows ADD COLUMN IF NOT EXISTS provenance text",),
+    3: (
+        "ALTER TABLE playline_sheet_rows ADD COLUMN IF NOT EXISTS cell_meta jsonb",
+        "ALTER TABLE playline_run_rows ADD COLUMN IF NOT EXISTS changes jsonb",
+        "ALTER TABLE playline_run_rows ADD COLUMN IF NOT EXISTS compared jsonb",
+    ),
+}
+
+
+def sheet_ddl(steps: dict[int, tuple[str, ...]], version: int) -> tuple[str, ...]:
+    """The statements of ``steps`` up to ``version``, in order."""
+    return tuple(s for v in sorted(steps) if v <= version for s in steps[v])
+
+
+def old_sqlite_sheet(
+    path: Path, version: int, rows: Sequence[tuple[str, Sequence[Any]]] = ()
+) -> None:
+    """A ``sheet.db`` as the old code of schema ``version`` (1-4) left it."""
+    old_sqlite(path, sheet_ddl(SHEET_SQLITE, version), version, rows)
+
+
+def old_postgres_sheet(
+    url: str, version: int, rows: Sequence[tuple[str, Sequence[Any]]] = ()
+) -> None:
+    """A PostgreSQL schema as the old code left the sheet: its tables (made by the
+    ``stores`` component, whose row is the receipts' business and not written here)
+    and the ``sheet`` component at ``version`` (0-3; 0: no row, as before a worker
+    of the old code prepared a run)."""
+    import psycopg
+
+    ddl = (*SHEET_POSTGRES_STORES_V1, *sheet_ddl(SHEET_POSTGRES, version))
+    old_postgres(url, "sheet", ddl, version, rows)
+    if version == 0:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DELETE FROM playline_schema WHERE component = 'sheet'")

@@ -4,7 +4,8 @@ Store code is written once, in the SQL both databases speak (``?`` placeholders,
 ``INSERT ... ON CONFLICT``, ``CASE``, ``substr``), and reaches for a :class:`Dialect`
 only where they really differ: locking a row it reads (``FOR UPDATE``: PostgreSQL
 locks rows, while SQLite's ``BEGIN IMMEDIATE`` already holds the whole file), type
-names in new DDL, the clock, and how placeholders are spelled. Nothing outside
+names in new DDL, the clock, how placeholders are spelled, and the two JSON
+functions the sheet needs (merging objects, listing an object's members). Nothing outside
 :mod:`playline.db` asks which database it runs on.
 """
 
@@ -33,6 +34,11 @@ class Dialect:
     now_sql: str | None = None
     #: placeholders one statement may hold (SQLite's limit, with room to spare)
     max_params: int = 500
+    #: JSON object ``{0}`` with the members of ``{1}`` set over it (``str.format``)
+    json_merge: str = "json_patch({0}, {1})"
+    #: the table function giving a JSON object's members as rows ``(key, value)``,
+    #: values as text
+    json_each: str = "json_each"
 
     def sql(self, text: str) -> str:
         """``text`` (written with ``?`` placeholders) as this database's driver wants it."""
@@ -66,4 +72,6 @@ POSTGRES = Dialect(
         {"text": "text", "real": "float8", "int": "integer", "bigint": "bigint"}
     ),
     now_sql="SELECT extract(epoch FROM statement_timestamp())::float8",
+    json_merge="{0} || {1}",
+    json_each="jsonb_each_text",
 )

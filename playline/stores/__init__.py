@@ -6,8 +6,8 @@
   addresses, leases, the claim rule); :mod:`~playline.stores.receipts_sqlite` and
   :mod:`~playline.stores.receipts_postgres` its backends;
 * :mod:`~playline.stores.sheet` - the sheet store's contract (sources, sheet rows,
-  run manifests); :mod:`~playline.stores.sheet_sqlite` and
-  :mod:`~playline.stores.sheet_postgres` its backends;
+  run manifests); :mod:`~playline.stores.sheet_ledger` its one implementation, over
+  :mod:`playline.db`;
 * :mod:`~playline.stores.budgets` - the budget ledger's contract (reservations
   against run, provider and named budgets; periods); :mod:`~playline.stores.budgets_ledger`
   its one implementation, over :mod:`playline.db`, and
@@ -16,9 +16,9 @@
   jobs, their members, waiters and webhook deliveries); :mod:`~playline.stores.jobs_ledger`
   its one implementation, over :mod:`playline.db`;
 * :mod:`~playline.stores.sqlite_db`, :mod:`~playline.stores.postgres_db` - the
-  connection the receipt and sheet stores share (a thread per SQLite file, an
-  async pool), and :mod:`~playline.stores.migrations` their versioned schemas,
-  until those stores move onto :mod:`playline.db` as the ledgers did.
+  receipt store's connection (a thread per SQLite file, an async pool), and
+  :mod:`~playline.stores.migrations` its versioned schemas, until it moves onto
+  :mod:`playline.db` as the ledgers and the sheet did.
 
 Loading CSVs and URLs into a source, exporting a run's rows and what a worker may
 read are dataset I/O, not storage: they live in :mod:`playline.datasets`.

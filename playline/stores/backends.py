@@ -108,7 +108,7 @@ async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], 
     from playline.stores.budgets_ledger import BudgetLedger
     from playline.stores.jobs_ledger import JobLedger
     from playline.stores.receipts_sqlite import SqliteReceiptStore
-    from playline.stores.sheet_sqlite import SqliteSheetStore
+    from playline.stores.sheet_ledger import SheetLedger
 
     if not create:
         for path in (settings.receipts_path, settings.sheet_path):
@@ -119,7 +119,9 @@ async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], 
                 )
     receipts = SqliteReceiptStore(settings.receipts_path, create=create, clock=clock)
     try:
-        sheet = SqliteSheetStore(settings.sheet_path, create=create, clock=clock)
+        sheet = SheetLedger.in_file(settings.sheet_path, create=create, clock=clock)
+        if create:
+            await sheet.open()  # a worker leaves the file its clients look for
     except BaseException:
         await receipts.close()
         raise
@@ -134,7 +136,7 @@ async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] |
     from playline.stores.jobs_ledger import JobLedger
     from playline.stores.postgres_db import PostgresDatabase
     from playline.stores.receipts_postgres import PostgresReceiptStore
-    from playline.stores.sheet_postgres import PostgresSheetStore
+    from playline.stores.sheet_ledger import SheetLedger
 
     database = await PostgresDatabase.open(url, create=create)
     try:
@@ -145,7 +147,7 @@ async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] |
         raise
     return Stores(
         PostgresReceiptStore(database, clock=clock),
-        PostgresSheetStore(database, clock=clock),
+        SheetLedger.in_database(pool, create=create, clock=clock),  # migrated by first use
         BudgetLedger.in_database(pool, clock=clock),
         JobLedger.in_database(pool, clock=clock),
         where=database.where,

@@ -19,8 +19,8 @@ run into one dataset without a key keep their rows apart, and the same file (its
 source id is its content's digest) finds its rows again.
 
 The interface (:class:`SheetStore`) is backend-neutral;
-:class:`~playline.stores.sheet_sqlite.SqliteSheetStore` is the embedded default,
-:class:`~playline.stores.sheet_postgres.PostgresSheetStore` the fleet's. Both stream:
+:class:`~playline.stores.sheet_ledger.SheetLedger` implements it once, on a SQLite
+file (the embedded default) or the fleet's PostgreSQL database. It streams:
 ``put_source`` consumes its rows page by page (a loader passes a file's rows as an
 iterator), ``prepare_run`` admits rows with SQL, and readers ask for ranges, so
 memory never grows with a dataset's size.

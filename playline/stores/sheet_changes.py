@@ -1,4 +1,4 @@
-"""What a run changed in a sheet row: the rule both sheet backends apply on write.
+"""What a run changed in a sheet row: the rule the sheet store applies on write.
 
 Teams re-run enrichment over the same dataset and sync the result to a CRM; they
 need to know which cells a re-run changed. A column counts only where the sheet row
@@ -19,7 +19,7 @@ takes the new ``new``, and is dropped when they end up equal; a column this run 
 first stays ``first`` even though the row now has it. Counting ``compared`` by verdict
 in SQL gives the run's report without reading the rows into memory.
 
-Pure functions (no I/O), so both backends share one rule.
+Pure functions (no I/O), so the rule is stated and tested in one place.
 """
 
 from __future__ import annotations

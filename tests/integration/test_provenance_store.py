@@ -15,9 +15,9 @@ import pytest
 from playline.config import Settings
 from playline.datasets import export_run
 from playline.stores.backends import Stores, open_stores
-from playline.stores.migrations import migrate_sqlite
 from playline.stores.sheet import RowResult, SheetStore
-from playline.stores.sheet_sqlite import MIGRATIONS, SqliteSheetStore
+from playline.stores.sheet_ledger import SCHEMA, SheetLedger
+from tests.old_schemas import old_sqlite_sheet
 from tests.pg import pg_schema
 
 COLUMNS = ["id", "name"]
@@ -226,25 +226,23 @@ async def test_a_sqlite_sheet_of_an_older_schema_gains_provenance(tmp_path: Path
     """A file from before provenance is read (by a client, which does not migrate) with
     none, and a worker's open migrates it."""
     path = tmp_path / "sheet.db"
-    old = sqlite3.connect(path)
-    migrate_sqlite(old, MIGRATIONS[:2], where=str(path), create=True)
-    old.close()
-    older = SqliteSheetStore(path, create=False)
+    old_sqlite_sheet(path, 2)
+    older = SheetLedger.in_file(path, create=False)
     try:
         await run_rows_of_an_old_file(older)
     finally:
         await older.close()
-    store = SqliteSheetStore(path)
+    store = SheetLedger.in_file(path)
     try:
         await run_with_provenance(store, "run2")
         assert await store.read_provenance("run2", 0, 1) == [(0, {"email": PAID})]
     finally:
         await store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA.latest
 
 
-async def run_rows_of_an_old_file(store: SqliteSheetStore) -> None:
+async def run_rows_of_an_old_file(store: SheetLedger) -> None:
     assert await store.read_provenance("nope", 0, 10) == []
     assert await store.read_run_rows("nope", 0, 10) == []
 

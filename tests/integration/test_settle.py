@@ -34,7 +34,7 @@ from playline.pacing.governor import Governor
 from playline.provider_server import ServerConfig, ThreadedProviderServer, start_in_thread
 from playline.services import Services
 from playline.stores.receipts_sqlite import SqliteReceiptStore
-from playline.stores.sheet_sqlite import SqliteSheetStore
+from playline.stores.sheet_ledger import SheetLedger
 from tests.conftest import BULK
 
 PERSON = {"first_name": "Ada", "last_name": "Lovelace", "domain": "settle.example"}
@@ -140,7 +140,7 @@ async def open_services(
         catalog_path=str(catalog_path),
     )
     receipts = FlakyReceipts(settings.home / "receipts.db")
-    sheet = SqliteSheetStore(settings.home / "sheet.db")
+    sheet = SheetLedger.in_file(settings.home / "sheet.db")
     async with httpx.AsyncClient() as http:
         yield Services(
             settings=settings,

@@ -13,11 +13,10 @@ import pytest
 from playline.config import Settings
 from playline.errors import InvalidPlayInput
 from playline.stores.backends import Stores, open_stores
-from playline.stores.migrations import migrate_sqlite, postgres_version
 from playline.stores.sheet import RowResult, RunInfo, SheetStore, positional_key
-from playline.stores.sheet_postgres import SHEET_MIGRATIONS
-from playline.stores.sheet_sqlite import MIGRATIONS, SqliteSheetStore
+from playline.stores.sheet_ledger import SCHEMA, SheetLedger
 from tests.integration.conftest import Clock
+from tests.old_schemas import old_sqlite_sheet
 from tests.pg import pg_schema
 
 COLUMNS = ["id", "name"]
@@ -249,21 +248,25 @@ async def test_a_sqlite_sheet_of_the_first_schema_gains_the_repeated_keys(
     """A sheet file written before runs kept their repeated keys opens, migrated: its
     runs read back as they were, with no keys."""
     path = tmp_path / "sheet.db"
-    old = sqlite3.connect(path)
-    migrate_sqlite(old, MIGRATIONS[:1], where=str(path), create=True)
-    old.execute(
-        "INSERT INTO runs VALUES ('r', 'people', 'src@1', 'upsert', 2, 1, 1, 0, '[\"id\"]', 1)"
+    old_sqlite_sheet(
+        path,
+        1,
+        [
+            (
+                "INSERT INTO runs VALUES ('r', 'people', 'src@1', 'upsert', 2, 1, 1, 0, "
+                "'[\"id\"]', 1)",
+                [],
+            )
+        ],
     )
-    old.commit()
-    old.close()
-    store = SqliteSheetStore(path)
+    store = SheetLedger.in_file(path)
     try:
         assert await store.run_info("r") == RunInfo("r", "people", 2, 1, 1, 0, ["id"])
         assert await store.duplicate_keys("r") == []
     finally:
         await store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA.latest
 
 
 async def test_a_postgres_sheet_adds_its_own_schema_step_on_the_first_run() -> None:
@@ -275,7 +278,7 @@ async def test_a_postgres_sheet_adds_its_own_schema_step_on_the_first_run() -> N
             assert await _sheet_version(url) == 0
             await stores.sheet.put_source("src@1", COLUMNS, people("a", "a"))
             await prepare(stores.sheet, "run1", "src@1")
-            assert await _sheet_version(url) == len(SHEET_MIGRATIONS)
+            assert await _sheet_version(url) == SCHEMA.latest
             assert await stores.sheet.duplicate_keys("run1") == ["a"]
         finally:
             await stores.close()
@@ -285,4 +288,9 @@ async def _sheet_version(url: str) -> int:
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        return await postgres_version(conn, "sheet")
+        cur = await conn.execute("SELECT to_regclass('playline_schema') IS NOT NULL")
+        if not (await cur.fetchone() or (False,))[0]:
+            return 0
+        cur = await conn.execute("SELECT version FROM playline_schema WHERE component = 'sheet'")
+        row = await cur.fetchone()
+        return 0 if row is None else int(row[0])

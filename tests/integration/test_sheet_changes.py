@@ -11,11 +11,10 @@ import pytest
 
 from playline.config import Settings
 from playline.stores.backends import open_stores
-from playline.stores.migrations import migrate_postgres, migrate_sqlite
 from playline.stores.sheet import RowResult, SheetStore
 from playline.stores.sheet_changes import change_kind, merge_changes
-from playline.stores.sheet_postgres import SHEET_MIGRATIONS
-from playline.stores.sheet_sqlite import MIGRATIONS, SqliteSheetStore
+from playline.stores.sheet_ledger import SCHEMA, SheetLedger
+from tests.old_schemas import SHEET_POSTGRES, old_postgres, old_sqlite_sheet, sheet_ddl
 from tests.pg import pg_schema
 
 COLUMNS = ["id", "name"]
@@ -177,22 +176,25 @@ async def test_an_old_sqlite_sheet_is_upgraded_in_place(tmp_path: Path) -> None:
     """A file of schema 3 (before cell metadata and changes) keeps its rows: a client
     reads it as it is, a worker migrates it and then records changes against them."""
     path = tmp_path / "sheet.db"
-    old = sqlite3.connect(path)
-    migrate_sqlite(old, MIGRATIONS[:3], where=str(path), create=True)
-    old.execute("INSERT INTO sources VALUES ('src@1', '[\"id\"]', 1, 1)")
-    old.execute("INSERT INTO source_rows VALUES ('src@1', 0, '{\"id\": \"a\"}')")
-    old.execute(
-        'INSERT INTO sheet_rows VALUES (\'people\', \'a\', \'{"id": "a", "email": "a@x"}\', '
-        "'r0', 1)"
+    old_sqlite_sheet(
+        path,
+        3,
+        [
+            ("INSERT INTO sources VALUES ('src@1', '[\"id\"]', 1, 1)", []),
+            ("INSERT INTO source_rows VALUES ('src@1', 0, '{\"id\": \"a\"}')", []),
+            (
+                "INSERT INTO sheet_rows VALUES ('people', 'a', ?, 'r0', 1)",
+                ['{"id": "a", "email": "a@x"}'],
+            ),
+            (
+                "INSERT INTO runs VALUES ('r0', 'people', 'src@1', 'upsert', 1, 1, 0, 0, "
+                "'[\"id\", \"email\"]', 1, '[]')",
+                [],
+            ),
+            ("INSERT INTO run_rows VALUES ('r0', 0, 'a', 'ok', NULL, NULL)", []),
+        ],
     )
-    old.execute(
-        "INSERT INTO runs VALUES ('r0', 'people', 'src@1', 'upsert', 1, 1, 0, 0, "
-        "'[\"id\", \"email\"]', 1, '[]')"
-    )
-    old.execute("INSERT INTO run_rows VALUES ('r0', 0, 'a', 'ok', NULL, NULL)")
-    old.commit()
-    old.close()
-    client = SqliteSheetStore(path, create=False)
+    client = SheetLedger.in_file(path, create=False)
     try:
         (row,) = await client.read_run_rows("r0", 0, 1)
         assert row.data["email"] == "a@x" and row.cell_meta == {}
@@ -200,7 +202,7 @@ async def test_an_old_sqlite_sheet_is_upgraded_in_place(tmp_path: Path) -> None:
         assert await client.read_changes("r0", 0, 10) == []
     finally:
         await client.close()
-    store = SqliteSheetStore(path)
+    store = SheetLedger.in_file(path)
     try:
         await store.prepare_run(
             "r1",
@@ -219,7 +221,7 @@ async def test_an_old_sqlite_sheet_is_upgraded_in_place(tmp_path: Path) -> None:
     finally:
         await store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA.latest
 
 
 async def test_an_old_postgres_sheet_is_upgraded_on_the_first_write() -> None:
@@ -230,10 +232,7 @@ async def test_an_old_postgres_sheet_is_upgraded_on_the_first_write() -> None:
     async with pg_schema() as url:
         stores = await open_stores(Settings(store_url=url), create=True)
         try:
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-                await migrate_postgres(
-                    conn, SHEET_MIGRATIONS[:2], component="sheet", where=url, create=True
-                )
+            old_postgres(url, "sheet", sheet_ddl(SHEET_POSTGRES, 2), 2, [])
             sheet = stores.sheet
             await sheet.put_source("src@1", COLUMNS, [["a", "A"]])
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
