@@ -220,4 +220,9 @@ async def estimate_play(
         client, play, input, options=options, id=id, task_queue=task_queue
     )
     result = await handle.result()
-    return Estimate.from_tally(result.stats.estimate, play=result.play, workflow_id=handle.id)
+    return Estimate.from_tally(
+        result.stats.estimate,
+        play=result.play,
+        workflow_id=handle.id,
+        prices=result.stats.prices,
+    )

@@ -319,6 +319,9 @@ class ChunkStats(BaseModel):
     #: what the run changed in a dataset enriched before, ``{column: {"changed",
     #: "appeared", "disappeared"}}`` (counts of cells against their previous values)
     changes: dict[str, Any] = Field(default_factory=dict)
+    #: what a credit costs with the providers the run used, where the workers' catalog
+    #: says, ``{provider: {"credit_price", "currency"}}`` (``playline.money``)
+    prices: dict[str, Any] = Field(default_factory=dict)
 
     def add(self, other: ChunkStats) -> None:
         for name in type(self).model_fields:
@@ -334,8 +337,8 @@ class ChunkStats(BaseModel):
                 self.estimate = merge_spend(self.estimate, other.estimate)
             elif name in ("accounts", "changes"):
                 setattr(self, name, merge_spend(getattr(self, name), getattr(other, name)))
-            elif name == "jobs":
-                self.jobs = {**self.jobs, **other.jobs}
+            elif name in ("jobs", "prices"):
+                setattr(self, name, {**getattr(self, name), **getattr(other, name)})
             else:
                 setattr(self, name, getattr(self, name) + getattr(other, name))
 

@@ -88,6 +88,7 @@ from playline.errors import (
     UnstorableValue,
 )
 from playline.freshness import PreviousCell
+from playline.money import prices_of
 from playline.services import Services, ServicesHolder
 from playline.stores.cells import unstorable_columns
 from playline.stores.sheet import RowResult, RunRow
@@ -736,7 +737,10 @@ class ChunkRun:
         stats.elapsed_s = time.monotonic() - started
         stats.spend = self.spend.as_dict()
         stats.cells_skipped_input = self.spend.skipped_input
-        return stats_from(self.runner, stats)
+        done = stats_from(self.runner, stats)
+        used = set(done.accounts) | set(done.spend.get("by_provider") or {})
+        done.prices = prices_of(self.runner.catalog, used)
+        return done
 
 
 def row_worst_case(catalog: Catalog, columns: Sequence[ColumnSpec]) -> float:

@@ -71,6 +71,7 @@ from playline.contract import (
     WaterfallCallInput,
 )
 from playline.errors import BlankInput, InvalidPlayInput, PlaylineError
+from playline.money import prices_of
 from playline.services import Services, ServicesHolder
 from playline.stores.sheet import RunRow
 
@@ -224,11 +225,14 @@ class ChunkEstimate:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
+        tally = self.estimator.tally.as_dict()
+        used = {p for tools in tally["lines"].values() for per in tools.values() for p in per}
         return ChunkStats(
             elapsed_s=time.monotonic() - started,
-            estimate=self.estimator.tally.as_dict(),
+            estimate=tally,
             cells_due=self.cells_due,
             cells_fresh=self.cells_fresh,
+            prices=prices_of(self.estimator.runner.catalog, used),
         )
 
     async def _heartbeats(self) -> None:

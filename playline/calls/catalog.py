@@ -182,6 +182,18 @@ class ProviderSpec(BaseModel):
         default=None,
         description="the documentation the entry was written from (presets cite theirs)",
     )
+    credit_price: float | None = Field(
+        default=None,
+        ge=0,
+        description="what one of its credits costs, in `currency` (your plan's price: a "
+        "credit pack's price over its credits); set, estimates, summaries and `runs get` "
+        "show money next to credits",
+    )
+    currency: str = Field(
+        default="USD",
+        pattern=r"^[A-Z]{3}$",
+        description="the ISO 4217 code `credit_price` is in",
+    )
 
     def key_envs(self) -> tuple[str, ...]:
         """The variables of the keys calls are spread across (none without auth)."""

@@ -33,6 +33,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, Field
 
+from playline.money import money_text
+
 __all__ = [
     "BASIS_RECEIPTS",
     "BASIS_WORST_CASE",
@@ -156,10 +158,26 @@ class Estimate(BaseModel):
     lines: list[EstimateLine] = Field(default_factory=list)
     by_provider: dict[str, EstimateTotals] = Field(default_factory=dict)
     total: EstimateTotals = Field(default_factory=EstimateTotals)
+    #: what a credit costs with each provider whose catalog entry says,
+    #: ``{provider: {"credit_price", "currency"}}`` (``playline.money``)
+    prices: dict[str, Any] = Field(default_factory=dict)
+
+    def money(self, which: str) -> str | None:
+        """``which`` (``worst`` or ``expected``) in money, ``≈ 12.34 USD``, where priced."""
+        credits = {
+            provider: getattr(totals, f"{which}_credits")
+            for provider, totals in self.by_provider.items()
+        }
+        return money_text(credits, self.prices)
 
     @classmethod
     def from_tally(
-        cls, tally: Mapping[str, Any], *, play: str, workflow_id: str | None = None
+        cls,
+        tally: Mapping[str, Any],
+        *,
+        play: str,
+        workflow_id: str | None = None,
+        prices: Mapping[str, Any] | None = None,
     ) -> Estimate:
         """The report of a (merged) tally, lines sorted by column, tool and provider."""
         lines: list[EstimateLine] = []
@@ -182,4 +200,5 @@ class Estimate(BaseModel):
             lines=lines,
             by_provider=dict(sorted(by_provider.items())),
             total=total,
+            prices=dict(prices or {}),
         )

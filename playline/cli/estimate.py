@@ -92,7 +92,9 @@ async def estimate(
         console.print(f"  Temporal UI: {ui_url(settings, workflow_id, handle.result_run_id)}")
     await refuse_unknown_play(client, handle, play, task_queue)
     result = await handle.result()
-    return Estimate.from_tally(result.stats.estimate, play=play, workflow_id=workflow_id)
+    return Estimate.from_tally(
+        result.stats.estimate, play=play, workflow_id=workflow_id, prices=result.stats.prices
+    )
 
 
 def refusal(found: Estimate, over: float) -> str | None:
@@ -148,6 +150,13 @@ def print_estimate(found: Estimate) -> None:
         console_out.print(text, markup=False, highlight=False)
     if found.rows_failed:
         console_out.print(f"{found.rows_failed} rows would fail (their resolvers raise)")
+    worst, expected = found.money("worst"), found.money("expected")
+    if worst is not None and expected is not None:
+        console_out.print(
+            f"in money: worst case {worst}, expected {expected} (the catalog's credit prices)",
+            markup=False,
+            highlight=False,
+        )
     console_out.print(WORST_CASE_NOTE, markup=False, highlight=False)
 
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from playline.config import Settings
 from playline.contract import PlayRunResult, PlayState
 from playline.errors import root_cause
+from playline.money import money_text
 from playline.spend import account_lines, exact_accounts, spend_lines
 from playline.workflows.status import change_lines, fresh_lines
 
@@ -85,7 +86,9 @@ def print_summary(
         f"{s.calls_shared} shared in-run, {s.retries} retries"
     )
     credits = spend.get("credits", s.credits) if spend is not None else s.credits
-    console_out.print(f"  credits spent: {credits:g}")
+    by_provider = (spend if spend is not None else s.spend).get("by_provider") or {}
+    money = money_text(by_provider, s.prices)
+    console_out.print(f"  credits spent: {credits:g}" + (f" ({money})" if money else ""))
     for line in fresh_lines(s):
         console_out.print(f"  {line}", markup=False, highlight=False)
     for line in spend_lines(spend if spend is not None else s.spend):

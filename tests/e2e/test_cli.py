@@ -54,6 +54,8 @@ async def test_run_watch_export_and_runs_commands(
         assert run.returncode == 0, run.stderr
         assert "play t_tool_column completed" in run.stdout
         assert "rows: 6 ok, 0 failed" in run.stdout
+        # 6 email_finder credits at the demo catalog's price for acme (0.012 USD).
+        assert "credits spent: 6 (≈ 0.07 USD)" in run.stdout, run.stdout
         assert "/namespaces/default/workflows/cli-run-1/" in run.stdout
         assert "6 rows" in run.stdout and str(out) in run.stdout
         rows = list(csv.DictReader(out.open()))

@@ -144,6 +144,13 @@ async def test_estimate_command_prints_the_table_and_confirm_over_refuses_a_larg
     assert "dependent calls with unknown input are counted in the worst case" in shown.stdout
     document = Estimate.model_validate_json(as_json.stdout)
     assert document.rows == 8 and document.total.worst_credits > 1
+    # The demo catalog states what a credit costs: the worst case and expected in money.
+    assert set(document.prices) == set(document.by_provider), document.prices
+    worst_money = sum(
+        document.by_provider[p].worst_credits * price["credit_price"]
+        for p, price in document.prices.items()
+    )
+    assert f"in money: worst case ≈ {worst_money:,.2f} USD, expected ≈ " in shown.stdout
 
     assert refused.returncode == 2, refused.stdout + refused.stderr
     said = [x for x in (refused.stdout + refused.stderr).splitlines() if x.startswith("estimate:")]
