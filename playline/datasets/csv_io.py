@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import difflib
 import hashlib
 import json
 import re
@@ -40,6 +41,7 @@ __all__ = [
     "CsvRows",
     "RowFile",
     "cell_text",
+    "check_required_columns",
     "inert_formula",
     "open_csv",
     "read_csv",
@@ -53,6 +55,31 @@ _LONE_CR = re.compile(r"(?<=\r)(?!\n)")
 #: A cell starting with one of these is a formula to Excel, Sheets and LibreOffice.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+#: What a column name a message may quote looks like.
+_COLUMN_NAME = re.compile(r"[\w .-]{1,32}")
+
+
+def check_required_columns(name: str, columns: Sequence[str], required: Sequence[str]) -> None:
+    """``InvalidPlayInput`` naming each required column the header lacks, with the
+    header's column most like it (``company_domain``: did you mean ``domain``?)."""
+    missing = [c for c in required if c not in columns]
+    if not missing:
+        return
+    hints = []
+    # Only names that look like column names are offered: a header that is really a
+    # secrets file's first line must not be quoted back (see header_summary).
+    named = [c for c in columns if _COLUMN_NAME.fullmatch(c)]
+    for column in missing:
+        close = difflib.get_close_matches(column.lower(), [c.lower() for c in named], n=1)
+        if close:
+            actual = next(c for c in named if c.lower() == close[0])
+            hints.append(f"{column!r}: did you mean {actual!r}?")
+    hint = f" ({'; '.join(hints)})" if hints else ""
+    raise InvalidPlayInput(
+        f"{name}: missing required column(s) {missing}{hint}; {header_summary(columns)}"
+    )
 
 
 def _nul_refused(name: str, line: int) -> InvalidPlayInput:
@@ -184,11 +211,7 @@ class CsvRows:
         dupes = sorted({c for c in columns if columns.count(c) > 1})
         if dupes:
             raise InvalidPlayInput(f"{name}: line 1: duplicate column name(s) {shown_names(dupes)}")
-        missing = [c for c in required_columns if c not in columns]
-        if missing:
-            raise InvalidPlayInput(
-                f"{name}: missing required column(s) {missing}; {header_summary(columns)}"
-            )
+        check_required_columns(name, columns, required_columns)
         return columns
 
     def __iter__(self) -> Iterator[list[str]]:

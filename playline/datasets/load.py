@@ -42,8 +42,8 @@ from playline.datasets.access import (
     is_public_address,
     parse_address,
 )
-from playline.datasets.csv_io import open_csv, scan_csv
-from playline.errors import InvalidPlayInput, PlaylineError, header_summary
+from playline.datasets.csv_io import check_required_columns, open_csv, scan_csv
+from playline.errors import InvalidPlayInput, PlaylineError
 from playline.stores.sheet import SheetStore
 
 __all__ = [
@@ -142,7 +142,7 @@ async def upload_csv(
     stored = await sheet.source(dataset_id)
     if stored is not None:
         columns, count = stored
-        _check_required(name, columns, required_columns)
+        check_required_columns(name, columns, required_columns)
         return DatasetRef(id=dataset_id, count=count, columns=columns)
     rows = await asyncio.to_thread(open_csv, path, required_columns, name=name, digest=digest)
     with rows:
@@ -161,16 +161,8 @@ async def find_source(
             "first, to the store the workers use (PLAYLINE_STORE_URL)"
         )
     columns, count = stored
-    _check_required(store_source(dataset_id), columns, required_columns)
+    check_required_columns(store_source(dataset_id), columns, required_columns)
     return DatasetRef(id=dataset_id, count=count, columns=columns)
-
-
-def _check_required(name: str, columns: Sequence[str], required: Sequence[str]) -> None:
-    missing = [c for c in required if c not in columns]
-    if missing:
-        raise InvalidPlayInput(
-            f"{name}: missing required column(s) {missing}; {header_summary(columns)}"
-        )
 
 
 class _RefusedAddress(OSError):

@@ -168,3 +168,17 @@ def test_write_jsonl_writes_one_sorted_object_per_line(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     assert lines == ['{"a": 2, "b": 1}', '{"c": null}']
     assert [json.loads(line) for line in lines] == [{"a": 2, "b": 1}, {"c": None}]
+
+
+def test_a_missing_column_names_the_headers_closest_column(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "people.csv", "id,first_name,last_name,Domain,TOKEN=sk_live_x\n1,a,b,c,d\n"
+    )
+    with pytest.raises(InvalidPlayInput) as info:
+        read_csv(path, ["first_name", "domain", "company_domain", "token"])
+    message = str(info.value)
+    assert message.startswith(
+        f"{path}: missing required column(s) ['domain', 'company_domain', 'token'] "
+        "('domain': did you mean 'Domain'?; 'company_domain': did you mean 'Domain'?); "
+    ), message
+    assert "sk_live" not in message
