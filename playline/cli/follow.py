@@ -31,6 +31,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from playline.contract import DatasetRunState, PlayState
+from playline.money import money_text
 
 __all__ = ["Snapshot", "eta_text", "follow", "snapshot", "wait_lines"]
 
@@ -49,6 +50,8 @@ class Snapshot:
     total: int
     credits: float
     waiting: bool
+    #: the credits so far in money, where the workers' catalog prices them
+    money: str | None = None
 
 
 def snapshot(state: PlayState, current: DatasetRunState | None, now: datetime) -> Snapshot:
@@ -62,7 +65,11 @@ def snapshot(state: PlayState, current: DatasetRunState | None, now: datetime) -
         done, credits = done + current.rows_done, credits + current.stats.credits
     waiting = bool(wait_lines(state, current, now, ""))
     description = state.phase + (" (paused)" if state.paused else "")
-    return Snapshot(description, max(0, done), state.rows_total, max(0.0, credits), waiting)
+    money = None
+    if current is not None:
+        by_provider = current.stats.spend.get("by_provider") or {}
+        money = money_text(by_provider, current.stats.prices)
+    return Snapshot(description, max(0, done), state.rows_total, max(0.0, credits), waiting, money)
 
 
 def wait_lines(
@@ -179,7 +186,8 @@ async def follow(
                     total_text=str(shot.total or "?"),
                     rate=f"{per_s:.1f} rows/s" if per_s is not None else "",
                     eta=eta_text(shot.done, shot.total, per_s, shot.waiting),
-                    credits=f"{shot.credits:g} credits",
+                    credits=f"{shot.credits:g} credits"
+                    + (f" ({shot.money})" if shot.money else ""),
                     refresh=True,  # drawn before a wait line is printed above it
                 )
             for line in lines:
