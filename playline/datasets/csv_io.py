@@ -31,7 +31,6 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, Literal
 
 from playline.errors import InvalidPlayInput, header_summary, shown_names
@@ -217,12 +216,7 @@ class CsvRows:
     def __enter__(self) -> CsvRows:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -340,12 +334,7 @@ class RowFile:
     def __enter__(self) -> RowFile:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if not self._handle.closed:
             self._handle.close()
             self._tmp.unlink(missing_ok=True)
