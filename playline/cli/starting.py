@@ -21,12 +21,12 @@ import argparse
 import asyncio
 import difflib
 import json
-import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType, TaskQueueType
@@ -69,6 +69,9 @@ RECENT_PLAY_RUNS = 200
 KNOWN_LISTED = 20
 #: Names safe to put in a visibility query as they are.
 _QUERYABLE = re.compile(r"^[A-Za-z0-9_.:@/-]{1,200}$")
+
+#: what a numeric flag parses to (``_number``)
+N = TypeVar("N")
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:
@@ -137,25 +140,33 @@ def priority_options(args: argparse.Namespace) -> dict[str, Any]:
         fields["fairness_key"] = key
     weight = getattr(args, "weight", None)
     if weight is not None:
-        try:
-            value = float(weight)
-        except ValueError:
-            value = math.nan
-        if not 0 < value <= MAX_WEIGHT:  # NaN and infinities fail here too
-            raise PlaylineError(
-                f"--weight must be a number above 0 and at most {MAX_WEIGHT:g}, not {weight!r}"
-            )
-        fields["fairness_weight"] = value
+        fields["fairness_weight"] = _number(
+            float,
+            weight,
+            lambda value: 0 < value <= MAX_WEIGHT,  # NaN and infinities fail here too
+            f"--weight must be a number above 0 and at most {MAX_WEIGHT:g}, not {weight!r}",
+        )
     priority = getattr(args, "priority", None)
     if priority is not None:
-        try:
-            value_class: int | None = int(str(priority).strip())
-        except ValueError:
-            value_class = None
-        if value_class not in PRIORITIES:
-            raise PlaylineError(f"--priority must be 1 (first) to 5 (last), not {priority!r}")
-        fields["priority"] = value_class
+        fields["priority"] = _number(
+            int,
+            str(priority).strip(),
+            lambda value: value in PRIORITIES,
+            f"--priority must be 1 (first) to 5 (last), not {priority!r}",
+        )
     return fields
+
+
+def _number(parse: Callable[[Any], N], raw: Any, fits: Callable[[N], bool], error: str) -> N:
+    """``raw`` parsed by ``parse``; ``error`` (one ``PlaylineError``) when it does not
+    parse or does not fit."""
+    try:
+        value: N | None = parse(raw)
+    except ValueError:
+        value = None
+    if value is None or not fits(value):
+        raise PlaylineError(error)
+    return value
 
 
 def budget_options(args: argparse.Namespace) -> dict[str, Any]:
