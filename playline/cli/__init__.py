@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.runs import add_runs_parser
     from playline.cli.schedule import add_schedule_parser
     from playline.cli.setup import add_setup_parser
-    from playline.cli.starting import add_priority_flags
+    from playline.cli.starting import add_budget_flags, add_priority_flags
     from playline.cli.webhook import add_webhook_parser
 
     parser = argparse.ArgumentParser(
@@ -84,25 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--raw", action="store_true", help=f"with --out: {RAW_HELP}")
         p.add_argument("--provenance", action="store_true", help=f"with --out: {PROVENANCE_HELP}")
-        p.add_argument(
-            "--max-credits",
-            type=float,
-            help="spend at most N credits (each paid call's worst case is reserved first, "
+        add_budget_flags(
+            p,
+            "spend at most N credits (each paid call's worst case is reserved first, "
             "fleet-wide); when reached the run waits for `runs budget ID --add N`",
-        )
-        p.add_argument(
-            "--max-credits-for",
-            action="append",
-            metavar="PROVIDER=N",
-            help="a cap for one provider (repeatable)",
-        )
-        p.add_argument(
-            "--budget", metavar="NAME", help="also draw on a named budget (`playline budgets`)"
-        )
-        p.add_argument(
-            "--on-budget",
-            choices=["wait", "stop"],
-            help="when a budget is reached: wait for more (default) or skip the rows and finish",
         )
         p.add_argument(
             "--retry-ambiguous",

@@ -102,6 +102,31 @@ PRIORITIES = range(1, 6)
 MAX_WEIGHT = 1000.0
 
 
+def add_budget_flags(p: argparse.ArgumentParser, max_credits_help: str, per: str = "") -> None:
+    """``--max-credits``, ``--max-credits-for``, ``--budget`` and ``--on-budget`` (run,
+    demo, schedule create); ``per`` names what a cap is counted over (``"firing"``)
+    when it is not the run."""
+    scope = f", per {per}" if per else ""
+    who = f"{per}s also" if per else "also"
+    p.add_argument("--max-credits", type=float, help=max_credits_help)
+    p.add_argument(
+        "--max-credits-for",
+        action="append",
+        metavar="PROVIDER=N",
+        help=f"a cap for one provider{scope} (repeatable)",
+    )
+    p.add_argument(
+        "--budget",
+        metavar="NAME",
+        help=f"{who} draw on a named budget (`playline budgets`)",
+    )
+    p.add_argument(
+        "--on-budget",
+        choices=["wait", "stop"],
+        help="when a budget is reached: wait for more (default) or skip the rows and finish",
+    )
+
+
 def add_priority_flags(p: argparse.ArgumentParser) -> None:
     """``--fairness-key``, ``--weight`` and ``--priority`` (run, demo, schedule create).
 
