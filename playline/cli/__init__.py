@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.runs import add_runs_parser
     from playline.cli.schedule import add_schedule_parser
     from playline.cli.setup import add_setup_parser
-    from playline.cli.starting import add_budget_flags, add_priority_flags
+    from playline.cli.starting import add_budget_flags, add_play_flags, add_priority_flags
     from playline.cli.webhook import add_webhook_parser
 
     parser = argparse.ArgumentParser(
@@ -146,12 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start a play and wait for it")
     common(run)
     run_flags(run)
-    run.add_argument("play", help="play name (its workflow type)")
-    run.add_argument(
-        "--csv",
-        help="a local CSV: streamed into the workers' store and passed as the input's csv_path",
-    )
-    run.add_argument("--input", help="play input as a JSON object")
+    add_play_flags(run)
     run.add_argument("--id", help="workflow id (default PLAY-timestamp-random)")
     run.add_argument("--watch", action="store_true", help="show a progress bar")
     run.add_argument(

@@ -20,7 +20,13 @@ from temporalio.client import Client
 
 from playline.calls.estimate_tally import Estimate, EstimateTotals
 from playline.cli.render import console, out, print_json, ui_url
-from playline.cli.starting import play_input, refuse_unknown_play, run_options, upload_input_csv
+from playline.cli.starting import (
+    add_play_flags,
+    play_input,
+    refuse_unknown_play,
+    run_options,
+    upload_input_csv,
+)
 from playline.client import new_estimate_id, start_estimate
 from playline.config import Settings
 from playline.contract import RunOptions
@@ -56,12 +62,7 @@ def add_estimate_parser(
         "estimate", help="what a play would cost, counted from receipts; no provider is called"
     )
     common(parser)
-    parser.add_argument("play", help="play name (its workflow type)")
-    parser.add_argument(
-        "--csv",
-        help="a local CSV: streamed into the workers' store and passed as the input's csv_path",
-    )
-    parser.add_argument("--input", help="play input as a JSON object")
+    add_play_flags(parser)
     parser.add_argument(
         "--fixtures", nargs="+", help="estimate a fixture-mode run (its receipts are its own)"
     )

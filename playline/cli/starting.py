@@ -102,6 +102,16 @@ PRIORITIES = range(1, 6)
 MAX_WEIGHT = 1000.0
 
 
+def add_play_flags(p: argparse.ArgumentParser) -> None:
+    """The play to start and its input: ``PLAY``, ``--csv`` and ``--input`` (run, estimate)."""
+    p.add_argument("play", help="play name (its workflow type)")
+    p.add_argument(
+        "--csv",
+        help="a local CSV: streamed into the workers' store and passed as the input's csv_path",
+    )
+    p.add_argument("--input", help="play input as a JSON object")
+
+
 def add_budget_flags(p: argparse.ArgumentParser, max_credits_help: str, per: str = "") -> None:
     """``--max-credits``, ``--max-credits-for``, ``--budget`` and ``--on-budget`` (run,
     demo, schedule create); ``per`` names what a cap is counted over (``"firing"``)
