@@ -19,6 +19,7 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.webhook` - ``webhook`` (asynchronous providers' job callbacks);
 * :mod:`~playline.cli.starting` - what the commands that start a play share (flags, input, CSV
   upload, the unknown-play guard);
+* :mod:`~playline.cli.flags` - flags several commands declare alike (Temporal, listening);
 * :mod:`~playline.cli.render` - what gets printed;
 * :mod:`~playline.cli.devserver` - the embedded Temporal dev server.
 """
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.catalog import add_catalog_parser
     from playline.cli.codec_server import add_codec_server_parser
     from playline.cli.estimate import add_estimate_parser
+    from playline.cli.flags import add_temporal_flags
     from playline.cli.limits import add_limits_parser
     from playline.cli.plays import add_plays_parser
     from playline.cli.replay import add_replay_parser
@@ -67,13 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--address",
-            help="Temporal frontend (default: $TEMPORAL_ADDRESS, the profile's, or localhost:7233)",
-        )
-        p.add_argument(
-            "--namespace", help="Temporal namespace (default: $TEMPORAL_NAMESPACE or default)"
-        )
+        add_temporal_flags(p)
         p.add_argument(
             "--task-queue", help="task queue (default: $PLAYLINE_TASK_QUEUE or playline)"
         )
