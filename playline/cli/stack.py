@@ -23,7 +23,7 @@ from typing import TypeVar
 from playline.cli.devserver import DevServer, reachable
 from playline.cli.render import console, out
 from playline.cli.run import execute
-from playline.cli.starting import run_options, upload_input_csv
+from playline.cli.starting import Launch, run_options, upload_input_csv
 from playline.config import Settings
 from playline.demo import LEADS_CSV
 from playline.errors import PlaylineError
@@ -143,13 +143,16 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             else str(csv_path.resolve())
         )
         started = time.monotonic()
-        work = execute(
+        launch = Launch(
             client,
             stack.settings,
-            play="enrich_leads",
-            input={"csv_path": source},
-            options=run_options(args),
-            task_queue=args.task_queue,
+            "enrich_leads",
+            {"csv_path": source},
+            run_options(args),
+            args.task_queue,
+        )
+        work = execute(
+            launch,
             workflow_id=None,
             watch=True,
             out_path=args.out,

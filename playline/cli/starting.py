@@ -36,7 +36,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from playline import search_attributes as sa
-from playline.cli.render import console
+from playline.cli.render import console, ui_url
 from playline.config import Settings
 from playline.contract import RunOptions
 from playline.datasets import store_source, upload_csv
@@ -342,6 +342,31 @@ async def _seen_on_namespace(client: Client, play: str) -> tuple[set[str], bool]
         return seen, False
     except RPCError:
         return set(), False
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """A play to start from the command line (``run``, ``estimate``, ``demo``): the
+    client and settings it goes through, the play, its input and options, the queue."""
+
+    client: Client
+    settings: Settings
+    play: str
+    input: dict[str, Any]
+    options: RunOptions
+    task_queue: str
+
+    async def started(
+        self, handle: WorkflowHandle[Any, Any], workflow_id: str, said: str | None
+    ) -> None:
+        """Once the workflow is started: ``SAID PLAY as ID`` and its Temporal UI link
+        (nothing when ``said`` is None), then the unknown-play guard."""
+        if said is not None:
+            console.print(f"{said} {self.play} as {workflow_id}")
+            console.print(
+                f"  Temporal UI: {ui_url(self.settings, workflow_id, handle.result_run_id)}"
+            )
+        await refuse_unknown_play(self.client, handle, self.play, self.task_queue)
 
 
 async def refuse_unknown_play(
