@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 
@@ -40,6 +41,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("playline")
 
+#: a ledger ``Services`` holds (budgets, jobs)
+L = TypeVar("L")
+
+
+def _ledger(given: L | None, stores_own: L | None, in_file: Callable[[], L]) -> L:
+    """The ledger given, else the stores' own; services assembled by hand without
+    either (tests) get the SQLite ledger under their settings, opened by its first use."""
+    if given is not None:
+        return given
+    if stores_own is not None:
+        return stores_own
+    return in_file()
+
 
 class Services:
     """The open resources of one worker process."""
@@ -65,25 +79,17 @@ class Services:
         self.governor = governor
         self.receipts = receipts
         self.sheet = sheet
-        #: the budget ledger (reservations before paid calls); services assembled by
-        #: hand without one (tests) get the SQLite ledger under ``settings``, opened
-        #: by its first use
-        self.budgets: BudgetStore = (
-            budgets
-            if budgets is not None
-            else stores.budgets
-            if stores is not None
-            else BudgetLedger.in_file(settings.budgets_path)
+        #: the budget ledger (reservations before paid calls)
+        self.budgets: BudgetStore = _ledger(
+            budgets,
+            stores.budgets if stores is not None else None,
+            lambda: BudgetLedger.in_file(settings.budgets_path),
         )
-        #: the job ledger (asynchronous provider jobs); services assembled by hand
-        #: without one (tests) get the SQLite ledger under ``settings``, opened by its
-        #: first use
-        self.jobs: JobStore = (
-            jobs
-            if jobs is not None
-            else stores.jobs
-            if stores is not None
-            else JobLedger.in_file(settings.jobs_path)
+        #: the job ledger (asynchronous provider jobs)
+        self.jobs: JobStore = _ledger(
+            jobs,
+            stores.jobs if stores is not None else None,
+            lambda: JobLedger.in_file(settings.jobs_path),
         )
         self.http = http
         #: every secret of this worker (API keys, store passwords, codec keys): error

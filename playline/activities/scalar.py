@@ -18,6 +18,7 @@ from playline.calls.waterfall import run_waterfall
 from playline.contract import (
     JOB_PENDING_ERROR,
     JobPendingDetails,
+    RunOptions,
     StepInput,
     ToolCallInput,
     WaterfallCallInput,
@@ -33,6 +34,20 @@ class ScalarActivities:
     def __init__(self, holder: ServicesHolder) -> None:
         self._holder = holder
 
+    async def _runner(self, options: RunOptions, call_token: str | None) -> tuple[ToolRunner, str]:
+        """The runner one scalar call goes through, and the token that makes its
+        attempts one call: the journal settled first, the fair share of this play set,
+        the lease kept as long as the play's heartbeat timeout."""
+        services = self._holder.services
+        await services.settle_journal()
+        info = activity.info()
+        SHARE.set(share_of(options, info.workflow_id or ""))
+        token = call_token or f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
+        runner = make_runner(
+            services, options, lease_ttl_s=options.heartbeat_timeout_s, force_token=token
+        )
+        return runner, token
+
     @activity.defn(name="playline.call_tool")
     async def call_tool(self, input: ToolCallInput) -> Any:
         """One tool call through receipts and the governor; returns the tool's data.
@@ -41,17 +56,7 @@ class ScalarActivities:
         heartbeat timeout) for as long as the call takes, as a chunk's are: a call
         queued at the governor or retrying is never taken over and paid again.
         """
-        services = self._holder.services
-        await services.settle_journal()
-        info = activity.info()
-        SHARE.set(share_of(input.options, info.workflow_id or ""))
-        token = input.call_token or f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
-        runner = make_runner(
-            services,
-            input.options,
-            lease_ttl_s=input.options.heartbeat_timeout_s,
-            force_token=token,
-        )
+        runner, token = await self._runner(input.options, input.call_token)
         async with AttemptUpkeep(runner.attempt, beat=activity.heartbeat):
             try:
                 result = await runner.call(
@@ -68,28 +73,18 @@ class ScalarActivities:
     async def call_waterfall(self, input: WaterfallCallInput) -> dict[str, Any]:
         """A catalog waterfall run once (``ctx.waterfall``): its value, the step that
         gave it and every step's outcome (what the play's history records)."""
-        services = self._holder.services
-        await services.settle_journal()
+        runner, token = await self._runner(input.options, input.call_token)
         info = activity.info()
-        SHARE.set(share_of(input.options, info.workflow_id or ""))
-        token = input.call_token or f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
-        runner = make_runner(
-            services,
-            input.options,
-            lease_ttl_s=input.options.heartbeat_timeout_s,
-            force_token=token,
-        )
         payer = f"{info.workflow_id}/{info.activity_id}"
 
         async def call(tool_id: str, tool_input: Mapping[str, Any]) -> ToolResult:
             return await runner.call(tool_id, tool_input, payer=payer)
 
-        spec = services.catalog.waterfall(input.name)
+        catalog = self._holder.services.catalog
+        spec = catalog.waterfall(input.name)
         async with AttemptUpkeep(runner.attempt, beat=activity.heartbeat):
             try:
-                result = await run_waterfall(
-                    call, services.catalog, spec, input.input, {}, name=input.name
-                )
+                result = await run_waterfall(call, catalog, spec, input.input, {}, name=input.name)
             except JobPending as pending:
                 raise await _job_pending(runner, pending, token) from pending
         return {

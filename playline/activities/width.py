@@ -10,7 +10,6 @@ import contextlib
 import os
 import time
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from temporalio import activity
@@ -139,12 +138,7 @@ class LiveRowGate:
         self.follow()
         await self._gate.acquire()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._gate.release()
         self.follow()
 

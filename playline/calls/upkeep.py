@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
 from playline.calls.attempt import Attempt
@@ -58,12 +57,7 @@ class AttemptUpkeep:
         ]
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

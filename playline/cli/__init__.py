@@ -19,6 +19,7 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.webhook` - ``webhook`` (asynchronous providers' job callbacks);
 * :mod:`~playline.cli.starting` - what the commands that start a play share (flags, input, CSV
   upload, the unknown-play guard);
+* :mod:`~playline.cli.flags` - flags several commands declare alike (Temporal, listening);
 * :mod:`~playline.cli.render` - what gets printed;
 * :mod:`~playline.cli.devserver` - the embedded Temporal dev server.
 """
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.catalog import add_catalog_parser
     from playline.cli.codec_server import add_codec_server_parser
     from playline.cli.estimate import add_estimate_parser
+    from playline.cli.flags import add_temporal_flags
     from playline.cli.limits import add_limits_parser
     from playline.cli.plays import add_plays_parser
     from playline.cli.replay import add_replay_parser
@@ -56,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.runs import add_runs_parser
     from playline.cli.schedule import add_schedule_parser
     from playline.cli.setup import add_setup_parser
-    from playline.cli.starting import add_priority_flags
+    from playline.cli.starting import add_budget_flags, add_play_flags, add_priority_flags
     from playline.cli.webhook import add_webhook_parser
 
     parser = argparse.ArgumentParser(
@@ -67,13 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--address",
-            help="Temporal frontend (default: $TEMPORAL_ADDRESS, the profile's, or localhost:7233)",
-        )
-        p.add_argument(
-            "--namespace", help="Temporal namespace (default: $TEMPORAL_NAMESPACE or default)"
-        )
+        add_temporal_flags(p)
         p.add_argument(
             "--task-queue", help="task queue (default: $PLAYLINE_TASK_QUEUE or playline)"
         )
@@ -84,25 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--raw", action="store_true", help=f"with --out: {RAW_HELP}")
         p.add_argument("--provenance", action="store_true", help=f"with --out: {PROVENANCE_HELP}")
-        p.add_argument(
-            "--max-credits",
-            type=float,
-            help="spend at most N credits (each paid call's worst case is reserved first, "
+        add_budget_flags(
+            p,
+            "spend at most N credits (each paid call's worst case is reserved first, "
             "fleet-wide); when reached the run waits for `runs budget ID --add N`",
-        )
-        p.add_argument(
-            "--max-credits-for",
-            action="append",
-            metavar="PROVIDER=N",
-            help="a cap for one provider (repeatable)",
-        )
-        p.add_argument(
-            "--budget", metavar="NAME", help="also draw on a named budget (`playline budgets`)"
-        )
-        p.add_argument(
-            "--on-budget",
-            choices=["wait", "stop"],
-            help="when a budget is reached: wait for more (default) or skip the rows and finish",
         )
         p.add_argument(
             "--retry-ambiguous",
@@ -161,12 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="start a play and wait for it")
     common(run)
     run_flags(run)
-    run.add_argument("play", help="play name (its workflow type)")
-    run.add_argument(
-        "--csv",
-        help="a local CSV: streamed into the workers' store and passed as the input's csv_path",
-    )
-    run.add_argument("--input", help="play input as a JSON object")
+    add_play_flags(run)
     run.add_argument("--id", help="workflow id (default PLAY-timestamp-random)")
     run.add_argument(
         "--watch",

@@ -39,6 +39,7 @@ from starlette.routing import Route
 from temporalio.api.common.v1 import Payloads
 from temporalio.converter import PayloadCodec
 
+from playline.cli.flags import add_listen_flags
 from playline.cli.render import console
 from playline.codec import AesGcmCodec, CodecError
 from playline.config import Settings
@@ -193,10 +194,7 @@ def add_codec_server_parser(sub: argparse._SubParsersAction[argparse.ArgumentPar
         description="Serve Temporal's remote codec endpoints (/decode, /encode) with the keys "
         "in $PLAYLINE_CODEC_KEYS, for a UI started with --ui-codec-endpoint.",
     )
-    server.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
-    server.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
-    )
+    add_listen_flags(server, DEFAULT_PORT)
     server.add_argument(
         "--ui-origin",
         action="append",

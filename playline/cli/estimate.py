@@ -16,14 +16,17 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from temporalio.client import Client
-
 from playline.calls.estimate_tally import Estimate, EstimateTotals
-from playline.cli.render import console, out, print_json, ui_url
-from playline.cli.starting import play_input, refuse_unknown_play, run_options, upload_input_csv
+from playline.cli.render import out, print_json
+from playline.cli.starting import (
+    Launch,
+    add_play_flags,
+    play_input,
+    run_options,
+    upload_input_csv,
+)
 from playline.client import new_estimate_id, start_estimate
 from playline.config import Settings
-from playline.contract import RunOptions
 from playline.worker import connect
 
 __all__ = [
@@ -56,12 +59,7 @@ def add_estimate_parser(
         "estimate", help="what a play would cost, counted from receipts; no provider is called"
     )
     common(parser)
-    parser.add_argument("play", help="play name (its workflow type)")
-    parser.add_argument(
-        "--csv",
-        help="a local CSV: streamed into the workers' store and passed as the input's csv_path",
-    )
-    parser.add_argument("--input", help="play input as a JSON object")
+    add_play_flags(parser)
     parser.add_argument(
         "--fixtures", nargs="+", help="estimate a fixture-mode run (its receipts are its own)"
     )
@@ -72,25 +70,20 @@ def add_estimate_parser(
 
 
 async def estimate(
-    client: Client,
-    settings: Settings,
-    *,
-    play: str,
-    input: dict[str, Any],
-    options: RunOptions,
-    task_queue: str,
-    workflow_id: str | None = None,
-    quiet: bool = False,
+    launch: Launch, *, workflow_id: str | None = None, quiet: bool = False
 ) -> Estimate:
-    """Run the estimate of ``play`` on the workers and wait for it."""
+    """Run the estimate of ``launch.play`` on the workers and wait for it."""
+    play = launch.play
     workflow_id = workflow_id or new_estimate_id(play)
     handle = await start_estimate(
-        client, play, input, options=options, id=workflow_id, task_queue=task_queue
+        launch.client,
+        play,
+        launch.input,
+        options=launch.options,
+        id=workflow_id,
+        task_queue=launch.task_queue,
     )
-    if not quiet:
-        console.print(f"estimating {play} as {workflow_id}")
-        console.print(f"  Temporal UI: {ui_url(settings, workflow_id, handle.result_run_id)}")
-    await refuse_unknown_play(client, handle, play, task_queue)
+    await launch.started(handle, workflow_id, None if quiet else "estimating")
     result = await handle.result()
     return Estimate.from_tally(
         result.stats.estimate, play=play, workflow_id=workflow_id, prices=result.stats.prices
@@ -194,16 +187,8 @@ async def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     client = await connect(settings=settings)
     if args.csv:
         input["csv_path"] = await upload_input_csv(args.csv, settings)
-    found = await estimate(
-        client,
-        settings,
-        play=args.play,
-        input=input,
-        options=options,
-        task_queue=args.task_queue,
-        workflow_id=args.id,
-        quiet=args.json,
-    )
+    launch = Launch(client, settings, args.play, input, options, args.task_queue)
+    found = await estimate(launch, workflow_id=args.id, quiet=args.json)
     if args.json:
         print_json(found)
     else:

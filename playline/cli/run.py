@@ -25,7 +25,6 @@ from typing import Any
 
 from rich.markup import escape
 from temporalio.client import (
-    Client,
     WorkflowFailureError,
     WorkflowHandle,
 )
@@ -46,14 +45,14 @@ from playline.cli.render import (
 )
 from playline.cli.spend import store_spend
 from playline.cli.starting import (
+    Launch,
     check_play_name,
     play_input,
-    refuse_unknown_play,
     run_options,
     upload_input_csv,
 )
 from playline.config import Settings
-from playline.contract import PlayRunResult, RunOptions
+from playline.contract import PlayRunResult
 from playline.datasets import export_run
 from playline.errors import PlaylineError
 from playline.stores.backends import open_stores
@@ -190,13 +189,8 @@ async def wait_for_result(
 
 
 async def execute(
-    client: Client,
-    settings: Settings,
+    launch: Launch,
     *,
-    play: str,
-    input: dict[str, Any],
-    options: RunOptions,
-    task_queue: str,
     workflow_id: str | None,
     watch: bool,
     out_path: str | None,
@@ -209,6 +203,8 @@ async def execute(
     (or, with ``json_out``, one JSON document on stdout: the result or the failure),
     then export it to ``out_path`` (formulas inert unless ``raw``; with each computed
     cell's provenance if ``provenance``)."""
+    client, settings, play = launch.client, launch.settings, launch.play
+    input, options = launch.input, launch.options
     workflow_id = workflow_id or new_workflow_id(play)
     summary, details = play_static(play, input, options)
     try:
@@ -216,7 +212,7 @@ async def execute(
             play,
             args=[input, options],
             id=workflow_id,
-            task_queue=task_queue,
+            task_queue=launch.task_queue,
             result_type=PlayRunResult,
             static_summary=summary,
             static_details=details,
@@ -230,11 +226,9 @@ async def execute(
             f"a run with id {workflow_id!r} already exists (running or finished); choose "
             f"another --id, or look at it with `playline runs get {workflow_id}`"
         ) from None
-    console.print(f"started {play} as {workflow_id}")
-    console.print(f"  Temporal UI: {ui_url(settings, workflow_id, handle.result_run_id)}")
-    await refuse_unknown_play(client, handle, play, task_queue)
+    await launch.started(handle, workflow_id, "started")
     # Every wait is announced on stderr whatever ``watch`` says; the bar only with it.
-    watcher = asyncio.ensure_future(follow(client, handle, console, bar=watch))
+    watcher = asyncio.ensure_future(follow(launch.client, handle, console, bar=watch))
     document = RunDocument(
         workflow_id=workflow_id,
         run_id=handle.result_run_id,
@@ -295,16 +289,9 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             console.print(f"[yellow]warning:[/] {escape(checked.warning)}", highlight=False)
     if args.csv:
         input["csv_path"] = await upload_input_csv(args.csv, settings)
+    launch = Launch(client, settings, args.play, input, options, args.task_queue)
     if getattr(args, "confirm_over", None) is not None and not args.yes:
-        found = await estimate(
-            client,
-            settings,
-            play=args.play,
-            input=input,
-            options=options,
-            task_queue=args.task_queue,
-            quiet=True,
-        )
+        found = await estimate(launch, quiet=True)
         refused = refusal(found, args.confirm_over)
         if refused is not None:
             console.print(refused, markup=False, highlight=False)
@@ -312,12 +299,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         console.print(within(found, args.confirm_over), markup=False, highlight=False)
     workflow_id = args.id or new_workflow_id(args.play)
     result = await execute(
-        client,
-        settings,
-        play=args.play,
-        input=input,
-        options=options,
-        task_queue=args.task_queue,
+        launch,
         workflow_id=workflow_id,
         watch=show_progress(args),
         out_path=args.out,

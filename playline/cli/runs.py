@@ -253,17 +253,8 @@ async def cancel(
         out().print(f"cancellation requested for {args.id}")
         return 0
     console.print(f"cancelling {args.id}: no new chunk starts, those in flight settle")
-    document = RunDocument(
-        workflow_id=args.id,
-        run_id=desc.run_id,
-        play=desc.workflow_type,
-        status="RUNNING",
-        ui_url=ui_url(settings, args.id, desc.run_id),
-    )
-    try:
-        document = document.completed(await handle.result())  # it finished meanwhile
-    except WorkflowFailureError as err:
-        document = document.failed(err)
+    document = _document(args, desc, settings, status="RUNNING")
+    document = await _settled(document, handle)  # it finished meanwhile
     document.state = await _state(handle)
     if args.out:
         count = await export_done(
@@ -299,24 +290,18 @@ async def get_run(
     spend = await store_spend(settings, refs)
     changes = await store_changes(settings, refs)
     if args.json:
-        document = RunDocument(
-            workflow_id=args.id,
-            run_id=desc.run_id,
-            play=desc.workflow_type,
+        document = _document(
+            args,
+            desc,
+            settings,
             status=_status(desc.status),
-            ui_url=ui_url(settings, args.id, desc.run_id),
             state=state,
             search_attributes=_attributes(desc),
             spend=spend,
             changes=changes,
         )
-        if desc.status == WorkflowExecutionStatus.COMPLETED:
-            document = document.completed(await handle.result())
-        elif desc.status in (WorkflowExecutionStatus.FAILED, WorkflowExecutionStatus.CANCELED):
-            try:
-                await handle.result()
-            except WorkflowFailureError as err:
-                document = document.failed(err)
+        if desc.status in _SETTLED:
+            document = await _settled(document, handle)
         print_json(document)
         return 0
     out().print(f"{args.id}: {desc.workflow_type} {_status(desc.status)}")
@@ -526,6 +511,41 @@ def _row(execution: WorkflowExecution, settings: Settings) -> dict[str, Any]:
 def _attributes(desc: WorkflowExecutionDescription) -> dict[str, Any]:
     attrs = desc.typed_search_attributes
     return {key.name: attrs.get(key) for key in sa.ALL_KEYS if attrs.get(key) is not None}
+
+
+#: the ends a run's JSON document reports with its result or its failure
+_SETTLED = (
+    WorkflowExecutionStatus.COMPLETED,
+    WorkflowExecutionStatus.FAILED,
+    WorkflowExecutionStatus.CANCELED,
+)
+
+
+def _document(
+    args: argparse.Namespace,
+    desc: WorkflowExecutionDescription,
+    settings: Settings,
+    **fields: Any,
+) -> RunDocument:
+    """The JSON document of run ``args.id``: its ids, play and UI link, and ``fields``."""
+    return RunDocument(
+        workflow_id=args.id,
+        run_id=desc.run_id,
+        play=desc.workflow_type,
+        ui_url=ui_url(settings, args.id, desc.run_id),
+        **fields,
+    )
+
+
+async def _settled(
+    document: RunDocument, handle: WorkflowHandle[Any, PlayRunResult]
+) -> RunDocument:
+    """``document`` with the play's result, or its failure when it failed or was
+    cancelled; waits for a play still running."""
+    try:
+        return document.completed(await handle.result())
+    except WorkflowFailureError as err:
+        return document.failed(err)
 
 
 def _quoted(value: str) -> str:

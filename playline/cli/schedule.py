@@ -17,6 +17,7 @@ from typing import Any
 
 from playline.cli.render import console, out, print_json, ui_url
 from playline.cli.starting import (
+    add_budget_flags,
     add_priority_flags,
     budget_options,
     play_input,
@@ -72,21 +73,7 @@ def add_schedule_parser(
     create.add_argument("--input", help="play input as a JSON object")
     create.add_argument("--every", metavar="D", help="fire every D: 7d, 12h, 30m, 90s")
     create.add_argument("--cron", metavar="EXPR", help="fire by cron, e.g. '0 6 * * 1' (UTC)")
-    create.add_argument("--max-credits", type=float, help="each firing spends at most N credits")
-    create.add_argument(
-        "--max-credits-for",
-        action="append",
-        metavar="PROVIDER=N",
-        help="a cap for one provider, per firing (repeatable)",
-    )
-    create.add_argument(
-        "--budget", metavar="NAME", help="firings also draw on a named budget (`playline budgets`)"
-    )
-    create.add_argument(
-        "--on-budget",
-        choices=["wait", "stop"],
-        help="when a budget is reached: wait for more (default) or skip the rows and finish",
-    )
+    add_budget_flags(create, "each firing spends at most N credits", per="firing")
     create.add_argument(
         "--overlap",
         choices=list(OVERLAP_POLICIES),

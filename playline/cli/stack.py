@@ -28,7 +28,7 @@ from playline.cli.devserver import DevServer, port_open, reachable
 from playline.cli.render import console, out
 from playline.cli.run import execute
 from playline.cli.stack_record import StackRecord, stop_process
-from playline.cli.starting import run_options, upload_input_csv
+from playline.cli.starting import Launch, run_options, upload_input_csv
 from playline.config import Settings
 from playline.demo import LEADS_CSV
 from playline.errors import PlaylineError
@@ -233,13 +233,16 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
             else str(csv_path.resolve())
         )
         started = time.monotonic()
-        work = execute(
+        launch = Launch(
             client,
             stack.settings,
-            play="enrich_leads",
-            input={"csv_path": source},
-            options=run_options(args),
-            task_queue=stack.task_queue,
+            "enrich_leads",
+            {"csv_path": source},
+            run_options(args),
+            stack.task_queue,
+        )
+        work = execute(
+            launch,
             workflow_id=None,
             watch=True,
             out_path=args.out,

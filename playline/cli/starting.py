@@ -22,12 +22,12 @@ import argparse
 import asyncio
 import difflib
 import json
-import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType, TaskQueueType
@@ -37,7 +37,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from playline import search_attributes as sa
-from playline.cli.render import console
+from playline.cli.render import console, ui_url
 from playline.config import Settings
 from playline.contract import RunOptions
 from playline.datasets import store_source, upload_csv
@@ -72,6 +72,9 @@ KNOWN_LISTED = 20
 #: Names safe to put in a visibility query as they are.
 _QUERYABLE = re.compile(r"^[A-Za-z0-9_.:@/-]{1,200}$")
 
+#: what a numeric flag parses to (``_number``)
+N = TypeVar("N")
+
 
 def run_options(args: argparse.Namespace) -> RunOptions:
     """The ``RunOptions`` the run flags describe; invalid values are one clear line."""
@@ -99,6 +102,41 @@ _FAIRNESS_KEY = re.compile(r"^[A-Za-z0-9_.:@/-]{1,128}$")
 PRIORITIES = range(1, 6)
 #: The largest ``--weight`` (Temporal clamps fairness weights to it as well).
 MAX_WEIGHT = 1000.0
+
+
+def add_play_flags(p: argparse.ArgumentParser) -> None:
+    """The play to start and its input: ``PLAY``, ``--csv`` and ``--input`` (run, estimate)."""
+    p.add_argument("play", help="play name (its workflow type)")
+    p.add_argument(
+        "--csv",
+        help="a local CSV: streamed into the workers' store and passed as the input's csv_path",
+    )
+    p.add_argument("--input", help="play input as a JSON object")
+
+
+def add_budget_flags(p: argparse.ArgumentParser, max_credits_help: str, per: str = "") -> None:
+    """``--max-credits``, ``--max-credits-for``, ``--budget`` and ``--on-budget`` (run,
+    demo, schedule create); ``per`` names what a cap is counted over (``"firing"``)
+    when it is not the run."""
+    scope = f", per {per}" if per else ""
+    who = f"{per}s also" if per else "also"
+    p.add_argument("--max-credits", type=float, help=max_credits_help)
+    p.add_argument(
+        "--max-credits-for",
+        action="append",
+        metavar="PROVIDER=N",
+        help=f"a cap for one provider{scope} (repeatable)",
+    )
+    p.add_argument(
+        "--budget",
+        metavar="NAME",
+        help=f"{who} draw on a named budget (`playline budgets`)",
+    )
+    p.add_argument(
+        "--on-budget",
+        choices=["wait", "stop"],
+        help="when a budget is reached: wait for more (default) or skip the rows and finish",
+    )
 
 
 def add_priority_flags(p: argparse.ArgumentParser) -> None:
@@ -139,25 +177,33 @@ def priority_options(args: argparse.Namespace) -> dict[str, Any]:
         fields["fairness_key"] = key
     weight = getattr(args, "weight", None)
     if weight is not None:
-        try:
-            value = float(weight)
-        except ValueError:
-            value = math.nan
-        if not 0 < value <= MAX_WEIGHT:  # NaN and infinities fail here too
-            raise PlaylineError(
-                f"--weight must be a number above 0 and at most {MAX_WEIGHT:g}, not {weight!r}"
-            )
-        fields["fairness_weight"] = value
+        fields["fairness_weight"] = _number(
+            float,
+            weight,
+            lambda value: 0 < value <= MAX_WEIGHT,  # NaN and infinities fail here too
+            f"--weight must be a number above 0 and at most {MAX_WEIGHT:g}, not {weight!r}",
+        )
     priority = getattr(args, "priority", None)
     if priority is not None:
-        try:
-            value_class: int | None = int(str(priority).strip())
-        except ValueError:
-            value_class = None
-        if value_class not in PRIORITIES:
-            raise PlaylineError(f"--priority must be 1 (first) to 5 (last), not {priority!r}")
-        fields["priority"] = value_class
+        fields["priority"] = _number(
+            int,
+            str(priority).strip(),
+            lambda value: value in PRIORITIES,
+            f"--priority must be 1 (first) to 5 (last), not {priority!r}",
+        )
     return fields
+
+
+def _number(parse: Callable[[Any], N], raw: Any, fits: Callable[[N], bool], error: str) -> N:
+    """``raw`` parsed by ``parse``; ``error`` (one ``PlaylineError``) when it does not
+    parse or does not fit."""
+    try:
+        value: N | None = parse(raw)
+    except ValueError:
+        value = None
+    if value is None or not fits(value):
+        raise PlaylineError(error)
+    return value
 
 
 def budget_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -324,6 +370,31 @@ async def _seen_on_namespace(client: Client, play: str) -> tuple[set[str], bool]
         return seen, False
     except RPCError:
         return set(), False
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """A play to start from the command line (``run``, ``estimate``, ``demo``): the
+    client and settings it goes through, the play, its input and options, the queue."""
+
+    client: Client
+    settings: Settings
+    play: str
+    input: dict[str, Any]
+    options: RunOptions
+    task_queue: str
+
+    async def started(
+        self, handle: WorkflowHandle[Any, Any], workflow_id: str, said: str | None
+    ) -> None:
+        """Once the workflow is started: ``SAID PLAY as ID`` and its Temporal UI link
+        (nothing when ``said`` is None), then the unknown-play guard."""
+        if said is not None:
+            console.print(f"{said} {self.play} as {workflow_id}")
+            console.print(
+                f"  Temporal UI: {ui_url(self.settings, workflow_id, handle.result_run_id)}"
+            )
+        await refuse_unknown_play(self.client, handle, self.play, self.task_queue)
 
 
 async def refuse_unknown_play(

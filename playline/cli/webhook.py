@@ -28,6 +28,7 @@ from temporalio.client import Client
 
 from playline import demo
 from playline.calls.catalog import Catalog, ToolSpec
+from playline.cli.flags import add_listen_flags, add_temporal_flags
 from playline.cli.render import console
 from playline.config import Settings
 from playline.errors import PlaylineError
@@ -52,22 +53,13 @@ def add_webhook_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "check each delivery, store the job's status in the workers' job ledger and wake the "
         "dataset runs waiting on it.",
     )
-    hook.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
-    hook.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
-    )
+    add_listen_flags(hook, DEFAULT_PORT)
     hook.add_argument(
         "--catalog",
         help="the workers' catalog (default: $PLAYLINE_CATALOG, else the demo catalog)",
     )
     hook.add_argument("--home", help="state directory (default $PLAYLINE_HOME or .playline)")
-    hook.add_argument(
-        "--address",
-        help="Temporal frontend (default: $TEMPORAL_ADDRESS, the profile's, or localhost:7233)",
-    )
-    hook.add_argument(
-        "--namespace", help="Temporal namespace (default: $TEMPORAL_NAMESPACE or default)"
-    )
+    add_temporal_flags(hook)
 
 
 def signaller(client: Client) -> Callable[[str], Awaitable[None]]:

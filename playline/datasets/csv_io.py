@@ -32,7 +32,6 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, Literal
 
 from playline.errors import InvalidPlayInput, header_summary, shown_names
@@ -240,12 +239,7 @@ class CsvRows:
     def __enter__(self) -> CsvRows:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -363,12 +357,7 @@ class RowFile:
     def __enter__(self) -> RowFile:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if not self._handle.closed:
             self._handle.close()
             self._tmp.unlink(missing_ok=True)

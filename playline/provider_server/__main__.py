@@ -15,9 +15,10 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from socket import socket
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
+from starlette.types import ASGIApp
 
 from playline.provider_server.config import ServerConfig
 from playline.provider_server.process import READY_PREFIX, make_uvicorn_server
@@ -98,6 +99,13 @@ def _announce(sock: socket, host: str) -> Callable[[], None]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the server until interrupted; returns the process exit code."""
+    return serve(argv)
+
+
+def serve(argv: list[str] | None, wrap: Callable[[ASGIApp], ASGIApp] | None = None) -> int:
+    """Parse ``argv``, bind and run until interrupted; ``wrap`` puts a layer (the
+    strict server's limits) around the app, so every entry point reports a bad
+    configuration or a taken port the same way."""
     args = build_parser().parse_args(argv)
     try:
         config = config_from_args(args)
@@ -110,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot bind {args.host}:{args.port}: {err}", file=sys.stderr)
         return 1
     server = make_uvicorn_server(config, on_started=_announce(sock, args.host))
+    if wrap is not None:
+        server.config.app = wrap(cast(ASGIApp, server.config.app))
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:

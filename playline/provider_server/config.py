@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -55,16 +55,8 @@ FaultKind = Literal[
     "timeout_after_charge",
 ]
 
-#: The kinds ``fail_next`` understands, checked in this order.
-FAULT_KINDS: tuple[FaultKind, ...] = (
-    "429",
-    "5xx",
-    "timeout",
-    "malformed",
-    "500_after_charge",
-    "drop_after_charge",
-    "timeout_after_charge",
-)
+#: The kinds ``fail_next`` understands, checked in this order (``FaultKind``'s).
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 #: The faults that charge the call and then fail to deliver its answer.
 CHARGED_FAULTS: frozenset[str] = frozenset(

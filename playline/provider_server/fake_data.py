@@ -16,6 +16,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -300,25 +301,50 @@ def findymail_search_name(name: str, domain: str, hit_rate: float) -> dict[str, 
     return {"contact": {"name": name, "email": f"{local}@{_domain(domain)}", "domain": domain}}
 
 
-def prospeo_person(item: Mapping[str, str], hit_rate: float) -> dict[str, Any] | None:
-    """Prospeo's matched person for one ``data`` record (``identifier`` excluded), or None."""
-    person = _person(item["first_name"], item["last_name"], item["company_website"])
-    if not is_found("prospeo", person, hit_rate):
+@dataclass(frozen=True, slots=True)
+class _Match:
+    """A bulk person match's invented facts, as a provider derives them from its input."""
+
+    raw: bytes
+    domain: str
+    first: str
+    last: str
+    title: str
+    seniority: str
+
+    @property
+    def email(self) -> str:
+        return f"{self.first}.{self.last}@{_domain(self.domain)}"
+
+
+def _match(provider: str, item: Mapping[str, str], domain: str, hit_rate: float) -> _Match | None:
+    """Whether ``provider`` matches the person ``item`` names at ``domain``, and if so
+    what it knows of them (deterministic, from the input)."""
+    person = _person(item["first_name"], item["last_name"], domain)
+    if not is_found(provider, person, hit_rate):
         return None
-    raw = digest("prospeo", person)
+    raw = digest(provider, person)
     first, last = _local(item["first_name"], item["last_name"])
     title, seniority = _pick(raw, 0, _TITLES)
+    return _Match(raw, domain, first, last, title, seniority)
+
+
+def prospeo_person(item: Mapping[str, str], hit_rate: float) -> dict[str, Any] | None:
+    """Prospeo's matched person for one ``data`` record (``identifier`` excluded), or None."""
+    found = _match("prospeo", item, item["company_website"], hit_rate)
+    if found is None:
+        return None
     return {
         "person": {
             "first_name": item["first_name"],
             "last_name": item["last_name"],
             "full_name": f"{item['first_name']} {item['last_name']}",
-            "job_title": title,
-            "seniority": seniority,
-            "email": {"status": "VERIFIED", "email": f"{first}.{last}@{_domain(person['domain'])}"},
+            "job_title": found.title,
+            "seniority": found.seniority,
+            "email": {"status": "VERIFIED", "email": found.email},
             "mobile": {"status": "NOT_REQUESTED", "mobile": None},
         },
-        "company": {"name": _company_name(person["domain"], raw), "website": person["domain"]},
+        "company": {"name": _company_name(found.domain, found.raw), "website": found.domain},
     }
 
 
@@ -354,25 +380,23 @@ def prospeo_bulk_response(
 
 def apollo_match(item: Mapping[str, str], hit_rate: float) -> dict[str, Any] | None:
     """Apollo's enriched person for one ``details`` entry, or None (unmatched)."""
-    person = _person(item["first_name"], item["last_name"], item["domain"])
-    if not is_found("apollo", person, hit_rate):
+    found = _match("apollo", item, item["domain"], hit_rate)
+    if found is None:
         return None
-    raw = digest("apollo", person)
-    first, last = _local(item["first_name"], item["last_name"])
-    title, seniority = _pick(raw, 0, _TITLES)
+    raw = found.raw
     return {
         "id": raw[:12].hex(),
         "first_name": item["first_name"],
         "last_name": item["last_name"],
         "name": f"{item['first_name']} {item['last_name']}",
-        "title": title,
-        "seniority": seniority,
-        "email": f"{first}.{last}@{_domain(person['domain'])}",
+        "title": found.title,
+        "seniority": found.seniority,
+        "email": found.email,
         "email_status": "verified",
-        "linkedin_url": f"http://www.linkedin.com/in/{first}-{last}-{raw[12:15].hex()}",
+        "linkedin_url": f"http://www.linkedin.com/in/{found.first}-{found.last}-{raw[12:15].hex()}",
         "organization": {
-            "name": _company_name(person["domain"], raw),
-            "primary_domain": _domain(person["domain"]),
+            "name": _company_name(found.domain, raw),
+            "primary_domain": _domain(found.domain),
         },
     }
 

@@ -27,7 +27,6 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, cast
 
 import httpx
@@ -282,23 +281,13 @@ class ProviderServerProcess(AdminClient):
     def __enter__(self) -> ProviderServerProcess:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     async def __aenter__(self) -> ProviderServerProcess:
         return await asyncio.to_thread(self.start)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await asyncio.to_thread(self.stop)
 
 

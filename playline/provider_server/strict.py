@@ -37,7 +37,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -245,26 +245,9 @@ class StrictProviderServerProcess(ProviderServerProcess):
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m playline.provider_server.strict``: the server behind the strict layer."""
-    from playline.provider_server.__main__ import _announce, build_parser, config_from_args
-    from playline.provider_server.process import make_uvicorn_server
-    from playline.sockets import bind_socket
+    from playline.provider_server.__main__ import serve
 
-    args = build_parser().parse_args(argv)
-    try:
-        config = config_from_args(args)
-    except (ValueError, ValidationError) as err:
-        print(f"error: invalid provider server configuration: {err}", file=sys.stderr)
-        return 2
-    sock = bind_socket(args.host, args.port)
-    server = make_uvicorn_server(config, on_started=_announce(sock, args.host))
-    server.config.app = StrictLimits(cast(ASGIApp, server.config.app))
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close()
-    return 0
+    return serve(argv, wrap=StrictLimits)
 
 
 if __name__ == "__main__":

@@ -335,17 +335,16 @@ class PlayContext:
         """One tool call outside a dataset (through receipts and the governor). In an
         estimate: the answer a fresh receipt holds, else ``{}`` (counted, not sent)."""
         await self.dispatch_allowed()
+        call = ToolCallInput(
+            tool_id=tool_id,
+            input=input,
+            force=force,
+            stale_after_seconds=stale_after_seconds,
+            options=self.options,
+        )
         if self.options.estimate:
             return await self._estimated(
-                EstimateActivities.estimate_tool,
-                ToolCallInput(
-                    tool_id=tool_id,
-                    input=input,
-                    force=force,
-                    stale_after_seconds=stale_after_seconds,
-                    options=self.options,
-                ),
-                f"estimate tool {tool_id}",
+                EstimateActivities.estimate_tool, call, f"estimate tool {tool_id}"
             )
         # Runs recorded before the scalar call heartbeated (its lease renewed, F4)
         # replay without the heartbeat timeout.
@@ -354,27 +353,7 @@ class PlayContext:
             if workflow.patched("scalar-tool-heartbeat")
             else None
         )
-        token: str | None = None
-        while True:
-            try:
-                return await workflow.execute_activity_method(
-                    ScalarActivities.call_tool,
-                    ToolCallInput(
-                        tool_id=tool_id,
-                        input=input,
-                        force=force,
-                        stale_after_seconds=stale_after_seconds,
-                        options=self.options,
-                        call_token=token,
-                    ),
-                    start_to_close_timeout=SHORT_ACTIVITY,
-                    heartbeat_timeout=heartbeat,
-                    retry_policy=SETUP_RETRY,
-                    summary=f"tool {tool_id}",
-                    priority=self._priority(),
-                )
-            except ActivityError as err:
-                token = await _wait_for_job(err, f"tool {tool_id}")
+        return await self._scalar(ScalarActivities.call_tool, call, heartbeat, f"tool {tool_id}")
 
     async def waterfall(self, name: str, input: dict[str, Any]) -> dict[str, Any]:
         """One of the catalog's named waterfalls, run once for the play (through
@@ -383,30 +362,44 @@ class PlayContext:
         recorded in the play's history, so pass it no row data you would not log.
         In an estimate: that answer when receipts give it for sure, else no value."""
         await self.dispatch_allowed()
+        call = WaterfallCallInput(name=name, input=input, options=self.options)
         if self.options.estimate:
             found: dict[str, Any] = await self._estimated(
-                EstimateActivities.estimate_waterfall,
-                WaterfallCallInput(name=name, input=input, options=self.options),
-                f"estimate waterfall {name}",
+                EstimateActivities.estimate_waterfall, call, f"estimate waterfall {name}"
             )
             return found
+        result: dict[str, Any] = await self._scalar(
+            ScalarActivities.call_waterfall,
+            call,
+            timedelta(seconds=self.options.heartbeat_timeout_s),
+            f"waterfall {name}",
+        )
+        return result
+
+    async def _scalar(
+        self,
+        activity: Any,
+        call: ToolCallInput | WaterfallCallInput,
+        heartbeat: timedelta | None,
+        summary: str,
+    ) -> Any:
+        """A scalar call (``tool``, ``waterfall``) run by ``activity``; a call whose
+        provider job runs waits on a durable timer and is called again with the token
+        the activity gave it, until it has its answer."""
         token: str | None = None
         while True:
             try:
-                result: dict[str, Any] = await workflow.execute_activity_method(
-                    ScalarActivities.call_waterfall,
-                    WaterfallCallInput(
-                        name=name, input=input, options=self.options, call_token=token
-                    ),
+                return await workflow.execute_activity_method(
+                    activity,
+                    call.model_copy(update={"call_token": token}),
                     start_to_close_timeout=SHORT_ACTIVITY,
-                    heartbeat_timeout=timedelta(seconds=self.options.heartbeat_timeout_s),
+                    heartbeat_timeout=heartbeat,
                     retry_policy=SETUP_RETRY,
-                    summary=f"waterfall {name}",
+                    summary=summary,
                     priority=self._priority(),
                 )
-                return result
             except ActivityError as err:
-                token = await _wait_for_job(err, f"waterfall {name}")
+                token = await _wait_for_job(err, summary)
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a registered function once as an activity; replays return its stored result.

@@ -287,17 +287,7 @@ def dataset_current_details(state: DatasetRunState, now: datetime) -> str:
         lines.append(f"- {state.budget_wait}")
     if state.note:
         lines.append(f"- {state.note}")
-    if s.rows_skipped_budget:
-        lines.append(f"- {s.rows_skipped_budget} rows skipped: budget reached")
-    if s.rows_not_sent:
-        lines.append(f"- {s.rows_not_sent} rows not finished: cancelled (their jobs were read)")
-    if s.cells_skipped_input:
-        lines.append(f"- {s.cells_skipped_input} cells skipped: a required input was blank")
-    if s.first_error:
-        lines.append(f"- first row error: {s.first_error}")
-    lines += [f"- {line}" for line in change_lines(s.changes)]
-    lines.append(f"- updated {_at(now, now)}")
-    lines += _accounts(s)
+    lines += _outcome_lines(s, now)
     return "\n".join(lines)
 
 
@@ -335,20 +325,25 @@ def play_current_details(
             lines.append("- dispatch paused: chunks in flight finish, no new ones start (resume)")
         elif state.window is not None:
             lines.append(f"- window: at most {state.window} chunks in flight (set_window)")
-    if totals.rows_skipped_budget:
-        lines.append(f"- {totals.rows_skipped_budget} rows skipped: budget reached")
-    if totals.rows_not_sent:
-        lines.append(
-            f"- {totals.rows_not_sent} rows not finished: cancelled (their jobs were read)"
-        )
-    if totals.cells_skipped_input:
-        lines.append(f"- {totals.cells_skipped_input} cells skipped: a required input was blank")
-    if totals.first_error:
-        lines.append(f"- first row error: {totals.first_error}")
-    lines += [f"- {line}" for line in change_lines(totals.changes)]
-    lines.append(f"- updated {_at(now, now)}")
-    lines += _accounts(totals)
+    lines += _outcome_lines(totals, now)
     return "\n".join(lines)
+
+
+def _outcome_lines(s: ChunkStats, now: datetime) -> list[str]:
+    """The closing lines a dataset's and a play's details share: the rows that were
+    skipped or stopped, the first error, what changed, when, and the accounts."""
+    counted = (
+        (s.rows_skipped_budget, "rows skipped: budget reached"),
+        (s.rows_not_sent, "rows not finished: cancelled (their jobs were read)"),
+        (s.cells_skipped_input, "cells skipped: a required input was blank"),
+    )
+    lines = [f"- {count} {said}" for count, said in counted if count]
+    if s.first_error:
+        lines.append(f"- first row error: {s.first_error}")
+    lines += [f"- {line}" for line in change_lines(s.changes)]
+    lines.append(f"- updated {_at(now, now)}")
+    lines += _accounts(s)
+    return lines
 
 
 def budget_wait_message(hold: BudgetHold, play_id: str, until: datetime | None = None) -> str:
