@@ -31,6 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from playline import search_attributes as sa
 from playline.cli.audit import read_audit
+from playline.cli.follow import wait_lines
 from playline.cli.render import (
     RunDocument,
     console,
@@ -133,6 +134,10 @@ def add_runs_parser(
             p.add_argument("--provider", help="the capped provider (--max-credits-for)")
         if name in ("get", "cancel", "pause", "resume", "window", "budget", "audit"):
             p.add_argument("--json", action="store_true", help="print one JSON document")
+        if name == "get":
+            p.add_argument(
+                "--state", action="store_true", help="also print the run's raw state (JSON)"
+            )
     listing = runs_sub.add_parser("list", help="list plays, newest first")
     common(listing)
     listing.add_argument("--play", help="only this play")
@@ -304,19 +309,28 @@ async def get_run(
             document = await _settled(document, handle)
         print_json(document)
         return 0
+    failure: WorkflowFailureError | None = None
+    if desc.status == WorkflowExecutionStatus.FAILED:
+        try:
+            await handle.result()
+        except WorkflowFailureError as err:
+            failure = err
+    # First what a person asks: how is it, why, what now; then the figures.
     out().print(f"{args.id}: {desc.workflow_type} {_status(desc.status)}")
-    if state is not None and state.budget_wait:
-        out().print(state.budget_wait, markup=False, highlight=False)
+    if failure is not None:
+        print_failure(failure)
+    for line in next_steps(args.id, desc.status, state):
+        out().print(f"  {line}", markup=False, highlight=False)
     for line in due_line(state.due if state is not None else None):
         out().print(line, markup=False, highlight=False)
     if state is not None and state.current is not None:
         for line in job_lines(state.current.stats, datetime.now(UTC)):
             out().print(line, markup=False, highlight=False)
-    if state is not None:
-        out().print_json(state.model_dump_json())
     if desc.status == WorkflowExecutionStatus.COMPLETED:
         print_summary(await handle.result(), settings, args.id, desc.run_id, spend, changes)
     else:
+        for line in credit_lines(state, spend):
+            out().print(f"  {line}", markup=False, highlight=False)
         print_changes(changes or {})
         for line in spend_lines(spend or {}):
             out().print(f"  {line}", markup=False, highlight=False)
@@ -327,12 +341,47 @@ async def get_run(
         report = await read_audit(handle, desc, settings)
         for line in report.lines() if report is not None else []:
             out().print(f"  {line}", markup=False, highlight=False)
-    if desc.status == WorkflowExecutionStatus.FAILED:
-        try:
-            await handle.result()
-        except WorkflowFailureError as err:
-            print_failure(err)
+    if getattr(args, "state", False) and state is not None:
+        out().print_json(state.model_dump_json())
     return 0
+
+
+def next_steps(run_id: str, status: WorkflowExecutionStatus | None, state: Any) -> list[str]:
+    """What the run is doing or waiting for, and the command that moves it on."""
+    if status == WorkflowExecutionStatus.FAILED:
+        return [f"what it did: `playline runs export {run_id} --out FILE`"]
+    if status != WorkflowExecutionStatus.RUNNING or state is None:
+        return []
+    current = state.current
+    lines = [
+        f"{state.phase}: {state.rows_done} of {state.rows_total} rows done"
+        + (f", {state.rows_failed} failed" if state.rows_failed else "")
+    ]
+    waits = wait_lines(state, current, datetime.now(UTC), run_id)
+    lines += waits
+    if not waits:
+        lines.append(
+            f"`playline runs pause {run_id}` holds it, `playline runs cancel {run_id}` ends it"
+        )
+    return lines
+
+
+def credit_lines(state: Any, spend: dict[str, Any] | None) -> list[str]:
+    """One credits figure, the bill so far; and, where the cells of finished rows add up
+    to less (rows held or in flight have paid for calls), which figure the tables are."""
+    if state is None:
+        return []
+    billed = float(state.credits)
+    if state.current is not None:
+        billed = max(billed, float(state.current.stats.credits))
+    cells = float((spend or {}).get("credits", 0.0) or 0.0)
+    lines = [f"credits spent so far: {billed:g}"]
+    if spend and abs(cells - billed) > 1e-9:
+        lines.append(
+            f"(the tables below add up the cells of finished rows: {cells:g}; the rest "
+            "was paid by rows still in flight or held)"
+        )
+    return lines
 
 
 async def audit(

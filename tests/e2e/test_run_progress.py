@@ -59,6 +59,18 @@ def read_screen(master: int) -> str:
     return ANSI.sub("", "".join(chunks)).replace("\r", "\n")
 
 
+def runs_get(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "playline", "runs", "get", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "PLAYLINE_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 async def until_waiting(client: Client, play_id: str, timeout_s: float = 120) -> PlayState:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -160,6 +172,17 @@ async def test_in_a_pipe_there_is_no_progress_line_but_the_wait_is_announced(
         try:
             await until_waiting(client, play_id)
             await asyncio.sleep(3)  # the announcement is printed while the run waits
+            # `runs get` of the waiting run: status, why and what to do first, no raw state.
+            common = ["--address", temporal_address]
+            got = await asyncio.to_thread(runs_get, [play_id, *common], home)
+            lines = got.stdout.splitlines()
+            assert lines[0] == f"{play_id}: t_tool_column RUNNING", got.stdout
+            assert "waiting: budget: 2 of 2 credits spent" in lines[2], got.stdout
+            assert f"`playline runs budget {play_id} --add N` to go on" in lines[2]
+            assert "credits spent so far: 2" in got.stdout
+            assert '"rows_total"' not in got.stdout  # the raw state only when asked
+            raw = await asyncio.to_thread(runs_get, [play_id, "--state", *common], home)
+            assert '"rows_total"' in raw.stdout and '"budget_wait"' in raw.stdout
             await client.get_workflow_handle(play_id).execute_update("budget", BudgetChange(add=20))
             out, err = await asyncio.wait_for(proc.communicate(), 60)
         finally:
