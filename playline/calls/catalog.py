@@ -469,6 +469,14 @@ class ToolSpec(BaseModel):
     credits: float = Field(
         default=1.0, ge=0, description="the price of one request, unless `billing` says more"
     )
+    typical_hit_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="the share of calls that find a value, as the provider states or you "
+        "measured elsewhere: estimates price calls at it until this playline has enough "
+        "receipts of the tool (their basis then reads `stated hit rate`)",
+    )
     version: str = Field(
         default="1",
         description="part of every receipt's key: a new version makes earlier receipts of the "

@@ -51,6 +51,7 @@ from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.dispatch import ClaimedCall, Settled
 from playline.calls.estimate_tally import (
     BASIS_RECEIPTS,
+    BASIS_STATED,
     BASIS_WORST_CASE,
     PLAY_COLUMN,
     Basis,
@@ -252,12 +253,21 @@ class ToolHistory:
         self.enough = len(samples) >= max(1, min_history)
         self._answers = [ToolResult(tool, data, cached=True) for data, _ in samples]
         credits = [float(c or 0.0) for _, c in samples]
-        self.price = sum(credits) / len(credits) if self.enough else tool.max_credits
+        #: the catalog's typical hit rate, used while the receipts are too few
+        self.prior = None if self.enough else tool.typical_hit_rate
+        if self.enough:
+            self.price = sum(credits) / len(credits)
+        elif self.prior is not None:
+            self.price = stated_price(tool, self.prior)
+        else:
+            self.price = tool.max_credits
         self._shares: dict[Hashable, float] = {}
 
     @property
     def basis(self) -> Basis:
-        return BASIS_RECEIPTS if self.enough else BASIS_WORST_CASE
+        if self.enough:
+            return BASIS_RECEIPTS
+        return BASIS_WORST_CASE if self.prior is None else BASIS_STATED
 
     def share(self, name: Hashable, holds: Callable[[ToolResult], bool]) -> float:
         """The fraction of answers for which ``holds`` (cached under ``name``)."""
@@ -271,8 +281,19 @@ class ToolHistory:
         return found
 
     def p(self, getter: str) -> float:
-        """The chance the answer holds a present value under ``getter``."""
+        """The chance the answer holds a present value under ``getter`` (the stated hit
+        rate while the receipts are too few)."""
+        if self.prior is not None:
+            return self.prior
         return self.share(("present", getter), lambda answer: is_present(answer.get(getter)))
+
+
+def stated_price(tool: ToolSpec, hit_rate: float) -> float:
+    """A call's expected credits at ``hit_rate`` under the tool's billing rule: a
+    request price is paid whatever the answer; a hit's (or its fields') only on a hit."""
+    if tool.billing.rule == "per_request":
+        return tool.max_credits
+    return tool.max_credits * hit_rate
 
 
 @dataclass(frozen=True)
@@ -288,7 +309,10 @@ class UnpaidResult(ToolResult):
         _read()
         if self.history is None:
             return Unknown(self.scale)
-        return Unknown(self.scale * self.history.p(name), measured=self.history.enough)
+        history = self.history
+        return Unknown(
+            self.scale * history.p(name), measured=history.enough or history.prior is not None
+        )
 
 
 class ReceiptReader(Protocol):

@@ -37,6 +37,7 @@ from playline.money import money_text
 
 __all__ = [
     "BASIS_RECEIPTS",
+    "BASIS_STATED",
     "BASIS_WORST_CASE",
     "PLAY_COLUMN",
     "Estimate",
@@ -49,7 +50,10 @@ __all__ = [
 BASIS_RECEIPTS: Final = "receipts"
 #: Too few receipts of the tool: the expected figure is the worst case.
 BASIS_WORST_CASE: Final = "worst case"
-Basis = Literal["receipts", "worst case"]
+#: Too few receipts, but the catalog states the tool's typical hit rate: the expected
+#: figure is priced at that rate until receipts exist.
+BASIS_STATED: Final = "stated hit rate"
+Basis = Literal["receipts", "worst case", "stated hit rate"]
 #: The column name of scalar calls (``ctx.tool``, ``ctx.waterfall``) of a play.
 PLAY_COLUMN = "(play)"
 
@@ -104,8 +108,9 @@ class EstimateTally:
         line["unknown_input" if unknown_input else "to_pay"] += 1
         line["worst_credits"] += worst
         line["expected_credits"] += expected
-        if basis == BASIS_WORST_CASE:
-            line["basis"] = BASIS_WORST_CASE
+        # The least-informed figure counted on the line names its basis.
+        if basis == BASIS_WORST_CASE or (basis == BASIS_STATED and line["basis"] == BASIS_RECEIPTS):
+            line["basis"] = basis
         return line
 
     def as_dict(self) -> dict[str, Any]:

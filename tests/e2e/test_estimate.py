@@ -20,6 +20,7 @@ from playline import Estimate, estimate_play
 from playline import search_attributes as sa
 from playline.cli.estimate import credits_text
 from playline.contract import RunOptions
+from playline.package_data import DEMO_CATALOG
 from tests import plays_fallback  # noqa: F401  (registers the t_fallback play)
 from tests.conftest import LEADS_CSV, new_id
 from tests.e2e.test_cli import playline
@@ -360,3 +361,29 @@ async def test_estimates_are_marked_and_left_out_of_runs_list_unless_asked_for(
     plain = await listed()
     assert estimate.workflow_id not in plain
     assert plain  # the run itself is listed
+
+
+async def test_a_stated_hit_rate_prices_a_tool_until_receipts_exist(
+    client, provider, worker, task_queue, tmp_path
+) -> None:
+    """Without receipts, a tool whose catalog states its typical hit rate is expected at
+    that rate (mailfox bills only what it finds); without a rate, expected is the
+    worst case."""
+    text = DEMO_CATALOG.read_text().replace(
+        'path = "/mailfox/v1/email/find"',
+        'path = "/mailfox/v1/email/find"\ntypical_hit_rate = 0.4',
+    )
+    assert "typical_hit_rate = 0.4" in text
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(text)
+    csv_path = write_csv(tmp_path / "leads.csv", [lead(i) for i in range(10)])
+    async with worker(catalog_path=str(catalog)):
+        estimate = await _estimate(client, task_queue, str(csv_path))
+    assert provider.ledger()["received"] == 0
+    mailfox = _line(estimate, "verified_email", "mailfox_email")
+    assert mailfox.basis == "stated hit rate"
+    assert mailfox.worst_credits == pytest.approx(10 * 1)
+    assert mailfox.expected_credits == pytest.approx(10 * 1 * 0.4)
+    prospectr = _line(estimate, "verified_email", "prospectr_email")
+    assert prospectr.basis == "worst case"  # no rate stated: its price is the worst case
+    assert estimate.total.expected_credits < estimate.total.worst_credits
