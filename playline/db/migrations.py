@@ -21,7 +21,7 @@ a client (``create=False``) never migrates, it only checks the store is there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from playline.db.conn import Conn
@@ -36,6 +36,9 @@ class Migration:
 
     ``statements`` serve both databases unless ``sqlite`` or ``postgres`` spells the
     step for that one (an empty tuple: nothing to do there, the version still counts).
+    ``sqlite_apply`` runs after the statements on SQLite only, for a step that must
+    look at the file first (SQLite has no ``ADD COLUMN IF NOT EXISTS``: a file from
+    before versioned migrations gains only the columns it lacks).
     """
 
     version: int
@@ -43,6 +46,7 @@ class Migration:
     statements: tuple[str, ...] = ()
     sqlite: tuple[str, ...] | None = None
     postgres: tuple[str, ...] | None = None
+    sqlite_apply: Callable[[Conn], None] | None = None
 
     def statements_for(self, conn: Conn) -> list[str]:
         own = self.sqlite if conn.dialect.name == "sqlite" else self.postgres
@@ -102,6 +106,8 @@ def migrate(conn: Conn, schema: Schema, *, where: str, create: bool) -> int:
         for migration in schema.migrations[version:]:
             for statement in migration.statements_for(conn):
                 conn.execute(statement)
+            if migration.sqlite_apply is not None and conn.dialect.name == "sqlite":
+                migration.sqlite_apply(conn)
         if version < latest:
             versions.write(conn, schema.component, latest)
     except BaseException:

@@ -107,7 +107,7 @@ async def open_stores(
 async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], float]) -> Stores:
     from playline.stores.budgets_ledger import BudgetLedger
     from playline.stores.jobs_ledger import JobLedger
-    from playline.stores.receipts_sqlite import SqliteReceiptStore
+    from playline.stores.receipts_ledger import ReceiptLedger
     from playline.stores.sheet_sqlite import SqliteSheetStore
 
     if not create:
@@ -117,7 +117,9 @@ async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], 
                     f"no playline store at {path}; set PLAYLINE_HOME or PLAYLINE_STORE_URL "
                     "to the workers' store"
                 )
-    receipts = SqliteReceiptStore(settings.receipts_path, create=create, clock=clock)
+    receipts = await ReceiptLedger.in_file(
+        settings.receipts_path, create=create, clock=clock
+    ).ensure_open()
     try:
         sheet = SqliteSheetStore(settings.sheet_path, create=create, clock=clock)
     except BaseException:
@@ -133,7 +135,7 @@ async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] |
     from playline.stores.budgets_ledger import BudgetLedger
     from playline.stores.jobs_ledger import JobLedger
     from playline.stores.postgres_db import PostgresDatabase
-    from playline.stores.receipts_postgres import PostgresReceiptStore
+    from playline.stores.receipts_ledger import ReceiptLedger
     from playline.stores.sheet_postgres import PostgresSheetStore
 
     database = await PostgresDatabase.open(url, create=create)
@@ -144,7 +146,7 @@ async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] |
         await database.close()
         raise
     return Stores(
-        PostgresReceiptStore(database, clock=clock),
+        ReceiptLedger.in_database(pool, create=create, clock=clock),  # opened by its first use
         PostgresSheetStore(database, clock=clock),
         BudgetLedger.in_database(pool, clock=clock),
         JobLedger.in_database(pool, clock=clock),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,12 +12,12 @@ import pytest
 from playline.config import Settings
 from playline.stores.backends import Stores, open_stores
 from playline.stores.journal import JournalEntry, ResultJournal
-from playline.stores.migrations import migrate_postgres, migrate_sqlite, postgres_version
+from playline.stores.migrations import migrate_postgres, postgres_version
 from playline.stores.postgres_db import MIGRATIONS as PG_MIGRATIONS
 from playline.stores.receipts import ClaimRequest, ClaimStatus, ReceiptStore
-from playline.stores.receipts_sqlite import MIGRATIONS as SQLITE_MIGRATIONS
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.integration.conftest import Clock
+from tests.old_schemas import RECEIPTS_SQLITE_VERSIONS, old_sqlite, up_to
 from tests.pg import pg_schema
 
 
@@ -340,15 +339,12 @@ async def test_a_store_of_an_older_schema_gains_the_credits_source(tmp_path: Pat
     """Receipts recorded before the source was kept read back without one; the
     upgrade is applied once when a worker opens the store."""
     path = tmp_path / "receipts.db"
-    old = sqlite3.connect(path)
-    migrate_sqlite(old, SQLITE_MIGRATIONS[:3], where=str(path), create=True)
-    old.execute(
+    insert = (
         "INSERT INTO receipts (key, tool_id, status, result, created_at, completed_at, "
         "credits) VALUES ('k', 't', 'completed', '1', 1, 1, 2)"
     )
-    old.commit()
-    old.close()
-    store = SqliteReceiptStore(path)
+    old_sqlite(path, up_to(RECEIPTS_SQLITE_VERSIONS, 3), 3, [(insert, [])])
+    store = ReceiptLedger.in_file(path)
     try:
         receipt = (await store.get(["k"]))["k"]
         assert (receipt.credits, receipt.credits_source) == (2, None)

@@ -17,8 +17,8 @@ from playline.stores.migrations import postgres_version
 from playline.stores.postgres_db import MIGRATIONS as PG_MIGRATIONS
 from playline.stores.postgres_db import PostgresDatabase
 from playline.stores.receipts import ClaimRequest
-from playline.stores.receipts_sqlite import MIGRATIONS as RECEIPT_MIGRATIONS
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import SCHEMA as RECEIPTS_SCHEMA
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.pg import pg_schema
 
 
@@ -80,13 +80,13 @@ async def test_workers_starting_together_migrate_a_sqlite_file_once(tmp_path: Pa
 
     def open_and_close() -> None:
         async def go() -> None:
-            await SqliteReceiptStore(path).close()
+            await (await ReceiptLedger.in_file(path).ensure_open()).close()
 
         asyncio.run(go())
 
     await asyncio.gather(*(asyncio.to_thread(open_and_close) for _ in range(6)))
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (len(RECEIPT_MIGRATIONS),)
+        assert conn.execute("PRAGMA user_version").fetchone() == (RECEIPTS_SCHEMA.latest,)
 
 
 async def test_a_file_from_before_versioned_migrations_is_upgraded_in_place(
@@ -105,16 +105,16 @@ async def test_a_file_from_before_versioned_migrations_is_upgraded_in_place(
             "attempts) VALUES ('old', 't', 'completed', '{\"v\": 1}', 1, 2, 1)"
         )
     conn.close()
-    store = SqliteReceiptStore(path)
+    store = ReceiptLedger.in_file(path)
     try:
         [hit] = await store.claim([ClaimRequest("old", "t")], owner="o", lease_id="L", ttl_s=5)
         assert hit.result == {"v": 1}
     finally:
         await store.close()
     with sqlite3.connect(path) as conn:
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(receipts)")}
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(playline_receipts)")}
         assert {"batch_key", "request"} <= columns
-        assert conn.execute("PRAGMA user_version").fetchone() == (len(RECEIPT_MIGRATIONS),)
+        assert conn.execute("PRAGMA user_version").fetchone() == (RECEIPTS_SCHEMA.latest,)
     conn.close()
 
 

@@ -62,10 +62,8 @@ def test_pacing_knows_nothing_of_the_catalog_or_the_call_path() -> None:
 
 
 #: Modules that still drive a database themselves, until they move onto playline.db:
-#: the receipt and sheet stores with their engines, fleet pacing, the fixture index.
+#: the sheet store with its engines, fleet pacing, the fixture index.
 DRIVERS_OUTSIDE_DB = {
-    "playline/stores/receipts_sqlite.py",
-    "playline/stores/receipts_postgres.py",
     "playline/stores/sheet_sqlite.py",
     "playline/stores/sheet_postgres.py",
     "playline/stores/sqlite_db.py",
