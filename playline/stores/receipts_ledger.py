@@ -32,10 +32,11 @@ from the database's clock (SQLite: this machine's) unless a ``clock`` is given.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from playline.db.coalesce import Coalescer
 from playline.db.conn import Conn, Params, chunks
@@ -60,6 +61,9 @@ from playline.stores.receipts import (
 )
 
 __all__ = ["SCHEMA", "ReceiptLedger"]
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
 def _add_batch_columns(conn: Conn) -> None:
@@ -183,6 +187,13 @@ _RECEIPT_COLUMNS = (
 _INSERT_MISSING = (
     "INSERT INTO playline_receipts (key, tool_id, status, lease_expires_at, created_at,"
     " attempts) VALUES (?, ?, 'running', 0, ?, 0) ON CONFLICT (key) DO NOTHING"
+)
+#: A new receipt's lease, where no other writer can have inserted the key since the
+#: group read it (the write holds the whole file).
+_INSERT_GRANTED = (
+    "INSERT INTO playline_receipts (owner, lease_id, lease_expires_at, attempts, generation,"
+    " forced_by, batch_key, resends, key, tool_id, status, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)"
 )
 _GRANT = (
     "UPDATE playline_receipts SET status = 'running', owner = ?, lease_id = ?,"
@@ -339,15 +350,22 @@ def _plan_claims(
     return outcomes, grants, ambiguous
 
 
+@lru_cache(maxsize=256)
+def _select_locked(columns: str, count: int, for_update: str) -> str:
+    """``SELECT key, columns`` of ``count`` keys, locked in key order (built once per
+    size: a group's statements are a handful of sizes)."""
+    return (
+        f"SELECT key, {columns} FROM playline_receipts"
+        f" WHERE key IN ({marks(count)}) ORDER BY key{for_update}"
+    )
+
+
 def _locked_states(conn: Conn, keys: Sequence[str]) -> dict[str, StoredState]:
     """The claim rule's view of each of ``keys`` (sorted), their rows locked in order."""
     found: dict[str, StoredState] = {}
     for page in chunks(keys, conn.dialect.max_params):
-        for row in conn.all(
-            f"SELECT key, {STATE_COLUMNS} FROM playline_receipts"
-            f" WHERE key IN ({marks(len(page))}) ORDER BY key{conn.dialect.for_update}",
-            page,
-        ):
+        sql = _select_locked(STATE_COLUMNS, len(page), conn.dialect.for_update)
+        for row in conn.all(sql, page):
             found[row[0]] = StoredState(*row[1:])
     return found
 
@@ -358,13 +376,19 @@ def _locked_leases(conn: Conn, keys: Iterable[str]) -> dict[str, tuple[str, str 
     ordered = sorted(set(keys))
     found: dict[str, tuple[str, str | None]] = {}
     for page in chunks(ordered, conn.dialect.max_params):
-        for key, status, lease_id in conn.all(
-            "SELECT key, status, lease_id FROM playline_receipts"
-            f" WHERE key IN ({marks(len(page))}) ORDER BY key{conn.dialect.for_update}",
-            page,
-        ):
+        sql = _select_locked("status, lease_id", len(page), conn.dialect.for_update)
+        for key, status, lease_id in conn.all(sql, page):
             found[key] = (status, lease_id)
     return found
+
+
+def _many(conn: Conn, sql: str, rows: Sequence[Params]) -> None:
+    """``conn.many``, or one plain statement for one row (the common case of a call
+    written on its own, cheaper than a batch of one)."""
+    if len(rows) == 1:
+        conn.execute(sql, rows[0])
+    elif rows:
+        conn.many(sql, rows)
 
 
 def _lock_members(conn: Conn, agg_key: str) -> None:
@@ -386,7 +410,7 @@ def _write_in_order(conn: Conn, writes: list[tuple[str, Params]]) -> None:
         end = start
         while end < len(writes) and writes[end][0] == sql:
             end += 1
-        conn.many(sql, [params for _, params in writes[start:end]])
+        _many(conn, sql, [params for _, params in writes[start:end]])
         start = end
 
 
@@ -403,9 +427,13 @@ class ReceiptLedger(LedgerStore):
 
     def __init__(self, ready: ReadyOnFirstUse, *, clock: Callable[[], float] | None = None) -> None:
         super().__init__(ready, clock=clock)
-        self._claims: Coalescer[_Claim, list[ClaimOutcome]] = Coalescer(self._claim_group)
-        self._settlements: Coalescer[_Settlement, bool] = Coalescer(self._settle_group)
-        self._sends: Coalescer[_Send, list[bool]] = Coalescer(self._send_group)
+        self._claims: Coalescer[_Claim, list[ClaimOutcome]] = Coalescer(
+            self._group_writer(self._claim_group)
+        )
+        self._settlements: Coalescer[_Settlement, bool] = Coalescer(
+            self._group_writer(self._settle_group)
+        )
+        self._sends: Coalescer[_Send, list[bool]] = Coalescer(self._group_writer(self._send_group))
 
     @classmethod
     def in_file(
@@ -440,6 +468,34 @@ class ReceiptLedger(LedgerStore):
     async def _read(self, fn: Callable[[Conn], Any]) -> Any:
         return await (await self._ready()).read(fn)
 
+    def _group_writer(
+        self, group_tx: Callable[[Conn, list[Item]], Sequence[Result]]
+    ) -> Callable[[list[Item]], Awaitable[Sequence[Result]]]:
+        """A coalescer's flush: the whole group in one write function."""
+
+        async def flush(group: list[Item]) -> Sequence[Result]:
+            result: Sequence[Result] = await self._write(lambda conn: group_tx(conn, group))
+            return result
+
+        return flush
+
+    async def _grouped(
+        self,
+        coalescer: Coalescer[Item, Result],
+        group_tx: Callable[[Conn, list[Item]], Sequence[Result]],
+        item: Item,
+    ) -> Result:
+        """``item`` written with the others of its group. A database that commits the
+        writes of a tick together (SQLite) groups them itself, so the item goes
+        straight to it, one write function each, with no wait for the store's own
+        group; otherwise (PostgreSQL) the store's coalescer makes the group, one
+        transaction for all of it."""
+        db = await self._ready()
+        if db.groups_writes:
+            [result] = await db.write(lambda conn: group_tx(conn, [item]))
+            return result
+        return await coalescer.submit(item)
+
     # ------------------------------------------------------------------ claims
 
     async def claim(
@@ -447,42 +503,36 @@ class ReceiptLedger(LedgerStore):
     ) -> list[ClaimOutcome]:
         if not requests:
             return []
-        return await self._claims.submit(_Claim(list(requests), owner, lease_id, ttl_s))
+        call = _Claim(list(requests), owner, lease_id, ttl_s)
+        return await self._grouped(self._claims, self._claim_group, call)
 
-    async def _claim_group(self, calls: list[_Claim]) -> list[list[ClaimOutcome]]:
+    def _claim_group(self, conn: Conn, calls: list[_Claim]) -> list[list[ClaimOutcome]]:
+        now = self._now(conn)
         tools: dict[str, str] = {}
         for call in calls:
             for req in call.requests:
                 tools.setdefault(req.key, req.tool_id)
         keys = sorted(tools)
-
-        def tx(conn: Conn) -> list[list[ClaimOutcome]]:
-            now = self._now(conn)
-            conn.many(_INSERT_MISSING, [(key, tools[key], now) for key in keys])
-            rows = _locked_states(conn, keys)
-            outcomes, grants, ambiguous = _plan_claims(calls, rows, now)
-            conn.many(
-                _GRANT,
-                [
-                    (
-                        g.owner,
-                        g.lease_id,
-                        g.expires,
-                        g.claims,
-                        g.generation,
-                        g.forced_by,
-                        g.batch_key,
-                        g.resends,
-                        key,
-                    )
-                    for key, g in sorted(grants.items())
-                ],
-            )
-            conn.many(_AMBIGUATE, [(ambiguous[key], key) for key in sorted(ambiguous)])
-            return outcomes
-
-        result: list[list[ClaimOutcome]] = await self._write(tx)
-        return result
+        if conn.dialect.for_update:
+            # Rows are locked, not the database: a key missing now could be inserted
+            # by another worker before this group writes it, and both would take it.
+            # Inserted first, its row exists and is locked (below) like any other.
+            _many(conn, _INSERT_MISSING, [(key, tools[key], now) for key in keys])
+        rows = _locked_states(conn, keys)
+        found = set(rows)
+        outcomes, grants, ambiguous = _plan_claims(calls, rows, now)
+        updates: list[Params] = []
+        inserts: list[Params] = []
+        for key, g in sorted(grants.items()):
+            lease = (g.owner, g.lease_id, g.expires, g.claims, g.generation, g.forced_by)
+            if key in found:
+                updates.append((*lease, g.batch_key, g.resends, key))
+            else:
+                inserts.append((*lease, g.batch_key, g.resends, key, tools[key], now))
+        _many(conn, _GRANT, updates)
+        _many(conn, _INSERT_GRANTED, inserts)
+        _many(conn, _AMBIGUATE, [(ambiguous[key], key) for key in sorted(ambiguous)])
+        return outcomes
 
     async def renew(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
         if not keys:
@@ -509,27 +559,27 @@ class ReceiptLedger(LedgerStore):
     async def mark_sent(self, keys: Sequence[str], *, lease_id: str, ttl_s: float) -> list[bool]:
         if not keys:
             return []
-        return await self._sends.submit(_Send(list(keys), lease_id, ttl_s))
+        send = _Send(list(keys), lease_id, ttl_s)
+        return await self._grouped(self._sends, self._send_group, send)
 
-    async def _send_group(self, group: list[_Send]) -> list[list[bool]]:
-        def tx(conn: Conn) -> list[list[bool]]:
-            now = self._now(conn)
-            leases = _locked_leases(conn, (key for send in group for key in send.keys))
-            marked: list[list[bool]] = []
-            writes: list[Params] = []
-            for send in group:
-                mine = []
-                for key in send.keys:
-                    held = leases.get(key) == ("running", send.lease_id)
-                    if held:
-                        writes.append((now, now + send.ttl_s, key, send.lease_id))
-                    mine.append(held)
-                marked.append(mine)
-            conn.many(_MARK_SENT, writes)
-            return marked
-
-        result: list[list[bool]] = await self._write(tx)
-        return result
+    def _send_group(self, conn: Conn, group: list[_Send]) -> list[list[bool]]:
+        now = self._now(conn)
+        if len(group) == 1 and len(group[0].keys) == 1:  # the fenced statement says
+            [key], lease_id, ttl_s = group[0].keys, group[0].lease_id, group[0].ttl_s
+            return [[conn.execute(_MARK_SENT, (now, now + ttl_s, key, lease_id)) == 1]]
+        leases = _locked_leases(conn, (key for send in group for key in send.keys))
+        marked: list[list[bool]] = []
+        writes: list[Params] = []
+        for send in group:
+            mine = []
+            for key in send.keys:
+                held = leases.get(key) == ("running", send.lease_id)
+                if held:
+                    writes.append((now, now + send.ttl_s, key, send.lease_id))
+                mine.append(held)
+            marked.append(mine)
+        _many(conn, _MARK_SENT, writes)
+        return marked
 
     # ------------------------------------------------------------------ settlements
 
@@ -543,72 +593,46 @@ class ReceiptLedger(LedgerStore):
         credits_source: str = CREDITS_FROM_RULE,
         paid_by: str | None = None,
     ) -> bool:
-        return await self._settlements.submit(
-            _Settlement(
-                key,
-                lease_id,
-                "completed",
-                result=stored_json(result),
-                credits=float(credits),
-                credits_source=credits_source,
-                paid_by=paid_by,
-            )
+        settlement = _Settlement(
+            key,
+            lease_id,
+            "completed",
+            result=stored_json(result),
+            credits=float(credits),
+            credits_source=credits_source,
+            paid_by=paid_by,
         )
+        return await self._grouped(self._settlements, self._settle_group, settlement)
 
     async def fail(self, key: str, *, lease_id: str, error: str) -> bool:
-        return await self._settlements.submit(
-            _Settlement(key, lease_id, "failed", error=error[:_ERROR_CHARS])
-        )
+        settlement = _Settlement(key, lease_id, "failed", error=error[:_ERROR_CHARS])
+        return await self._grouped(self._settlements, self._settle_group, settlement)
 
     async def mark_ambiguous(self, key: str, *, lease_id: str, reason: str) -> bool:
-        return await self._settlements.submit(
-            _Settlement(key, lease_id, "ambiguous", error=reason[:_ERROR_CHARS])
-        )
+        settlement = _Settlement(key, lease_id, "ambiguous", error=reason[:_ERROR_CHARS])
+        return await self._grouped(self._settlements, self._settle_group, settlement)
 
-    async def _settle_group(self, group: list[_Settlement]) -> list[bool]:
-        def tx(conn: Conn) -> list[bool]:
-            now = self._now(conn)
-            leases = _locked_leases(conn, (s.key for s in group))
-            settled: list[bool] = []
-            writes: list[tuple[str, Params]] = []
-            # In submission order, each seeing the ones before it, as separate
-            # transactions would (a lease settles its key once, so repeats are rare).
-            for s in group:
-                status, held = leases.get(s.key, (None, None))
-                ok = held == s.lease_id and (
-                    status == "running" or (status == "ambiguous" and s.status == "completed")
-                )
-                settled.append(ok)
-                if not ok:
-                    continue
-                if s.status == "completed":
-                    leases[s.key] = ("completed", None)
-                    writes.append(
-                        (
-                            _COMPLETE,
-                            (
-                                s.result,
-                                now,
-                                s.credits,
-                                s.credits_source,
-                                s.paid_by,
-                                s.credits,
-                                s.key,
-                                s.lease_id,
-                            ),
-                        )
-                    )
-                elif s.status == "failed":
-                    leases[s.key] = ("failed", None)
-                    writes.append((_FAIL, (s.error, s.key, s.lease_id)))
-                else:
-                    leases[s.key] = ("ambiguous", s.lease_id)
-                    writes.append((_MARK_AMBIGUOUS, (s.error, s.key, s.lease_id)))
-            _write_in_order(conn, writes)
-            return settled
-
-        result: list[bool] = await self._write(tx)
-        return result
+    def _settle_group(self, conn: Conn, group: list[_Settlement]) -> list[bool]:
+        now = self._now(conn)
+        if len(group) == 1:  # one fenced statement says itself whether it took
+            sql, params = _settlement_write(group[0], now)
+            return [conn.execute(sql, params) == 1]
+        leases = _locked_leases(conn, (s.key for s in group))
+        settled: list[bool] = []
+        writes: list[tuple[str, Params]] = []
+        # In submission order, each seeing the ones before it, as separate
+        # transactions would (a lease settles its key once, so repeats are rare).
+        for s in group:
+            status, held = leases.get(s.key, (None, None))
+            ok = held == s.lease_id and (
+                status == "running" or (status == "ambiguous" and s.status == "completed")
+            )
+            settled.append(ok)
+            if ok:
+                writes.append(_settlement_write(s, now))
+                leases[s.key] = (s.status, s.lease_id if s.status == "ambiguous" else None)
+        _write_in_order(conn, writes)
+        return settled
 
     # ------------------------------------------------------------------ reads
 
@@ -897,6 +921,16 @@ class ReceiptLedger(LedgerStore):
         await self._sends.drain()
         await self._settlements.drain()
         await super().close()
+
+
+def _settlement_write(s: _Settlement, now: float) -> tuple[str, Params]:
+    """The fenced statement that records settlement ``s``."""
+    if s.status == "completed":
+        params = (s.result, now, s.credits, s.credits_source, s.paid_by, s.credits)
+        return _COMPLETE, (*params, s.key, s.lease_id)
+    if s.status == "failed":
+        return _FAIL, (s.error, s.key, s.lease_id)
+    return _MARK_AMBIGUOUS, (s.error, s.key, s.lease_id)
 
 
 def _held(leases: Mapping[str, tuple[str, str | None]], lease_id: str) -> set[str]:
