@@ -16,7 +16,8 @@ A migration may spell a step per database (a store's first version predates this
 package and was written twice); later steps are one text for both, with type names
 taken from the dialect (``{text}``, ``{real}``...). A store whose version is newer
 than this playline knows is refused (:class:`~playline.db.errors.StoreSchemaTooNew`);
-a client (``create=False``) never migrates, it only checks the store is there.
+a client (``create=False``) never migrates, it only checks the store is there and at
+this playline's version (an older one waits for a worker to upgrade it).
 """
 
 from __future__ import annotations
@@ -97,6 +98,13 @@ def migrate(conn: Conn, schema: Schema, *, where: str, create: bool) -> int:
             )
         if version > latest:
             raise schema_too_new(where, version, latest)
+        if version < latest:
+            # Its tables are not what this playline reads yet; a worker upgrades them.
+            raise StoreNotFound(
+                f"{where} holds a playline {schema.component} store of schema version "
+                f"{version}, older than this playline's ({latest}); start a worker on it "
+                "first (it upgrades the store), then read it"
+            )
         return version
     versions.begin(conn)
     try:

@@ -145,8 +145,14 @@ async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] |
     except BaseException:
         await database.close()
         raise
+    try:
+        receipts = await ReceiptLedger.in_database(pool, create=create, clock=clock).ensure_open()
+    except BaseException:
+        await pool.close()
+        await database.close()
+        raise
     return Stores(
-        ReceiptLedger.in_database(pool, create=create, clock=clock),  # opened by its first use
+        receipts,
         PostgresSheetStore(database, clock=clock),
         BudgetLedger.in_database(pool, clock=clock),
         JobLedger.in_database(pool, clock=clock),

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from playline.config import Settings
+from playline.db.errors import StoreNotFound
 from playline.stores.backends import open_stores
-from playline.stores.receipts import ClaimRequest, ClaimStatus, ToolReceipts
-from playline.stores.receipts_ledger import SCHEMA
+from playline.stores.receipts import ClaimRequest, ClaimStatus, Receipt, ToolReceipts
+from playline.stores.receipts_ledger import SCHEMA, ReceiptLedger
 from tests.integration.conftest import Clock
 from tests.old_schemas import (
     RECEIPTS_SQLITE_VERSIONS,
@@ -250,3 +251,37 @@ async def test_an_older_receipts_file_is_migrated_through_every_version(
         )
         assert (hit.status, hit.result) == (ClaimStatus.HIT, {"v": 1})
     assert await _versions(url) == {"receipts": SCHEMA.latest}
+
+
+async def _client_reads(settings: Settings, key: str) -> Receipt | None:
+    """``key``'s receipt as a client reads it (``create=False``). On SQLite only the
+    receipts file is opened: the old store built here has no ``sheet.db``."""
+    if settings.sqlite_dir is None:
+        async with await open_stores(settings, create=False) as stores:
+            return (await stores.receipts.get([key])).get(key)
+    client = await ReceiptLedger.in_file(settings.receipts_path, create=False).ensure_open()
+    try:
+        return (await client.get([key])).get(key)
+    finally:
+        await client.close()
+
+
+async def test_a_client_waits_for_a_worker_to_upgrade_an_old_store(
+    backend: str, clock: Clock
+) -> None:
+    """A client changes nothing: before any worker of this playline opened the old
+    store, it is told to start one (one line), and the store is left as it was."""
+    _old_receipts(backend)
+    settings = Settings(store_url=backend)
+    with pytest.raises(StoreNotFound, match="start a worker on it first") as info:
+        await _client_reads(settings, "done")
+    assert "\n" not in str(info.value)
+    if backend.startswith("postgres"):
+        assert "receipts" not in await _versions(backend)
+    else:
+        with sqlite3.connect(settings.receipts_path) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone() == (7,)
+        conn.close()
+    await (await open_stores(settings, create=True, clock=clock)).close()  # a worker starts
+    receipt = await _client_reads(settings, "done")
+    assert receipt is not None and receipt.credits == 3.0
