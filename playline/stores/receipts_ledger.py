@@ -1,32 +1,36 @@
 """``ReceiptLedger``: the receipt store, one implementation for SQLite and PostgreSQL.
 
 See :mod:`playline.stores.receipts` for the states, the claim rule and the contract.
-The hot calls of every chunk a worker runs are coalesced (:mod:`~playline.db.coalesce`)
-into one write function per group (:meth:`Database.write
-<playline.db.engine.Database.write>`), which SQLite commits together with the other
-writes of its tick (group commit) and PostgreSQL as one transaction:
+The hot calls (claims, sent marks and settlements of every chunk a worker runs) are
+written in groups, each group by one function of a
+:class:`~playline.db.conn.Conn`:
 
-* **claims**: insert the keys that have no receipt yet (``ON CONFLICT DO
-  NOTHING``, so two workers racing for a new key queue on it instead of both taking
-  it), lock every key's row in key order (the dialect's ``FOR UPDATE``; on SQLite the
-  write already holds the file), apply :func:`~playline.stores.receipts.decide_claim`
-  in submission order (two chunks asking for one key in the same group get CLAIMED
-  and HELD), and write every lease taken;
-* **settlements** (``complete``, ``fail``, ``mark_ambiguous``) and **sent marks**:
-  lock the group's rows, apply the lease fence in order, write the ones that hold.
+* on SQLite each call is a write of its own, and the file's group commit
+  (:mod:`playline.db.sqlite`) commits the writes of a tick together; a group of the
+  store's own in front of it would only add a loop tick per call;
+* on PostgreSQL, which runs one transaction per write, the store coalesces the calls
+  of a tick itself (:mod:`~playline.db.coalesce`): one transaction per group.
 
-Every group costs a fixed number of statements per 500 keys plus one
-``executemany`` per kind of change, whatever the number of calls, and rows are
-always locked in key order, so concurrent PostgreSQL workers never deadlock on each
-other's groups (a deadlock or serialization failure is retried anyway). Batches
-(bulk endpoints) are rare and are one write each.
+A claim group inserts, where rows rather than the database are locked, the keys
+that have no receipt yet (``ON CONFLICT DO NOTHING``, so two workers racing for a
+new key queue on it instead of both taking it), locks every key's row in key order
+(the dialect's ``FOR UPDATE``; SQLite's write already holds the file), applies
+:func:`~playline.stores.receipts.decide_claim` in submission order (two chunks asking
+for one key in the same group get CLAIMED and HELD) and writes every lease taken.
+A settlement or sent-mark group locks its rows, applies the lease fence in order and
+writes the ones that hold; a lone one is one fenced statement. Each group costs a
+fixed number of statements per 500 keys plus one ``executemany`` per kind of change,
+and rows are always locked in key order, so concurrent PostgreSQL workers never
+deadlock on each other's groups (a deadlock or serialization failure is retried
+anyway). Batches (bulk endpoints) are rare and are one write each.
 
 The tables: the file ``receipts.db`` (its ``user_version`` continues the numbering
-of the SQLite store this replaces, so a file it left is at a known version), and the
+of the SQLite store this replaced, so a file it left is at a known version), and the
 ``receipts`` component in PostgreSQL, whose first version adopts the table the
 ``stores`` component of the code before created (``IF NOT EXISTS``). A worker
-creates them (``create``); a client only reads a store a worker made. Times come
-from the database's clock (SQLite: this machine's) unless a ``clock`` is given.
+creates them (``create``); a client only reads a store a worker made and upgraded.
+Times come from the database's clock (SQLite: this machine's) unless a ``clock`` is
+given.
 """
 
 from __future__ import annotations
