@@ -793,7 +793,7 @@ async def run_quota_cell(
     from playline.calls.runner import ToolRunner
     from playline.errors import ProviderQuotaExhausted
     from playline.pacing.governor import Governor
-    from playline.stores.receipts_sqlite import SqliteReceiptStore
+    from playline.stores.receipts_ledger import ReceiptLedger
 
     cell_dir = work / cell.name
     cell_dir.mkdir(parents=True)
@@ -803,7 +803,7 @@ async def run_quota_cell(
     tag = uuid.uuid4().hex[:6]
     await asyncio.to_thread(configure_provider, provider, cell)
     environ = {**KEYS, "PLAYLINE_PROVIDER_URL": provider.base_url}
-    receipts = SqliteReceiptStore(cell_dir / "receipts.db")
+    receipts = ReceiptLedger.in_file(cell_dir / "receipts.db")
     governor = Governor(catalog.pacing_policies())
     parked: list[float] = []
     ok = failed = 0

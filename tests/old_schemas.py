@@ -1,9 +1,12 @@
-"""The job and budget ledgers' schemas as the code before ``playline.db`` created them.
+"""The job and budget ledgers' and the receipt store's schemas as the code before
+``playline.db`` created them.
 
-Copied from ``jobs_sqlite.py``/``jobs_postgres.py`` and ``budgets_sqlite.py``/
-``budgets_postgres.py`` as they were when those modules were replaced, so the tests
-can build a store exactly as a deployed playline left it and open it with today's
-code (:mod:`tests.integration.test_ledgers_in_place`).
+Copied from ``jobs_sqlite.py``/``jobs_postgres.py``, ``budgets_sqlite.py``/
+``budgets_postgres.py`` and ``receipts_sqlite.py``/``postgres_db.py`` as they were when
+those modules were replaced, so the tests can build a store exactly as a deployed
+playline left it and open it with today's code
+(:mod:`tests.integration.test_ledgers_in_place`,
+:mod:`tests.integration.test_receipts_in_place`).
 """
 
 from __future__ import annotations
@@ -265,3 +268,104 @@ def old_postgres_sheet(
     if version == 0:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("DELETE FROM playline_schema WHERE component = 'sheet'")
+
+
+# -- the receipt store, as receipts_sqlite.py / postgres_db.py created it before it moved
+# -- onto playline.db (tests.integration.test_receipts_in_place)
+
+#: ``receipts.db``, one tuple of statements per ``user_version`` 1-7 (version 1 also
+#: added the batch columns to a table from before versioned migrations that lacked them).
+RECEIPTS_SQLITE_VERSIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE IF NOT EXISTS receipts (
+                key TEXT PRIMARY KEY,
+                tool_id TEXT NOT NULL,
+                status TEXT NOT NULL,
+                result TEXT,
+                error TEXT,
+                owner TEXT,
+                lease_id TEXT,
+                lease_expires_at REAL,
+                created_at REAL NOT NULL,
+                completed_at REAL,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                credits REAL NOT NULL DEFAULT 0,
+                batch_key TEXT,
+                request TEXT
+            )""",
+    ),
+    ("CREATE INDEX IF NOT EXISTS receipts_batch ON receipts (batch_key)",),
+    (
+        "ALTER TABLE receipts ADD COLUMN sent_at REAL",
+        "ALTER TABLE receipts ADD COLUMN generation INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE receipts ADD COLUMN forced_by TEXT",
+    ),
+    ("ALTER TABLE receipts ADD COLUMN credits_source TEXT",),
+    ("ALTER TABLE receipts ADD COLUMN paid_by TEXT",),
+    (
+        "CREATE INDEX IF NOT EXISTS receipts_tool_completed ON receipts "
+        "(tool_id, completed_at) WHERE status = 'completed'",
+    ),
+    (
+        "ALTER TABLE receipts ADD COLUMN paid_credits REAL",
+        "ALTER TABLE receipts ADD COLUMN resends INTEGER NOT NULL DEFAULT 0",
+    ),
+)
+
+#: PostgreSQL's ``stores`` component (the receipts and the sheet in one schema), one
+#: tuple of statements per version 1-6.
+STORES_POSTGRES_VERSIONS: tuple[tuple[str, ...], ...] = (
+    (
+        "CREATE TABLE playline_receipts ("
+        " key text PRIMARY KEY,"
+        " tool_id text NOT NULL,"
+        " status text NOT NULL,"
+        " result text,"
+        " error text,"
+        " owner text,"
+        " lease_id text,"
+        " lease_expires_at float8,"
+        " created_at float8 NOT NULL,"
+        " completed_at float8,"
+        " attempts integer NOT NULL DEFAULT 0,"
+        " credits float8 NOT NULL DEFAULT 0,"
+        " batch_key text,"
+        " request text)",
+        "CREATE INDEX playline_receipts_batch ON playline_receipts (batch_key)"
+        " WHERE batch_key IS NOT NULL",
+        "CREATE TABLE playline_sources (dataset_id text PRIMARY KEY, columns jsonb NOT NULL,"
+        " count integer NOT NULL, created_at float8)",
+        "CREATE TABLE playline_source_rows (dataset_id text NOT NULL, pos integer NOT NULL,"
+        " data jsonb NOT NULL, PRIMARY KEY (dataset_id, pos))",
+        "CREATE TABLE playline_sheet_rows (dataset text NOT NULL, row_key text NOT NULL,"
+        " data jsonb NOT NULL, first_run text, updated_at float8,"
+        " PRIMARY KEY (dataset, row_key))",
+        "CREATE TABLE playline_runs (run_ref text PRIMARY KEY, dataset text NOT NULL,"
+        " source_id text NOT NULL, mode text NOT NULL, total integer NOT NULL,"
+        " admitted integer NOT NULL, duplicates integer NOT NULL,"
+        " seen_before integer NOT NULL, columns jsonb NOT NULL, created_at float8)",
+        "CREATE TABLE playline_run_rows (run_ref text NOT NULL, seq integer NOT NULL,"
+        " row_key text NOT NULL, status text NOT NULL, error text,"
+        " PRIMARY KEY (run_ref, seq))",
+    ),
+    (
+        "ALTER TABLE playline_receipts ADD COLUMN sent_at float8",
+        "ALTER TABLE playline_receipts ADD COLUMN generation integer NOT NULL DEFAULT 0",
+        "ALTER TABLE playline_receipts ADD COLUMN forced_by text",
+    ),
+    ("ALTER TABLE playline_receipts ADD COLUMN IF NOT EXISTS credits_source text",),
+    ("ALTER TABLE playline_receipts ADD COLUMN IF NOT EXISTS paid_by text",),
+    (
+        "CREATE INDEX IF NOT EXISTS playline_receipts_tool_completed ON playline_receipts"
+        " (tool_id, completed_at) WHERE status = 'completed'",
+    ),
+    (
+        "ALTER TABLE playline_receipts ADD COLUMN IF NOT EXISTS paid_credits float8",
+        "ALTER TABLE playline_receipts ADD COLUMN IF NOT EXISTS resends integer NOT NULL DEFAULT 0",
+    ),
+)
+
+
+def up_to(versions: Sequence[Sequence[str]], version: int) -> tuple[str, ...]:
+    """The statements of ``versions`` 1..``version``, in order."""
+    return tuple(statement for step in versions[:version] for statement in step)

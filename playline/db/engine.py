@@ -35,6 +35,9 @@ class Database(Protocol):
     dialect: Dialect
     #: where it is, without any password (for messages)
     where: str
+    #: writes submitted in one event-loop tick are committed together (SQLite's group
+    #: commit): a store need not group its calls itself before writing them
+    groups_writes: bool
 
     async def read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` outside a transaction (each statement sees committed data)."""

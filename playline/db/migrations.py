@@ -16,12 +16,13 @@ A migration may spell a step per database (a store's first version predates this
 package and was written twice); later steps are one text for both, with type names
 taken from the dialect (``{text}``, ``{real}``...). A store whose version is newer
 than this playline knows is refused (:class:`~playline.db.errors.StoreSchemaTooNew`);
-a client (``create=False``) never migrates, it only checks the store is there.
+a client (``create=False``) never migrates, it only checks the store is there and at
+this playline's version (an older one waits for a worker to upgrade it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from playline.db.conn import Conn
@@ -36,6 +37,9 @@ class Migration:
 
     ``statements`` serve both databases unless ``sqlite`` or ``postgres`` spells the
     step for that one (an empty tuple: nothing to do there, the version still counts).
+    ``sqlite_apply`` runs after the statements on SQLite only, for a step that must
+    look at the file first (SQLite has no ``ADD COLUMN IF NOT EXISTS``: a file from
+    before versioned migrations gains only the columns it lacks).
     """
 
     version: int
@@ -43,6 +47,7 @@ class Migration:
     statements: tuple[str, ...] = ()
     sqlite: tuple[str, ...] | None = None
     postgres: tuple[str, ...] | None = None
+    sqlite_apply: Callable[[Conn], None] | None = None
 
     def statements_for(self, conn: Conn) -> list[str]:
         own = self.sqlite if conn.dialect.name == "sqlite" else self.postgres
@@ -57,6 +62,10 @@ class Schema:
 
     component: str
     migrations: tuple[Migration, ...]
+    #: a client (``create=False``) may read a store of an older version as it finds it
+    #: (the store reads the older shapes itself); else it is told to let a worker
+    #: upgrade the store first
+    clients_read_older: bool = False
 
     @property
     def latest(self) -> int:
@@ -93,6 +102,13 @@ def migrate(conn: Conn, schema: Schema, *, where: str, create: bool) -> int:
             )
         if version > latest:
             raise schema_too_new(where, version, latest)
+        if version < latest and not schema.clients_read_older:
+            # Its tables are not what this playline reads yet; a worker upgrades them.
+            raise StoreNotFound(
+                f"{where} holds a playline {schema.component} store of schema version "
+                f"{version}, older than this playline's ({latest}); start a worker on it "
+                "first (it upgrades the store), then read it"
+            )
         return version
     versions.begin(conn)
     try:
@@ -102,6 +118,8 @@ def migrate(conn: Conn, schema: Schema, *, where: str, create: bool) -> int:
         for migration in schema.migrations[version:]:
             for statement in migration.statements_for(conn):
                 conn.execute(statement)
+            if migration.sqlite_apply is not None and conn.dialect.name == "sqlite":
+                migration.sqlite_apply(conn)
         if version < latest:
             versions.write(conn, schema.component, latest)
     except BaseException:

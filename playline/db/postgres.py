@@ -50,6 +50,7 @@ class PostgresPool:
     """A pool of connections to the stores' database. Open with :meth:`open`."""
 
     dialect = POSTGRES
+    groups_writes = False
 
     def __init__(
         self,

@@ -53,6 +53,7 @@ class SqliteFile:
     """
 
     dialect = SQLITE
+    groups_writes = True
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)

@@ -3,8 +3,9 @@
 * :mod:`~playline.stores.backends` - ``open_stores(settings, create=...)``: the
   stores from ``PLAYLINE_STORE_URL`` (SQLite files or one PostgreSQL database);
 * :mod:`~playline.stores.receipts` - the receipt store's contract (content
-  addresses, leases, the claim rule); :mod:`~playline.stores.receipts_sqlite` and
-  :mod:`~playline.stores.receipts_postgres` its backends;
+  addresses, leases, the claim rule); :mod:`~playline.stores.receipts_ledger` its one
+  implementation, over :mod:`playline.db`, and :mod:`~playline.stores.journal` the
+  paid answers it would not take yet;
 * :mod:`~playline.stores.sheet` - the sheet store's contract (sources, sheet rows,
   run manifests); :mod:`~playline.stores.sheet_ledger` its one implementation, over
   :mod:`playline.db`;
@@ -15,10 +16,6 @@
 * :mod:`~playline.stores.jobs` - the job ledger's contract (asynchronous provider
   jobs, their members, waiters and webhook deliveries); :mod:`~playline.stores.jobs_ledger`
   its one implementation, over :mod:`playline.db`;
-* :mod:`~playline.stores.sqlite_db`, :mod:`~playline.stores.postgres_db` - the
-  receipt store's connection (a thread per SQLite file, an async pool), and
-  :mod:`~playline.stores.migrations` its versioned schemas, until it moves onto
-  :mod:`playline.db` as the ledgers and the sheet did.
 
 Loading CSVs and URLs into a source, exporting a run's rows and what a worker may
 read are dataset I/O, not storage: they live in :mod:`playline.datasets`.

@@ -107,7 +107,7 @@ async def open_stores(
 async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], float]) -> Stores:
     from playline.stores.budgets_ledger import BudgetLedger
     from playline.stores.jobs_ledger import JobLedger
-    from playline.stores.receipts_sqlite import SqliteReceiptStore
+    from playline.stores.receipts_ledger import ReceiptLedger
     from playline.stores.sheet_ledger import SheetLedger
 
     if not create:
@@ -117,7 +117,9 @@ async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], 
                     f"no playline store at {path}; set PLAYLINE_HOME or PLAYLINE_STORE_URL "
                     "to the workers' store"
                 )
-    receipts = SqliteReceiptStore(settings.receipts_path, create=create, clock=clock)
+    receipts = await ReceiptLedger.in_file(
+        settings.receipts_path, create=create, clock=clock
+    ).ensure_open()
     try:
         sheet = SheetLedger.in_file(settings.sheet_path, create=create, clock=clock)
         if create:
@@ -134,22 +136,22 @@ async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] |
     from playline.db.postgres import PostgresPool
     from playline.stores.budgets_ledger import BudgetLedger
     from playline.stores.jobs_ledger import JobLedger
-    from playline.stores.postgres_db import PostgresDatabase
-    from playline.stores.receipts_postgres import PostgresReceiptStore
+    from playline.stores.receipts_ledger import ReceiptLedger
     from playline.stores.sheet_ledger import SheetLedger
 
-    database = await PostgresDatabase.open(url, create=create)
+    # Every store over one pool; each migrates its own component of playline_schema.
+    pool = await PostgresPool.open(url)
     try:
-        # The stores moved onto playline.db share one pool (the others, the old one).
-        pool = await PostgresPool.open(url)
+        # Opened now: a worker's start migrates it, a client finds no store at once.
+        receipts = await ReceiptLedger.in_database(pool, create=create, clock=clock).ensure_open()
     except BaseException:
-        await database.close()
+        await pool.close()
         raise
     return Stores(
-        PostgresReceiptStore(database, clock=clock),
+        receipts,
         SheetLedger.in_database(pool, create=create, clock=clock),  # migrated by first use
         BudgetLedger.in_database(pool, clock=clock),
         JobLedger.in_database(pool, clock=clock),
-        where=database.where,
-        shared=[database.close, pool.close],
+        where=pool.where,
+        shared=[pool.close],
     )

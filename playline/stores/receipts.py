@@ -23,8 +23,8 @@ answer never under the key of the answer it replaces. ``forced_by`` names the ru
 forced the receipt, so a retry of that run reuses the answer it already paid for.
 
 The interface (:class:`ReceiptStore`) and the claim rule (:func:`decide_claim`) are
-backend-neutral; :class:`~playline.stores.receipts_sqlite.SqliteReceiptStore` is the
-embedded default.
+backend-neutral; :class:`~playline.stores.receipts_ledger.ReceiptLedger` implements
+them on SQLite (the embedded default) and PostgreSQL.
 """
 
 from __future__ import annotations

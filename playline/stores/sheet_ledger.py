@@ -162,6 +162,7 @@ SCHEMA = Schema(
             postgres=(),
         ),
     ),
+    clients_read_older=True,
 )
 
 

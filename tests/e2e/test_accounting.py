@@ -28,7 +28,7 @@ from playline.provider_server import idem_digest
 from playline.services import Services
 from playline.spend import TERMS
 from playline.stores.receipts import idempotency_key, receipt_key
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.conftest import (
     LEADS_CSV,
     bulk_catalog,
@@ -165,7 +165,7 @@ async def test_a_charged_answer_lost_on_the_way_back_is_replayed_counted_and_not
     attempt a receipt hit that saved the price; a call waited for while its owner's
     request is in flight is a follower."""
     catalog = demo_catalog(tmp_path)  # every provider de-duplicates keys
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    store = ReceiptLedger.in_file(tmp_path / "receipts.db")
     try:
         async with httpx.AsyncClient() as http:
             client = provider_client(Catalog.from_toml(catalog), http)
@@ -241,7 +241,7 @@ async def test_a_bulk_request_is_one_request_and_one_charge_for_its_members(
     provider, tmp_path
 ) -> None:
     catalog = Catalog.from_toml(bulk_catalog(tmp_path))
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    store = ReceiptLedger.in_file(tmp_path / "receipts.db")
     try:
         async with httpx.AsyncClient() as http:
             runner = live_runner(

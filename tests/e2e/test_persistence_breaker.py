@@ -18,12 +18,12 @@ import time
 import pytest
 
 from playline.contract import PlayRunResult, RunOptions
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.conftest import new_id
 from tests.plays import lead, write_csv
 
 BREAK = (
-    "CREATE TRIGGER injected_failure BEFORE UPDATE OF status ON receipts "
+    "CREATE TRIGGER injected_failure BEFORE UPDATE OF status ON playline_receipts "
     "WHEN NEW.status = 'completed' BEGIN SELECT RAISE(ABORT, 'disk I/O error (injected)'); END"
 )
 
@@ -47,7 +47,8 @@ async def test_failed_receipt_write_stops_dispatch_and_recovers_without_double_p
     rows = [lead(i, domain=f"breaker{i}.example") for i in range(8)]
     csv_path = write_csv(tmp_path / "leads.csv", rows)
     options = RunOptions(chunk_size=8, row_concurrency=1, heartbeat_timeout_s=2)
-    await SqliteReceiptStore(home / "receipts.db").close()  # the worker's store, schema made
+    store = await ReceiptLedger.in_file(home / "receipts.db").ensure_open()
+    await store.close()  # the worker's store, schema made
     db = sqlite3.connect(home / "receipts.db")
     db.execute(BREAK)
     db.commit()
@@ -67,7 +68,7 @@ async def test_failed_receipt_write_stops_dispatch_and_recovers_without_double_p
             # While the store fails, the one paid answer is held and retried, nothing else
             # goes out, and the attempt is still alive (kept by its heartbeats).
             assert provider.ledger()["received"] == 1, "calls went out while writes failed"
-            (status,) = db.execute("SELECT status FROM receipts").fetchone()
+            (status,) = db.execute("SELECT status FROM playline_receipts").fetchone()
             assert status == "running"  # neither dropped nor failed: still being written
             assert not list((home / "journal").glob("*.jsonl"))  # within the patience
             dataset_run = client.get_workflow_handle(f"{handle.id}/dataset/t_rows")
@@ -78,7 +79,7 @@ async def test_failed_receipt_write_stops_dispatch_and_recovers_without_double_p
             db.commit()
             result = await asyncio.wait_for(handle.result(), 60)
         assert db.execute(
-            "SELECT count(*) FROM receipts WHERE status = 'completed'"
+            "SELECT count(*) FROM playline_receipts WHERE status = 'completed'"
         ).fetchone() == (8,)
     finally:
         db.close()

@@ -12,13 +12,13 @@ import httpx
 from playline.calls.bulk import aggregate_key, batch_idempotency_key
 from playline.calls.catalog import Catalog
 from playline.stores.receipts import ClaimRequest, receipt_key
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.conftest import bulk_catalog, live_runner, provider_client
 
 
 async def test_a_batch_sent_by_a_crashed_attempt_is_resent_not_repaid(provider, tmp_path) -> None:
     catalog = Catalog.from_toml(bulk_catalog(tmp_path))
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    store = ReceiptLedger.in_file(tmp_path / "receipts.db")
     tool = catalog.tool("company_lookup")
     assert tool.batch is not None
     async with httpx.AsyncClient() as http:

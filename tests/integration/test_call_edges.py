@@ -32,7 +32,7 @@ from playline.errors import ProviderQuotaExhausted
 from playline.pacing.governor import Governor
 from playline.stores.backends import Stores
 from playline.stores.receipts import ClaimRequest, ClaimStatus, ReceiptStore, receipt_key
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.conftest import BULK, bulk_catalog, live_runner, provider_client
 
 #: Long enough that a test fails rather than hangs; never a timing assertion.
@@ -58,7 +58,7 @@ def tamper(path: Path, key: str, result: Any) -> None:
     """Overwrite a stored result, so an answer served from the receipt is recognisable."""
     with sqlite3.connect(path) as conn:
         changed = conn.execute(
-            "UPDATE receipts SET result = ? WHERE key = ?", (json.dumps(result), key)
+            "UPDATE playline_receipts SET result = ? WHERE key = ?", (json.dumps(result), key)
         ).rowcount
     assert changed == 1
 
@@ -74,7 +74,7 @@ async def test_a_forced_or_stale_bulk_call_pays_once_for_a_fresh_answer_and_free
     assert tool.batch is not None
     wall = WallClock()
     db = tmp_path / "receipts.db"
-    store = SqliteReceiptStore(db, clock=wall)
+    store = ReceiptLedger.in_file(db, clock=wall)
     item = {"domain": "forced.example"}
     try:
         async with httpx.AsyncClient() as http:
@@ -189,7 +189,7 @@ async def test_rotating_the_api_key_of_a_named_account_keeps_its_receipts(
 ) -> None:  # type: ignore[no-untyped-def]
     old_key, new_key, second_key = "acme-key-old-1111", "acme-key-new-2222", "acme-key-two-3333"
     provider.configure(api_keys={"acme": old_key})
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    store = ReceiptLedger.in_file(tmp_path / "receipts.db")
     try:
         async with httpx.AsyncClient() as http:
 
@@ -256,7 +256,7 @@ def check_scopes(http: httpx.AsyncClient) -> None:
 @contextlib.asynccontextmanager
 async def bulk_attempt(
     tmp_path: Path, *, linger_ms: int
-) -> AsyncIterator[tuple[ToolRunner, LiveDispatcher, SqliteReceiptStore]]:
+) -> AsyncIterator[tuple[ToolRunner, LiveDispatcher, ReceiptLedger]]:
     """One chunk attempt's runner over a bulk company_lookup (this linger), its live
     dispatcher and its SQLite receipt store; the store and HTTP client closed after."""
     path = bulk_catalog(tmp_path)
@@ -265,7 +265,7 @@ async def bulk_attempt(
     )
     catalog = Catalog.from_toml(path)
     assert catalog.tool("company_lookup").batch.linger_ms == linger_ms  # type: ignore[union-attr]
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    store = ReceiptLedger.in_file(tmp_path / "receipts.db")
     try:
         async with httpx.AsyncClient() as http:
             runner = live_runner(
@@ -393,7 +393,7 @@ async def test_a_tool_answering_429_over_and_over_parks_instead_of_failing_the_r
     provider.configure(fail_next={"429": 10_000}, retry_after_header=False)
     catalog = account_catalog(provider.base_url, envs=["ACME_KEY"], account=None)
     tool = catalog.tool("email_finder")
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    store = ReceiptLedger.in_file(tmp_path / "receipts.db")
     try:
         async with httpx.AsyncClient() as http:
             client = ProviderClient(catalog, http, environ={"ACME_KEY": "acme-key-1111"})
@@ -459,7 +459,7 @@ async def test_a_row_that_shares_a_call_it_paid_for_in_a_killed_attempt_still_co
 
     catalog = Catalog.from_toml(demo_catalog(tmp_path))
     tool = catalog.tool("company_lookup")
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    store = ReceiptLedger.in_file(tmp_path / "receipts.db")
     item = {"domain": "shared.example"}
     try:
         async with httpx.AsyncClient() as http:

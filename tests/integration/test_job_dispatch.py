@@ -20,7 +20,7 @@ from playline.calls.runner import ToolResult, ToolRunner
 from playline.errors import CallAmbiguous, JobPending
 from playline.pacing.governor import Governor
 from playline.stores.jobs_ledger import JobLedger
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.e2e.test_async_jobs import CATALOG
 
 PEOPLE = [{"firstname": f"Fn{n}", "lastname": f"Ln{n}", "domain": "co.example"} for n in range(5)]
@@ -51,7 +51,7 @@ async def test_calls_submit_once_wait_for_their_job_and_read_its_result(
 ) -> None:  # type: ignore[no-untyped-def]
     provider.configure(job_latency_s={"fullenrich": [0.1, 0.3]}, job_stuck={"fullenrich": stuck})
     catalog = job_catalog(provider.base_url, max_wait=1.5)
-    receipts = SqliteReceiptStore(tmp_path / "receipts.db")
+    receipts = ReceiptLedger.in_file(tmp_path / "receipts.db")
     jobs = JobLedger.in_file(tmp_path / "jobs.db")
     governor = Governor(catalog.pacing_policies())
     try:

@@ -29,7 +29,7 @@ from playline.pacing.governor import Governor
 from playline.provider_server.config import DEFAULT_HIT_RATES
 from playline.stores.jobs import Job, JobStore
 from playline.stores.jobs_ledger import JobLedger
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.integration.test_job_dispatch import PEOPLE, job_catalog
 
 KEY = "k-fullenrich"
@@ -38,7 +38,7 @@ KEY = "k-fullenrich"
 @dataclass
 class Harness:
     catalog: Catalog
-    receipts: SqliteReceiptStore
+    receipts: ReceiptLedger
     jobs: JobLedger
     governor: Governor
     client: ProviderClient
@@ -65,7 +65,7 @@ class Harness:
 
 @asynccontextmanager
 async def harness(tmp_path: Path, catalog: Catalog) -> AsyncIterator[Harness]:
-    receipts = SqliteReceiptStore(tmp_path / "receipts.db")
+    receipts = ReceiptLedger.in_file(tmp_path / "receipts.db")
     jobs = JobLedger.in_file(tmp_path / "jobs.db")
     try:
         async with httpx.AsyncClient() as http:

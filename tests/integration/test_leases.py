@@ -14,7 +14,7 @@ from playline.calls.catalog import Catalog
 from playline.calls.runner import ToolRunner
 from playline.errors import LeaseLost
 from playline.stores.receipts import ClaimRequest, receipt_key
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.conftest import live_runner, provider_client
 
 INPUT = {"domain": "lease-test.example"}
@@ -24,7 +24,7 @@ INPUT = {"domain": "lease-test.example"}
 async def parts(tmp_path: Path, provider):  # type: ignore[no-untyped-def]
     catalog = Catalog.from_toml(demo.CATALOG)
     async with httpx.AsyncClient() as http:
-        yield catalog, SqliteReceiptStore(tmp_path / "r.db"), provider_client(catalog, http)
+        yield catalog, ReceiptLedger.in_file(tmp_path / "r.db"), provider_client(catalog, http)
 
 
 def runner(parts, owner: str, lease_id: str, ttl: float) -> ToolRunner:  # type: ignore[no-untyped-def]

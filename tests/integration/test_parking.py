@@ -25,7 +25,7 @@ from playline.calls.runner import ToolRunner
 from playline.errors import ProviderQuotaExhausted
 from playline.pacing.governor import Governor
 from playline.provider_server import ServerConfig, ThreadedProviderServer, start_in_thread
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 
 WINDOW_S = 6.0
 KEY = {"ACME_API_KEY": "park-test-key-1234"}
@@ -94,7 +94,7 @@ async def test_a_spent_quota_parks_the_next_call_until_its_reset(
     cat = catalog(server.base_url)
     client = ProviderClient(cat, http, environ=KEY)
     governor = Governor(cat.pacing_policies())
-    receipts = SqliteReceiptStore(tmp_path / "receipts.db")
+    receipts = ReceiptLedger.in_file(tmp_path / "receipts.db")
     try:
         first = runner(cat, receipts, client, governor, "lease-1")
         for n in range(3):

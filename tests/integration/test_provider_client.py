@@ -19,7 +19,7 @@ from playline.calls.outcome import Answered, Failed
 from playline.errors import ProviderRejected, ProviderTimeout, ProviderTransientError
 from playline.pacing.governor import Governor
 from playline.provider_server import ServerConfig, ThreadedProviderServer, start_in_thread
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 
 PERSON = {"first_name": "Ada", "last_name": "Lovelace", "domain": "example.com"}
 
@@ -128,7 +128,7 @@ async def test_calls_spread_across_keys_and_each_key_keeps_its_budget(
     cat = catalog(server.base_url, envs=["KEY_A", "KEY_B"])
     client = ProviderClient(cat, http, environ=environ)
     governor = Governor(cat.pacing_policies())
-    receipts = SqliteReceiptStore(tmp_path / "r.db")
+    receipts = ReceiptLedger.in_file(tmp_path / "r.db")
     attempt = Attempt(receipts=receipts, owner="t", lease_id="l", lease_ttl_s=30)
     sender = PacedSender(attempt, governor, client)
     tool = cat.tool("email_finder")
@@ -164,7 +164,7 @@ async def _conflict(
     tool = cat.tool("email_finder")
     earlier = asyncio.create_task(client.send(tool, PERSON, idempotency_key="k-slow"))
     await asyncio.sleep(0.3)
-    receipts = SqliteReceiptStore(tmp_path / "r.db")
+    receipts = ReceiptLedger.in_file(tmp_path / "r.db")
     attempt = Attempt(receipts=receipts, owner="t", lease_id="l", lease_ttl_s=30)
     sender = PacedSender(attempt, Governor(cat.pacing_policies()), client, retry)
     try:

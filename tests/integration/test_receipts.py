@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,12 +12,16 @@ import pytest
 from playline.config import Settings
 from playline.stores.backends import Stores, open_stores
 from playline.stores.journal import JournalEntry, ResultJournal
-from playline.stores.migrations import migrate_postgres, migrate_sqlite, postgres_version
-from playline.stores.postgres_db import MIGRATIONS as PG_MIGRATIONS
 from playline.stores.receipts import ClaimRequest, ClaimStatus, ReceiptStore
-from playline.stores.receipts_sqlite import MIGRATIONS as SQLITE_MIGRATIONS
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.integration.conftest import Clock
+from tests.old_schemas import (
+    RECEIPTS_SQLITE_VERSIONS,
+    STORES_POSTGRES_VERSIONS,
+    old_postgres,
+    old_sqlite,
+    up_to,
+)
 from tests.pg import pg_schema
 
 
@@ -340,15 +343,12 @@ async def test_a_store_of_an_older_schema_gains_the_credits_source(tmp_path: Pat
     """Receipts recorded before the source was kept read back without one; the
     upgrade is applied once when a worker opens the store."""
     path = tmp_path / "receipts.db"
-    old = sqlite3.connect(path)
-    migrate_sqlite(old, SQLITE_MIGRATIONS[:3], where=str(path), create=True)
-    old.execute(
+    insert = (
         "INSERT INTO receipts (key, tool_id, status, result, created_at, completed_at, "
         "credits) VALUES ('k', 't', 'completed', '1', 1, 1, 2)"
     )
-    old.commit()
-    old.close()
-    store = SqliteReceiptStore(path)
+    old_sqlite(path, up_to(RECEIPTS_SQLITE_VERSIONS, 3), 3, [(insert, [])])
+    store = ReceiptLedger.in_file(path)
     try:
         receipt = (await store.get(["k"]))["k"]
         assert (receipt.credits, receipt.credits_source) == (2, None)
@@ -359,10 +359,8 @@ async def test_a_store_of_an_older_schema_gains_the_credits_source(tmp_path: Pat
 async def test_a_postgres_store_of_an_older_schema_gains_the_credits_source() -> None:
     psycopg = pytest.importorskip("psycopg")
     async with pg_schema() as url:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            await migrate_postgres(
-                conn, PG_MIGRATIONS[:2], component="stores", where=url, create=True
-            )
+        # The receipts as the code before playline.db left them at its version 2.
+        old_postgres(url, "stores", up_to(STORES_POSTGRES_VERSIONS, 2), 2, [])
         async with await open_stores(Settings(store_url=url), create=True) as stores:
             store = stores.receipts
             await store.claim([ClaimRequest("k", "t")], owner="a", lease_id="L", ttl_s=5)
@@ -371,4 +369,9 @@ async def test_a_postgres_store_of_an_older_schema_gains_the_credits_source() ->
             )
             assert (await store.get(["k"]))["k"].credits_source == "provider"
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            assert await postgres_version(conn, "stores") == len(PG_MIGRATIONS)
+            cur = await conn.execute(
+                "SELECT component, version FROM playline_schema ORDER BY component"
+            )
+            versions = dict(await cur.fetchall())
+        assert versions["stores"] == 2  # the old component is left as it was
+        assert versions["receipts"] == ReceiptLedger.SCHEMA.latest

@@ -29,7 +29,7 @@ from playline.calls.runner import ToolRunner
 from playline.calls.transport import Transport, make_http_client
 from playline.errors import CallAmbiguous, ProviderError, ProviderTimeout, ProviderTransientError
 from playline.stores.receipts import receipt_key
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests import conftest
 
 TRANSPORTS: list[Transport] = ["httpx", "aiohttp"]
@@ -249,7 +249,7 @@ async def test_nan_and_infinity_read_as_null_so_a_paid_answer_can_be_kept(
     assert answer == {"email": "ada@example.com", "score": value}
 
 
-def live_runner(catalog: Catalog, store: SqliteReceiptStore, client: ProviderClient) -> ToolRunner:
+def live_runner(catalog: Catalog, store: ReceiptLedger, client: ProviderClient) -> ToolRunner:
     return conftest.live_runner(
         catalog,
         store,
@@ -272,7 +272,7 @@ async def test_an_unusable_answer_is_never_stored_and_its_receipt_is_settled(
     on every rerun)."""
     route = "deep"
     catalog = catalog_for(server.base_url, idempotency=idempotency)
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    store = ReceiptLedger.in_file(tmp_path / "receipts.db")
     try:
         async with provider_client(catalog, "aiohttp") as client:
             runner = live_runner(catalog, store, client)
@@ -296,7 +296,7 @@ async def test_an_answer_with_nan_is_stored_with_null(
     """NaN used to reach the receipt as a float (which PostgreSQL's jsonb refuses and
     no export can show); now the paid answer is completed, its NaN read as null."""
     catalog = catalog_for(server.base_url, idempotency="none")
-    store = SqliteReceiptStore(tmp_path / "receipts.db")
+    store = ReceiptLedger.in_file(tmp_path / "receipts.db")
     try:
         async with provider_client(catalog, "aiohttp") as client:
             runner = live_runner(catalog, store, client)

@@ -15,7 +15,7 @@ import logging
 import sqlite3
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -29,11 +29,12 @@ from playline.calls.catalog import Catalog
 from playline.calls.live import LiveDispatcher, PacedSender
 from playline.calls.runner import ToolRunner
 from playline.config import Settings
+from playline.db.ready import ReadyOnFirstUse
 from playline.errors import PersistenceCircuitOpen
 from playline.pacing.governor import Governor
 from playline.provider_server import ServerConfig, ThreadedProviderServer, start_in_thread
 from playline.services import Services
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from playline.stores.sheet_ledger import SheetLedger
 from tests.conftest import BULK
 
@@ -41,7 +42,7 @@ PERSON = {"first_name": "Ada", "last_name": "Lovelace", "domain": "settle.exampl
 OTHER = {"first_name": "Alan", "last_name": "Turing", "domain": "settle.example"}
 
 
-class FlakyReceipts(SqliteReceiptStore):
+class FlakyReceipts(ReceiptLedger):
     """A real SQLite receipt store whose completions fail while the test says so.
 
     ``fail_next`` completions raise, then they go through; ``broken`` makes every one
@@ -49,8 +50,8 @@ class FlakyReceipts(SqliteReceiptStore):
     runs out on a file another process keeps locked.
     """
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
+    def __init__(self, ready: ReadyOnFirstUse, *, clock: Callable[[], float] | None = None) -> None:
+        super().__init__(ready, clock=clock)
         self.fail_next = 0
         self.broken = False
         self.completions_tried = 0
@@ -139,7 +140,7 @@ async def open_services(
         home=tmp_path / "home",
         catalog_path=str(catalog_path),
     )
-    receipts = FlakyReceipts(settings.home / "receipts.db")
+    receipts = FlakyReceipts.in_file(settings.home / "receipts.db")
     sheet = SheetLedger.in_file(settings.home / "sheet.db")
     async with httpx.AsyncClient() as http:
         yield Services(
@@ -172,7 +173,7 @@ def receipts_in(services: Services) -> list[tuple[str, float]]:
     """(status, credits) of every receipt, read from the file as another process would."""
     db = sqlite3.connect(services.settings.home / "receipts.db")
     try:
-        return db.execute("SELECT status, credits FROM receipts ORDER BY key").fetchall()
+        return db.execute("SELECT status, credits FROM playline_receipts ORDER BY key").fetchall()
     finally:
         db.close()
 

@@ -14,7 +14,7 @@ from playline.stores.backends import open_stores
 from playline.stores.sheet import RowResult, SheetStore
 from playline.stores.sheet_changes import change_kind, merge_changes
 from playline.stores.sheet_ledger import SCHEMA, SheetLedger
-from tests.old_schemas import SHEET_POSTGRES, old_postgres, old_sqlite_sheet, sheet_ddl
+from tests.old_schemas import old_postgres_sheet, old_sqlite_sheet
 from tests.pg import pg_schema
 
 COLUMNS = ["id", "name"]
@@ -230,9 +230,9 @@ async def test_an_old_postgres_sheet_is_upgraded_on_the_first_write() -> None:
     import psycopg
 
     async with pg_schema() as url:
+        old_postgres_sheet(url, 2)  # the tables and the sheet's version-2 columns
         stores = await open_stores(Settings(store_url=url), create=True)
         try:
-            old_postgres(url, "sheet", sheet_ddl(SHEET_POSTGRES, 2), 2, [])
             sheet = stores.sheet
             await sheet.put_source("src@1", COLUMNS, [["a", "A"]])
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:

@@ -13,12 +13,9 @@ import pytest
 from playline.config import Settings
 from playline.db.errors import InvalidStoreUrl, StoreNotFound, StoreSchemaTooNew, StoreUnavailable
 from playline.stores.backends import open_stores
-from playline.stores.migrations import postgres_version
-from playline.stores.postgres_db import MIGRATIONS as PG_MIGRATIONS
-from playline.stores.postgres_db import PostgresDatabase
 from playline.stores.receipts import ClaimRequest
-from playline.stores.receipts_sqlite import MIGRATIONS as RECEIPT_MIGRATIONS
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import SCHEMA as RECEIPTS_SCHEMA
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.pg import pg_schema
 
 
@@ -45,7 +42,7 @@ async def test_a_client_reads_what_a_worker_wrote(store_url: str) -> None:
 
 async def test_a_client_finds_no_store_in_an_empty_postgres_schema() -> None:
     async with pg_schema() as url:
-        with pytest.raises(StoreNotFound, match="holds no playline store yet") as info:
+        with pytest.raises(StoreNotFound, match=r"holds no playline (receipts )?store yet") as info:
             await open_stores(Settings(store_url=url), create=False)
         assert "PLAYLINE_STORE_URL" in str(info.value)
         async with await psycopg.AsyncConnection.connect(url) as conn:
@@ -66,12 +63,16 @@ async def test_unknown_and_unreachable_stores_are_one_line_errors() -> None:
 
 async def test_workers_starting_together_migrate_a_postgres_store_once() -> None:
     async with pg_schema() as url:
-        opened = await asyncio.gather(*(PostgresDatabase.open(url) for _ in range(6)))
-        for db in opened:
-            await db.close()
+        settings = Settings(store_url=url)
+        opened = await asyncio.gather(*(open_stores(settings, create=True) for _ in range(6)))
+        for stores in opened:
+            await stores.close()
         async with await psycopg.AsyncConnection.connect(url) as conn:
-            assert await postgres_version(conn, "stores") == len(PG_MIGRATIONS)
-        again = await PostgresDatabase.open(url)  # already current: nothing to do
+            cur = await conn.execute(
+                "SELECT version FROM playline_schema WHERE component = 'receipts'"
+            )
+            assert await cur.fetchone() == (ReceiptLedger.SCHEMA.latest,)
+        again = await open_stores(settings, create=True)  # already current: nothing to do
         await again.close()
 
 
@@ -80,13 +81,13 @@ async def test_workers_starting_together_migrate_a_sqlite_file_once(tmp_path: Pa
 
     def open_and_close() -> None:
         async def go() -> None:
-            await SqliteReceiptStore(path).close()
+            await (await ReceiptLedger.in_file(path).ensure_open()).close()
 
         asyncio.run(go())
 
     await asyncio.gather(*(asyncio.to_thread(open_and_close) for _ in range(6)))
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (len(RECEIPT_MIGRATIONS),)
+        assert conn.execute("PRAGMA user_version").fetchone() == (RECEIPTS_SCHEMA.latest,)
 
 
 async def test_a_file_from_before_versioned_migrations_is_upgraded_in_place(
@@ -105,16 +106,16 @@ async def test_a_file_from_before_versioned_migrations_is_upgraded_in_place(
             "attempts) VALUES ('old', 't', 'completed', '{\"v\": 1}', 1, 2, 1)"
         )
     conn.close()
-    store = SqliteReceiptStore(path)
+    store = ReceiptLedger.in_file(path)
     try:
         [hit] = await store.claim([ClaimRequest("old", "t")], owner="o", lease_id="L", ttl_s=5)
         assert hit.result == {"v": 1}
     finally:
         await store.close()
     with sqlite3.connect(path) as conn:
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(receipts)")}
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(playline_receipts)")}
         assert {"batch_key", "request"} <= columns
-        assert conn.execute("PRAGMA user_version").fetchone() == (len(RECEIPT_MIGRATIONS),)
+        assert conn.execute("PRAGMA user_version").fetchone() == (RECEIPTS_SCHEMA.latest,)
     conn.close()
 
 

@@ -20,7 +20,7 @@ from playline.calls.attempt import Attempt
 from playline.calls.upkeep import AttemptUpkeep
 from playline.errors import LeaseLost
 from playline.stores.receipts import ClaimRequest, ClaimStatus
-from playline.stores.receipts_sqlite import SqliteReceiptStore
+from playline.stores.receipts_ledger import ReceiptLedger
 from tests.integration.test_call_edges import until
 
 TTL_S = 0.9  # renewals every 0.3 s
@@ -28,15 +28,15 @@ KEY = "k-upkeep"
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteReceiptStore]:
-    receipts = SqliteReceiptStore(tmp_path / "receipts.db")
+async def store(tmp_path: Path) -> AsyncIterator[ReceiptLedger]:
+    receipts = ReceiptLedger.in_file(tmp_path / "receipts.db")
     try:
         yield receipts
     finally:
         await receipts.close()
 
 
-async def claimed(store: SqliteReceiptStore) -> Attempt:
+async def claimed(store: ReceiptLedger) -> Attempt:
     attempt = Attempt(receipts=store, owner="w1", lease_id="L1", lease_ttl_s=TTL_S)
     [outcome] = await store.claim([ClaimRequest(KEY, "t")], owner="w1", lease_id="L1", ttl_s=TTL_S)
     assert outcome.status is ClaimStatus.CLAIMED
@@ -44,7 +44,7 @@ async def claimed(store: SqliteReceiptStore) -> Attempt:
 
 
 async def test_renewals_and_beats_keep_going_while_a_flush_is_stuck(
-    store: SqliteReceiptStore,
+    store: ReceiptLedger,
 ) -> None:
     attempt = await claimed(store)
     beats: list[int] = []
@@ -70,7 +70,7 @@ async def test_renewals_and_beats_keep_going_while_a_flush_is_stuck(
 
 
 async def test_failing_renewals_stop_dispatch_before_the_lease_can_lapse(
-    store: SqliteReceiptStore, monkeypatch: pytest.MonkeyPatch
+    store: ReceiptLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     attempt = await claimed(store)
 

@@ -62,13 +62,8 @@ def test_pacing_knows_nothing_of_the_catalog_or_the_call_path() -> None:
 
 
 #: Modules that still drive a database themselves, until they move onto playline.db:
-#: the receipt store with its engines, the fixture index.
+#: the fixture index.
 DRIVERS_OUTSIDE_DB = {
-    "playline/stores/receipts_sqlite.py",
-    "playline/stores/receipts_postgres.py",
-    "playline/stores/sqlite_db.py",
-    "playline/stores/postgres_db.py",
-    "playline/stores/migrations.py",
     "playline/calls/fixtures.py",
 }
 
