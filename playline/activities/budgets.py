@@ -15,7 +15,7 @@ from temporalio import activity
 
 from playline.calls.budget import end_run_budgets
 from playline.contract import AdjustBudgetInput, BudgetReport
-from playline.services import ServicesHolder
+from playline.services import HolderActivities
 from playline.stores.budgets import named_budget_ref, provider_budget_id, run_budget_id
 
 __all__ = ["BudgetActivities", "EndRunBudgetsInput", "RunBudgetsEnded"]
@@ -44,11 +44,8 @@ class RunBudgetsEnded(BaseModel):
     summary: str
 
 
-class BudgetActivities:
+class BudgetActivities(HolderActivities):
     """Activities on the budget ledger."""
-
-    def __init__(self, holder: ServicesHolder) -> None:
-        self._holder = holder
 
     @activity.defn(name="playline.adjust_budget")
     async def adjust_budget(self, input: AdjustBudgetInput) -> BudgetReport:
