@@ -19,7 +19,7 @@ from playline.calls.catalog import ToolSpec
 from playline.calls.dispatch import Settled
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
 from playline.errors import CallAmbiguous
-from playline.stores.journal import JournalEntry
+from playline.stores.journal import JournalEntry, record_entry
 
 __all__ = ["BatchReceipt", "ReceiptTarget", "SingleReceipt", "settle"]
 
@@ -124,15 +124,7 @@ class SingleReceipt:
         self._payer = payer
 
     async def complete(self, answer: Answered) -> bool:
-        attempt = self._attempt
-        return await attempt.receipts.complete(
-            self.key,
-            lease_id=attempt.lease_id,
-            result=answer.data,
-            credits=answer.credits,
-            credits_source=answer.source,
-            paid_by=self._payer,
-        )
+        return bool(await record_entry(self._attempt.receipts, self.journal_entry(answer)))
 
     def journal_entry(self, answer: Answered) -> JournalEntry:
         return JournalEntry(
@@ -175,15 +167,7 @@ class BatchReceipt:
         self._payers = payers or {}
 
     async def complete(self, answer: Answered) -> bool:
-        attempt = self._attempt
-        return await attempt.receipts.complete_batch(
-            self.key,
-            lease_id=attempt.lease_id,
-            results=answer.data,
-            member_credits=dict(answer.member_credits or {}),
-            credits_source=answer.source,
-            member_paid_by=self._payers,
-        )
+        return bool(await record_entry(self._attempt.receipts, self.journal_entry(answer)))
 
     def journal_entry(self, answer: Answered) -> JournalEntry:
         return JournalEntry(
