@@ -10,6 +10,8 @@ when the run ends, however it ends" (:func:`playline.calls.budget.end_run_budget
 
 from __future__ import annotations
 
+import dataclasses
+
 from pydantic import BaseModel
 from temporalio import activity
 
@@ -82,13 +84,5 @@ class BudgetActivities(HolderActivities):
             activity.logger.warning("%s ended (%s): %s", input.run, input.outcome, summary)
         else:
             activity.logger.info("%s ended (%s): %s", input.run, input.outcome, summary)
-        return RunBudgetsEnded(
-            run=end.run,
-            settled=end.settled,
-            settled_credits=end.settled_credits,
-            kept_worst=end.kept_worst,
-            kept_worst_credits=end.kept_worst_credits,
-            released=end.released,
-            released_credits=end.released_credits,
-            summary=summary,
-        )
+        # The same fields as RunEnd, and its line.
+        return RunBudgetsEnded(**dataclasses.asdict(end), summary=summary)
