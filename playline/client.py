@@ -24,12 +24,15 @@ the caller with the same one-line message the play would give.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from playline.calls.estimate_tally import Estimate
 from playline.contract import PlayRunResult, RunOptions
@@ -60,6 +63,19 @@ PlayHandle: TypeAlias = WorkflowHandle[PlayWorkflow[InputT, OutputT], PlayRunRes
 def new_workflow_id(play: type[PlayWorkflow[Any, Any]]) -> str:
     """``PLAY-YYYYmmdd-HHMMSS-xxxxxx``, the id ``playline run`` gives a run."""
     return f"{play.play_name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+@contextlib.contextmanager
+def not_found_as(error: Exception) -> Iterator[None]:
+    """Raise ``error`` for Temporal's "not found" inside the block (the run or schedule
+    asked about is gone, or never was), so the caller gets one line, not a gRPC status;
+    any other RPC error passes as it is."""
+    try:
+        yield
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise error from None
+        raise
 
 
 def _validated(play: type[PlayWorkflow[InputT, Any]], input: InputT | dict[str, Any]) -> Any:

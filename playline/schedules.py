@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import itertools
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -68,7 +68,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from playline import search_attributes as sa
-from playline.client import DEFAULT_TASK_QUEUE, _validated
+from playline.client import DEFAULT_TASK_QUEUE, _validated, not_found_as
 from playline.contract import PlayState, RunOptions
 from playline.errors import PlaylineError
 from playline.freshness import DurationLike, parse_duration
@@ -389,17 +389,11 @@ def _one_line(err: RPCError) -> str:
     return " ".join(str(err.message).split())
 
 
-@contextlib.asynccontextmanager
-async def _known(name: str) -> AsyncIterator[None]:
+def _known(name: str) -> contextlib.AbstractContextManager[None]:
     """Turn Temporal's "not found" about schedule ``name`` into ``UnknownSchedule``."""
-    try:
-        yield
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise UnknownSchedule(
-                f"no schedule named {name!r}; `playline schedule list` shows them"
-            ) from None
-        raise
+    return not_found_as(
+        UnknownSchedule(f"no schedule named {name!r}; `playline schedule list` shows them")
+    )
 
 
 async def _view(name: str, desc: ScheduleDescription) -> ScheduleView:
@@ -465,7 +459,7 @@ async def describe_schedule(
     """The schedule ``name``: its play, spec, policies, state, next and recent firings,
     and (unless ``budget_waits`` is false) what its running firings that wait for
     budget say, which asks each running firing by query."""
-    async with _known(name):
+    with _known(name):
         desc = await client.get_schedule_handle(name).describe()
     view = await _view(name, desc)
     if budget_waits:
@@ -522,24 +516,24 @@ async def list_schedules(client: Client) -> list[ScheduleView]:
 
 async def pause_schedule(client: Client, name: str, note: str | None = None) -> None:
     """Pause ``name``: no firing starts until ``unpause_schedule`` (running ones go on)."""
-    async with _known(name):
+    with _known(name):
         await client.get_schedule_handle(name).pause(note=note or "paused by playline")
 
 
 async def unpause_schedule(client: Client, name: str, note: str | None = None) -> None:
     """Let ``name`` fire again at its next time (missed times are not made up)."""
-    async with _known(name):
+    with _known(name):
         await client.get_schedule_handle(name).unpause(note=note or "unpaused by playline")
 
 
 async def trigger_schedule(client: Client, name: str, overlap: Overlap | str | None = None) -> None:
     """Fire ``name`` now (``overlap``: this once, instead of the schedule's policy)."""
     policy = overlap_policy(overlap) if overlap is not None else None
-    async with _known(name):
+    with _known(name):
         await client.get_schedule_handle(name).trigger(overlap=policy)
 
 
 async def delete_schedule(client: Client, name: str) -> None:
     """Delete ``name``: no more firings; runs it started go on and stay listed."""
-    async with _known(name):
+    with _known(name):
         await client.get_schedule_handle(name).delete()

@@ -241,3 +241,12 @@ class ServicesHolder:
                 "with PlaylinePlugin"
             )
         return self._services
+
+
+class HolderActivities:
+    """The base of the activity classes that need the worker's services: each is built
+    before the services open (the plugin registers it), so it keeps the holder and reads
+    ``self._holder.services`` per activity."""
+
+    def __init__(self, holder: ServicesHolder) -> None:
+        self._holder = holder

@@ -120,90 +120,91 @@ def prometheus_config(bind_address: str, **options: Any) -> PrometheusConfig:
     )
 
 
+# The instruments of a tool call by kind: (name, description, unit). One table
+# serves both the creation and the lookups, so a name is spelled once.
+_COUNTERS = (
+    ("playline_provider_calls", "provider requests by outcome", "requests"),
+    ("playline_budget_overshoots", "charges settled above their reservation", "calls"),
+    ("playline_receipt_lookups", "receipt claims by result", "lookups"),
+    ("playline_provider_requests", "HTTP requests sent, retries included", "requests"),
+    ("playline_provider_replays", "answers replayed for a repeated key", "answers"),
+)
+_HISTOGRAMS = (
+    ("playline_provider_latency_seconds", "provider request latency", "s"),
+    ("playline_governor_wait_seconds", "time waited for a governor permit", "s"),
+    ("playline_provider_credits", "credits charged per paid request", "credits"),
+    ("playline_provider_saved_credits", "credits a receipt saved per call", "credits"),
+)
+_GAUGES = (("playline_provider_rate_per_second", "governor rate in force", "1/s"),)
+
+
 class ProviderMetrics:
-    """The metrics and spans of one activity attempt's tool calls (a ``CallMetrics``)."""
+    """The metrics and spans of one activity attempt's tool calls (a ``CallMetrics``).
+
+    Outside an activity the instrument tables stay empty, so every method is a no-op.
+    """
 
     def __init__(self) -> None:
-        self._calls: MetricCounter | None = None
-        self._latency: MetricHistogramFloat | None = None
-        self._rate: MetricGaugeFloat | None = None
-        self._wait: MetricHistogramFloat | None = None
-        self._credits: MetricHistogramFloat | None = None
-        self._receipts: MetricCounter | None = None
-        self._requests: MetricCounter | None = None
-        self._replays: MetricCounter | None = None
-        self._saved: MetricHistogramFloat | None = None
-        self._overshoots: MetricCounter | None = None
+        self._counters: dict[str, MetricCounter] = {}
+        self._histograms: dict[str, MetricHistogramFloat] = {}
+        self._gauges: dict[str, MetricGaugeFloat] = {}
         self._tracer = _tracer()
         if activity.in_activity():
             meter = activity.metric_meter()
-            self._calls = meter.create_counter(
-                "playline_provider_calls", "provider requests by outcome", "requests"
-            )
-            self._overshoots = meter.create_counter(
-                "playline_budget_overshoots", "charges settled above their reservation", "calls"
-            )
-            self._latency = meter.create_histogram_float(
-                "playline_provider_latency_seconds", "provider request latency", "s"
-            )
-            self._rate = meter.create_gauge_float(
-                "playline_provider_rate_per_second", "governor rate in force", "1/s"
-            )
-            self._wait = meter.create_histogram_float(
-                "playline_governor_wait_seconds", "time waited for a governor permit", "s"
-            )
-            self._credits = meter.create_histogram_float(
-                "playline_provider_credits", "credits charged per paid request", "credits"
-            )
-            self._receipts = meter.create_counter(
-                "playline_receipt_lookups", "receipt claims by result", "lookups"
-            )
-            self._requests = meter.create_counter(
-                "playline_provider_requests", "HTTP requests sent, retries included", "requests"
-            )
-            self._replays = meter.create_counter(
-                "playline_provider_replays", "answers replayed for a repeated key", "answers"
-            )
-            self._saved = meter.create_histogram_float(
-                "playline_provider_saved_credits", "credits a receipt saved per call", "credits"
-            )
+            self._counters = {spec[0]: meter.create_counter(*spec) for spec in _COUNTERS}
+            self._histograms = {
+                spec[0]: meter.create_histogram_float(*spec) for spec in _HISTOGRAMS
+            }
+            self._gauges = {spec[0]: meter.create_gauge_float(*spec) for spec in _GAUGES}
+
+    def _add(self, name: str, labels: Mapping[str, str]) -> None:
+        counter = self._counters.get(name)
+        if counter is not None:
+            counter.add(1, labels)
+
+    def _record(self, name: str, value: float, labels: Mapping[str, str]) -> None:
+        histogram = self._histograms.get(name)
+        if histogram is not None:
+            histogram.record(value, labels)
 
     def call(self, provider: str, tool: str, outcome: str, latency_s: float | None = None) -> None:
-        if self._calls is not None:
-            self._calls.add(1, {"provider": provider, "tool": tool, "outcome": outcome})
-        if latency_s is not None and self._latency is not None:
-            self._latency.record(latency_s, {"provider": provider, "tool": tool})
+        self._add(
+            "playline_provider_calls", {"provider": provider, "tool": tool, "outcome": outcome}
+        )
+        if latency_s is not None:
+            self._record(
+                "playline_provider_latency_seconds", latency_s, {"provider": provider, "tool": tool}
+            )
 
     def rate(self, provider: str, rps: float | None) -> None:
-        if self._rate is not None and rps is not None:
-            self._rate.set(rps, {"provider": provider})
+        gauge = self._gauges.get("playline_provider_rate_per_second")
+        if gauge is not None and rps is not None:
+            gauge.set(rps, {"provider": provider})
 
     def receipt(self, provider: str, tool: str, status: str) -> None:
-        if self._receipts is not None:
-            self._receipts.add(1, {"provider": provider, "tool": tool, "result": status})
+        self._add(
+            "playline_receipt_lookups", {"provider": provider, "tool": tool, "result": status}
+        )
 
     def credits(self, provider: str, tool: str, credits: float) -> None:
-        if self._credits is not None:
-            self._credits.record(credits, {"provider": provider, "tool": tool})
+        self._record("playline_provider_credits", credits, {"provider": provider, "tool": tool})
 
     def request(self, provider: str, tool: str, *, replayed: bool) -> None:
         labels = {"provider": provider, "tool": tool}
-        if self._requests is not None:
-            self._requests.add(1, labels)
-        if replayed and self._replays is not None:
-            self._replays.add(1, labels)
+        self._add("playline_provider_requests", labels)
+        if replayed:
+            self._add("playline_provider_replays", labels)
 
     def saved(self, provider: str, tool: str, credits: float) -> None:
-        if self._saved is not None:
-            self._saved.record(credits, {"provider": provider, "tool": tool})
+        self._record(
+            "playline_provider_saved_credits", credits, {"provider": provider, "tool": tool}
+        )
 
     def overshoot(self, tool: str) -> None:
-        if self._overshoots is not None:
-            self._overshoots.add(1, {"tool": tool})
+        self._add("playline_budget_overshoots", {"tool": tool})
 
     def governor_wait(self, provider: str, waited_s: float) -> None:
-        if self._wait is not None:
-            self._wait.record(max(0.0, waited_s), {"provider": provider})
+        self._record("playline_governor_wait_seconds", max(0.0, waited_s), {"provider": provider})
 
     def span(self, provider: str, tool: str) -> AbstractContextManager[CallSpan]:
         if self._tracer is None or not _tracing_configured():

@@ -10,12 +10,14 @@ when the run ends, however it ends" (:func:`playline.calls.budget.end_run_budget
 
 from __future__ import annotations
 
+import dataclasses
+
 from pydantic import BaseModel
 from temporalio import activity
 
 from playline.calls.budget import end_run_budgets
 from playline.contract import AdjustBudgetInput, BudgetReport
-from playline.services import ServicesHolder
+from playline.services import HolderActivities
 from playline.stores.budgets import named_budget_ref, provider_budget_id, run_budget_id
 
 __all__ = ["BudgetActivities", "EndRunBudgetsInput", "RunBudgetsEnded"]
@@ -44,11 +46,8 @@ class RunBudgetsEnded(BaseModel):
     summary: str
 
 
-class BudgetActivities:
+class BudgetActivities(HolderActivities):
     """Activities on the budget ledger."""
-
-    def __init__(self, holder: ServicesHolder) -> None:
-        self._holder = holder
 
     @activity.defn(name="playline.adjust_budget")
     async def adjust_budget(self, input: AdjustBudgetInput) -> BudgetReport:
@@ -85,13 +84,5 @@ class BudgetActivities:
             activity.logger.warning("%s ended (%s): %s", input.run, input.outcome, summary)
         else:
             activity.logger.info("%s ended (%s): %s", input.run, input.outcome, summary)
-        return RunBudgetsEnded(
-            run=end.run,
-            settled=end.settled,
-            settled_credits=end.settled_credits,
-            kept_worst=end.kept_worst,
-            kept_worst_credits=end.kept_worst_credits,
-            released=end.released,
-            released_credits=end.released_credits,
-            summary=summary,
-        )
+        # The same fields as RunEnd, and its line.
+        return RunBudgetsEnded(**dataclasses.asdict(end), summary=summary)

@@ -89,7 +89,7 @@ from playline.errors import (
 )
 from playline.freshness import PreviousCell
 from playline.money import prices_of
-from playline.services import Services, ServicesHolder
+from playline.services import HolderActivities, Services
 from playline.stores.cells import unstorable_columns
 from playline.stores.sheet import RowResult, RunRow
 from playline.telemetry import ProviderMetrics, RowMetrics
@@ -303,11 +303,8 @@ async def _evaluate(spec: ColumnSpec, row: Mapping[str, Any], rc: RowCall) -> tu
     return True, value
 
 
-class ChunkActivities:
+class ChunkActivities(HolderActivities):
     """Activities that run resolvers over rows."""
-
-    def __init__(self, holder: ServicesHolder) -> None:
-        self._holder = holder
 
     @activity.defn(name="playline.run_chunk")
     async def run_chunk(self, input: ChunkInput) -> ChunkStats:

@@ -48,14 +48,11 @@ from playline.datasets import (
     upload_csv,
 )
 from playline.errors import SHOWN_NAME_CHARS, InvalidPlayInput
-from playline.services import ServicesHolder
+from playline.services import HolderActivities
 
 
-class DatasetActivities:
+class DatasetActivities(HolderActivities):
     """Loads, run preparation and results: everything around the chunks."""
-
-    def __init__(self, holder: ServicesHolder) -> None:
-        self._holder = holder
 
     @activity.defn(name="playline.load_csv")
     async def load_csv(self, input: LoadCsvInput) -> DatasetRef:

@@ -72,7 +72,7 @@ from playline.contract import (
 )
 from playline.errors import BlankInput, InvalidPlayInput, PlaylineError
 from playline.money import prices_of
-from playline.services import Services, ServicesHolder
+from playline.services import HolderActivities, Services
 from playline.stores.sheet import RunRow
 
 #: Rows an estimate chunk runs at once: no provider is waited for, only the store.
@@ -296,11 +296,8 @@ class ChunkEstimate:
                 await self.estimator.dispatcher.count_unknown_input(spec.name, tool_id, chance)
 
 
-class EstimateActivities:
+class EstimateActivities(HolderActivities):
     """Activities of an estimate: rows and scalar calls counted, nothing sent."""
-
-    def __init__(self, holder: ServicesHolder) -> None:
-        self._holder = holder
 
     @activity.defn(name="playline.estimate_chunk")
     async def estimate_chunk(self, input: ChunkInput) -> ChunkStats:

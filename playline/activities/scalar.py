@@ -25,14 +25,11 @@ from playline.contract import (
 )
 from playline.errors import JobPending
 from playline.pacing.fair import SHARE
-from playline.services import ServicesHolder
+from playline.services import HolderActivities
 
 
-class ScalarActivities:
+class ScalarActivities(HolderActivities):
     """Side effects a play runs once and replays from history."""
-
-    def __init__(self, holder: ServicesHolder) -> None:
-        self._holder = holder
 
     async def _runner(self, options: RunOptions, call_token: str | None) -> tuple[ToolRunner, str]:
         """The runner one scalar call goes through, and the token that makes its

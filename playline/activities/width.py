@@ -29,7 +29,7 @@ from playline.errors import PlaylineError
 from playline.pacing.fair import SHARE, Share
 from playline.pacing.gate import WORK_STARTED, ResizableGate
 from playline.pacing.pacer import Pacer
-from playline.services import ServicesHolder
+from playline.services import HolderActivities
 
 #: Chunks a dataset run keeps in flight at most when the options leave it to the governor.
 MAX_CHUNKS_IN_FLIGHT = 16
@@ -152,11 +152,8 @@ class LiveRowGate:
             self._gate.resize(wanted)
 
 
-class WidthActivities:
+class WidthActivities(HolderActivities):
     """The governor's current dispatch width, for ``playline.DatasetRun``."""
-
-    def __init__(self, holder: ServicesHolder) -> None:
-        self._holder = holder
 
     @activity.defn(name="playline.suggest_width")
     async def suggest_width(self, input: WidthInput) -> Width:

@@ -32,6 +32,7 @@ from playline.calls.attempt import Attempt, until_released
 from playline.calls.catalog import ToolSpec
 from playline.calls.dispatch import ClaimedCall, Request, Settled
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed
+from playline.calls.queueing import QueueingDispatcher
 from playline.calls.settle import BatchReceipt, settle
 from playline.errors import CallAmbiguous, LeaseLost, ProviderTransientError
 from playline.stores.receipts import BatchClaim, ClaimStatus
@@ -101,24 +102,24 @@ class BulkSender(Protocol):
     async def send(self, request: Request) -> CallOutcome: ...
 
 
-class BulkDispatcher:
+class BulkDispatcher(QueueingDispatcher[_Pending]):
     """Compiles one chunk attempt's claimed calls of bulk tools into bulk requests.
 
     Bulk requests run as tasks of their own (a batch fills from many rows); the
     attempt waits for them in :meth:`aclose` before it reports, so a bulk request in
     flight finishes and records its answer inside the attempt that sent it, and none
-    is sent after the attempt ended.
+    is sent after the attempt ended. Cancelled, the attempt cancels the bulk requests
+    running (a request already sent to a tool that does not de-duplicate was marked
+    sent first, so its next claimant records it ambiguous; one that does is re-sent
+    under the same key).
     """
 
     def __init__(self, attempt: Attempt, sender: BulkSender) -> None:
+        super().__init__()
         self._attempt = attempt
         self._sender = sender
-        self._queues: dict[str, list[_Pending]] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._tools: dict[str, ToolSpec] = {}
         self._resuming: dict[str, asyncio.Future[dict[str, Settled]]] = {}
         self.requests = 0  # bulk requests that produced results
-        self.tasks: set[asyncio.Future[Any]] = set()
 
     async def settle(self, call: ClaimedCall) -> Settled:
         """A claimed call of a bulk tool: joins a new batch, or finishes its old one."""
@@ -137,15 +138,8 @@ class BulkDispatcher:
         """Queue a claimed member; resolves with its own result."""
         assert tool.batch is not None
         future: asyncio.Future[Settled] = asyncio.get_running_loop().create_future()
-        queue = self._queues.setdefault(tool.id, [])
-        self._tools[tool.id] = tool
         pending = _Pending(key, payload, generation, future, payer)
-        queue.append(pending)
-        if len(queue) >= tool.batch.max_items:
-            self._flush(tool)
-        elif tool.id not in self._timers:
-            loop = asyncio.get_running_loop()
-            self._timers[tool.id] = loop.call_later(tool.batch.linger_ms / 1000, self._flush, tool)
+        self._queue(tool, pending, tool.batch.max_items, tool.batch.linger_ms)
         try:
             return await future
         except asyncio.CancelledError:
@@ -168,40 +162,11 @@ class BulkDispatcher:
         results = await asyncio.shield(existing)
         return results[key]
 
-    async def aclose(self) -> None:
-        """Send what is still queued, then wait for every bulk request to finish and
-        record; cancelled, the requests are cancelled with it."""
-        for tool_id in list(self._queues):
-            self._flush(self._tools[tool_id])
-        try:
-            while self.tasks:
-                await asyncio.gather(*list(self.tasks), return_exceptions=True)
-        except asyncio.CancelledError:
-            for task in self.tasks:
-                task.cancel()
-            raise
-
-    def abort(self) -> None:
-        """The attempt was cancelled: nothing queued is sent, no linger timer fires, and
-        the bulk requests running are cancelled with it (a request already sent to a
-        tool that does not de-duplicate was marked sent first, so its next claimant
-        records it ambiguous; one that does is re-sent under the same key)."""
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-        for queue in self._queues.values():
-            for pending in queue:
-                pending.future.cancel()
-        self._queues.clear()
-        for task in list(self.tasks):
-            task.cancel()
+    def _drop(self, member: _Pending) -> None:
+        """Cancelled before it was sent: its row's wait ends."""
+        member.future.cancel()
 
     # -- internals ----------------------------------------------------------
-
-    def _track(self, task: asyncio.Future[Any]) -> None:
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     def _withdraw(self, tool_id: str, pending: _Pending) -> None:
         queue = self._queues.get(tool_id, [])
@@ -217,15 +182,7 @@ class BulkDispatcher:
             if timer is not None:
                 timer.cancel()
 
-    def _flush(self, tool: ToolSpec) -> None:
-        timer = self._timers.pop(tool.id, None)
-        if timer is not None:
-            timer.cancel()
-        members = self._queues.pop(tool.id, [])
-        if members:
-            self._track(asyncio.ensure_future(self._run_batch(tool, members)))
-
-    async def _run_batch(self, tool: ToolSpec, members: list[_Pending]) -> None:
+    async def _send(self, tool: ToolSpec, members: list[_Pending]) -> None:
         assert tool.batch is not None
         # Members whose rows were cancelled between the flush and now are not sent.
         members = sorted((m for m in members if not m.future.done()), key=lambda m: m.key)

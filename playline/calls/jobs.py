@@ -60,6 +60,7 @@ from playline.calls.catalog import JobSpec, ToolSpec, poll_pacing_key
 from playline.calls.dispatch import ClaimedCall, Request, Settled
 from playline.calls.job_status import MISSING, dig, job_id_of, member_results, put, read_state
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
+from playline.calls.queueing import QueueingDispatcher
 from playline.calls.settle import SingleReceipt, settle
 from playline.errors import JobFailed, JobPending, ProviderError
 from playline.stores.jobs import LIVE_STATES, Job, JobStore, member_ref
@@ -101,7 +102,7 @@ class _Queued:
     hold: Any = field(repr=False)
 
 
-class JobDispatcher:
+class JobDispatcher(QueueingDispatcher[_Queued]):
     """Settles claimed calls of asynchronous tools; see the module docstring.
 
     Args:
@@ -125,18 +126,15 @@ class JobDispatcher:
         webhook_base: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__()
         self._attempt = attempt
         self._sender = sender
         self._jobs = jobs
         self._waiter = waiter
         self._webhook_base = webhook_base
         self._clock = clock
-        self._queues: dict[str, list[_Queued]] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._tools: dict[str, ToolSpec] = {}
         self._looks: dict[str, asyncio.Future[Job]] = {}
         self._waited: set[str] = set()
-        self.tasks: set[asyncio.Future[Any]] = set()
         #: whether any call of this attempt was an asynchronous tool's
         self.touched = False
 
@@ -163,30 +161,10 @@ class JobDispatcher:
         job = await self._look(tool, job)
         return await self._settle(call, self._verdict(tool, job, ref))
 
-    async def aclose(self) -> None:
-        """Send what is still queued, then wait for every submit to finish and record."""
-        for tool_id in list(self._queues):
-            self._flush(self._tools[tool_id])
-        try:
-            while self.tasks:
-                await asyncio.gather(*list(self.tasks), return_exceptions=True)
-        except asyncio.CancelledError:
-            for task in self.tasks:
-                task.cancel()
-            raise
-
-    def abort(self) -> None:
-        """The attempt was cancelled: nothing queued is submitted; running work stops
-        (a submit already marked ``sending`` is resolved by the next attempt)."""
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-        for queue in self._queues.values():
-            for queued in queue:
-                queued.hold.__exit__(None, None, None)
-        self._queues.clear()
-        for task in list(self.tasks):
-            task.cancel()
+    def _drop(self, member: _Queued) -> None:
+        """Cancelled before it was submitted: its lease is let go (a submit already
+        marked ``sending`` is resolved by the next attempt)."""
+        member.hold.__exit__(None, None, None)
 
     def _submits_again(self, job: Job) -> bool:
         """Whether a call whose last job ended without an answer is submitted anew:
@@ -387,31 +365,11 @@ class JobDispatcher:
         re-run, finds the call in its job (or, nothing sent, submits it again)."""
         tool = call.tool
         assert tool.job is not None
-        queue = self._queues.setdefault(tool.id, [])
-        self._tools[tool.id] = tool
         hold = self._attempt.leases.holding([call.key])
         hold.__enter__()
-        queue.append(_Queued(call, hold))
-        if len(queue) >= tool.job.max_items:
-            self._flush(tool)
-        elif tool.id not in self._timers:
-            loop = asyncio.get_running_loop()
-            self._timers[tool.id] = loop.call_later(tool.job.linger_ms / 1000, self._flush, tool)
+        self._queue(tool, _Queued(call, hold), tool.job.max_items, tool.job.linger_ms)
 
-    def _flush(self, tool: ToolSpec) -> None:
-        timer = self._timers.pop(tool.id, None)
-        if timer is not None:
-            timer.cancel()
-        members = self._queues.pop(tool.id, [])
-        if members:
-            self._track(asyncio.ensure_future(self._submit(tool, members)))
-
-    def _track(self, task: asyncio.Future[Any]) -> None:
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
-
-    async def _submit(self, tool: ToolSpec, members: list[_Queued]) -> None:
+    async def _send(self, tool: ToolSpec, members: list[_Queued]) -> None:
         """Open the job, send its submit, record the job id; then release the members'
         receipts whatever became of it (their rows read the job's state when re-run)."""
         spec = tool.job

@@ -19,7 +19,7 @@ from playline.calls.catalog import ToolSpec
 from playline.calls.dispatch import Settled
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
 from playline.errors import CallAmbiguous
-from playline.stores.journal import JournalEntry
+from playline.stores.journal import JournalEntry, record_entry
 
 __all__ = ["BatchReceipt", "ReceiptTarget", "SingleReceipt", "settle"]
 
@@ -113,26 +113,29 @@ def _short(reason: str) -> str:
     return rest if sep else reason
 
 
-class SingleReceipt:
+class _Receipt:
+    """What both receipt targets share: the attempt whose lease they are under, the
+    key, and recording an answer exactly as its journal entry would be replayed."""
+
+    def __init__(self, attempt: Attempt, key: str) -> None:
+        self._attempt = attempt
+        self.key = key
+
+    async def complete(self, answer: Answered) -> bool:
+        return bool(await record_entry(self._attempt.receipts, self.journal_entry(answer)))
+
+    def journal_entry(self, answer: Answered) -> JournalEntry:
+        raise NotImplementedError
+
+
+class SingleReceipt(_Receipt):
     """One call's receipt, under the attempt's lease."""
 
     calls = 1
 
     def __init__(self, attempt: Attempt, key: str, payer: str | None = None) -> None:
-        self._attempt = attempt
-        self.key = key
+        super().__init__(attempt, key)
         self._payer = payer
-
-    async def complete(self, answer: Answered) -> bool:
-        attempt = self._attempt
-        return await attempt.receipts.complete(
-            self.key,
-            lease_id=attempt.lease_id,
-            result=answer.data,
-            credits=answer.credits,
-            credits_source=answer.source,
-            paid_by=self._payer,
-        )
 
     def journal_entry(self, answer: Answered) -> JournalEntry:
         return JournalEntry(
@@ -157,7 +160,7 @@ class SingleReceipt:
         await attempt.receipts.mark_ambiguous(self.key, lease_id=attempt.lease_id, reason=reason)
 
 
-class BatchReceipt:
+class BatchReceipt(_Receipt):
     """A bulk request's aggregate receipt and its members.
 
     ``complete`` takes the bulk answer already split per member (``{key: result}``,
@@ -169,21 +172,9 @@ class BatchReceipt:
     def __init__(
         self, attempt: Attempt, agg: str, *, calls: int, payers: dict[str, str] | None = None
     ) -> None:
-        self._attempt = attempt
-        self.key = agg
+        super().__init__(attempt, agg)
         self.calls = calls
         self._payers = payers or {}
-
-    async def complete(self, answer: Answered) -> bool:
-        attempt = self._attempt
-        return await attempt.receipts.complete_batch(
-            self.key,
-            lease_id=attempt.lease_id,
-            results=answer.data,
-            member_credits=dict(answer.member_credits or {}),
-            credits_source=answer.source,
-            member_paid_by=self._payers,
-        )
 
     def journal_entry(self, answer: Answered) -> JournalEntry:
         return JournalEntry(

@@ -44,6 +44,7 @@ from playline.cli.render import console
 from playline.codec import AesGcmCodec, CodecError
 from playline.config import Settings
 from playline.errors import PlaylineError
+from playline.request_body import BodyTooLarge, read_capped_body
 
 __all__ = [
     "LOOPBACK_HOSTS",
@@ -61,10 +62,6 @@ DEFAULT_UI_ORIGINS = ("http://localhost:8233", "http://127.0.0.1:8233")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 #: The largest request body answered (a UI page of payloads is far smaller): 413 beyond.
 MAX_BODY_BYTES = 4 * 1024 * 1024
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def allowed_hosts(bound: str, extra: Sequence[str] = ()) -> list[str]:
@@ -130,17 +127,6 @@ def codec_app(
         given = request.headers.get("authorization", "").encode()
         return hmac.compare_digest(given, expected)
 
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_body_bytes:
-            raise _TooLarge
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body_bytes:
-                raise _TooLarge
-        return bytes(body)
-
     async def handle(request: Request, decode: bool) -> JSONResponse:
         if not authorized(request):
             return JSONResponse(
@@ -149,8 +135,8 @@ def codec_app(
                 headers={"WWW-Authenticate": "Bearer"},
             )
         try:
-            body = await read_body(request)
-        except _TooLarge:
+            body = await read_capped_body(request, max_body_bytes)
+        except BodyTooLarge:
             return JSONResponse({"error": f"the body is over {max_body_bytes} bytes"}, 413)
         try:
             payloads = ParseDict(json.loads(body), Payloads())

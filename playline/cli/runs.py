@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,7 +28,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from playline import search_attributes as sa
 from playline.cli.audit import read_audit
@@ -46,6 +47,7 @@ from playline.cli.render import (
 from playline.cli.run import PROVENANCE_HELP, RAW_HELP, export_format, export_result
 from playline.cli.setup import registered_search_attributes
 from playline.cli.spend import store_changes, store_spend
+from playline.client import not_found_as
 from playline.config import Settings
 from playline.contract import (
     BudgetChange,
@@ -157,14 +159,10 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     if args.runs_command == "list":
         return await list_runs(client, args, settings)
     handle = client.get_workflow_handle(args.id, result_type=PlayRunResult)
-    try:
+    with not_found_as(
+        PlaylineError(f"no run with id {args.id!r} in namespace {settings.temporal_namespace}")
+    ):
         desc = await handle.describe()
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise PlaylineError(
-                f"no run with id {args.id!r} in namespace {settings.temporal_namespace}"
-            ) from None
-        raise
     command = args.runs_command
     if command == "get":
         return await get_run(handle, desc, args, settings)
@@ -199,19 +197,23 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _update_refusals(update: str, run_id: str) -> Iterator[None]:
+    """An update the play rejected, or a run that ended meanwhile, as one line."""
+    try:
+        with not_found_as(PlaylineError(f"run {run_id} is not running any more")):
+            yield
+    except WorkflowUpdateFailedError as err:
+        reason = getattr(err.cause, "message", None) or str(err.cause)
+        raise PlaylineError(f"{update} refused: {reason}") from None
+
+
 async def control(handle: WorkflowHandle[Any, Any], args: argparse.Namespace) -> int:
     """Send one control update; a rejection is one line (and nothing entered history)."""
     update, done = CONTROLS[args.runs_command]
     update_args = [args.chunks] if update == "set_window" else []
-    try:
+    with _update_refusals(args.runs_command, args.id):
         state = await handle.execute_update(update, args=update_args, result_type=ControlState)
-    except WorkflowUpdateFailedError as err:
-        reason = getattr(err.cause, "message", None) or str(err.cause)
-        raise PlaylineError(f"{args.runs_command} refused: {reason}") from None
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:  # ended meanwhile
-            raise PlaylineError(f"run {args.id} is not running any more") from None
-        raise
     if args.json:
         print_json(state)
     else:
@@ -226,15 +228,8 @@ async def change_budget(handle: WorkflowHandle[Any, Any], args: argparse.Namespa
     except ValidationError as err:
         problems = format_validation_errors(err.errors())
         raise PlaylineError(f"budget refused: {problems}") from None
-    try:
+    with _update_refusals("budget", args.id):
         report = await handle.execute_update("budget", change, result_type=BudgetReport)
-    except WorkflowUpdateFailedError as err:
-        reason = getattr(err.cause, "message", None) or str(err.cause)
-        raise PlaylineError(f"budget refused: {reason}") from None
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise PlaylineError(f"run {args.id} is not running any more") from None
-        raise
     if args.json:
         print_json(report)
     else:

@@ -44,29 +44,25 @@ async def industry(row: Mapping[str, Any], rc: RowContext) -> Any:
     return company.get("industry")
 
 
+def person_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What the email tools (and the email waterfall) are asked: a lead's name and
+    company domain, in the names the catalog's tools take."""
+    return {
+        "first_name": row["first_name"],
+        "last_name": row["last_name"],
+        "domain": row["company_domain"],
+    }
+
+
 @resolver(tools=["email_finder"])
 async def work_email(row: Mapping[str, Any], rc: RowContext) -> Any:
-    found = await rc.tool(
-        "email_finder",
-        {
-            "first_name": row["first_name"],
-            "last_name": row["last_name"],
-            "domain": row["company_domain"],
-        },
-    )
+    found = await rc.tool("email_finder", person_of(row))
     return found.get("email")
 
 
 @resolver(tools=["mailfox_email", "prospectr_email", "verifly_verify"])
 async def verified_email(row: Mapping[str, Any], rc: RowContext) -> Any:
-    found = await rc.waterfall(
-        "work_email",
-        {
-            "first_name": row["first_name"],
-            "last_name": row["last_name"],
-            "domain": row["company_domain"],
-        },
-    )
+    found = await rc.waterfall("work_email", person_of(row))
     return found.value
 
 

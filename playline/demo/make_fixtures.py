@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from playline.demo import FIXTURES, LEADS_CSV
+from playline.demo.enrich_leads import person_of
 from playline.provider_server.config import DEFAULT_HIT_RATES
 from playline.provider_server.fake_data import (
     enrich_person,
@@ -35,11 +36,7 @@ def main() -> None:
         for row in csv.DictReader(handle):
             domain = row["company_domain"]
             add("company_lookup", {"domain": domain}, lookup_company(domain))
-            person = {
-                "first_name": row["first_name"],
-                "last_name": row["last_name"],
-                "domain": domain,
-            }
+            person = person_of(row)  # what the play sends, to the letter
             found = find_email(**person)
             add("email_finder", person, found)
             if found.get("email"):

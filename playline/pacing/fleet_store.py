@@ -68,9 +68,8 @@ pacing is not asked for.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from playline.db.errors import StoreUnavailable
@@ -224,12 +223,7 @@ class FleetPacer:
     async def __aenter__(self) -> FleetPacer:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -457,19 +451,20 @@ class FleetPacer:
     async def _statement(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn``, one statement, outside a transaction: PostgreSQL makes a lone
         statement atomic by itself, in one round trip (a transaction adds two)."""
-        if self._closed:
-            raise FleetPacingUnavailable("the fleet pacer is closed")
-        try:
-            return await self._db.read(fn)
-        except self._db.driver_error as err:
-            raise _unavailable(err) from err
+        return await self._guarded(self._db.read, fn)
 
     async def _transaction(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn``, several statements, in one transaction."""
+        return await self._guarded(self._db.write, fn)
+
+    async def _guarded(
+        self, run: Callable[[Callable[[Conn], T]], Awaitable[T]], fn: Callable[[Conn], T]
+    ) -> T:
+        """``run(fn)`` on an open pacer; a database error is ``FleetPacingUnavailable``."""
         if self._closed:
             raise FleetPacingUnavailable("the fleet pacer is closed")
         try:
-            return await self._db.write(fn)
+            return await run(fn)
         except self._db.driver_error as err:
             raise _unavailable(err) from err
 

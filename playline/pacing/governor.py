@@ -61,7 +61,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -160,12 +160,7 @@ class _KeyState:
     fleet_part: float | None = None
 
     def rate_in_force(self, now: float) -> float:
-        rates = [self.search.rate]
-        rates.extend(w.even_rps for w in self.windows if w.even_rps is not None)
-        reported = self.budget.rate(now)
-        if reported is not None:
-            rates.append(reported)
-        return max(min(rates), 1e-6)
+        return self._lowest([self.search.rate], now)
 
     def pace_rate(self, now: float) -> float:
         """The limiter's rate: the searched rate with the margin, the providers' as said,
@@ -173,6 +168,11 @@ class _KeyState:
         rates = [self.search.rate * self.margin]
         if self.fleet_part is not None:
             rates.append(self.search.rate * self.margin * self.fleet_part)
+        return self._lowest(rates, now)
+
+    def _lowest(self, rates: list[float], now: float) -> float:
+        """The lowest of ``rates`` and what the provider says (its windows' even rates,
+        the rate its headers report), never quite 0."""
         rates.extend(w.even_rps for w in self.windows if w.even_rps is not None)
         reported = self.budget.rate(now)
         if reported is not None:
@@ -564,9 +564,7 @@ class Governor:
         self, keys: Sequence[str], report: RateLimitReport, dispatched_at: float
     ) -> None:
         now = self._clock()
-        for key in keys:
-            state = self._state(key)
-            self._answered(state, now)
+        for _key, state in self._answering(keys, now):
             # Calls sent within half the quickest round trip may not have reached
             # the provider when it wrote this report: count them as spent. The call
             # this report answers was counted by it, however quick its round trip.
@@ -583,9 +581,7 @@ class Governor:
         latency_s: float,
     ) -> None:
         now = self._clock()
-        for key, ticket in zip(keys, tickets, strict=True):
-            state = self._state(key)
-            self._answered(state, now)
+        for (key, state), ticket in zip(self._answering(keys, now), tickets, strict=True):
             state.successes += 1
             state.latency.observe(latency_s)
             state.fastest = min(state.fastest, latency_s)
@@ -609,9 +605,7 @@ class Governor:
         retry_after_s: float | None,
     ) -> None:
         now = self._clock()
-        for key, ticket in zip(keys, tickets, strict=True):
-            state = self._state(key)
-            self._answered(state, now)
+        for (key, state), ticket in zip(self._answering(keys, now), tickets, strict=True):
             search = state.search
             before = search.rate
             for window in state.windows:  # refused: the provider did not count it
@@ -669,9 +663,7 @@ class Governor:
         latency_s: float | None,
     ) -> None:
         now = self._clock()
-        for key, ticket in zip(keys, tickets, strict=True):
-            state = self._state(key)
-            self._answered(state, now)
+        for (_key, state), ticket in zip(self._answering(keys, now), tickets, strict=True):
             state.failures += 1
             if latency_s is not None and latency_s >= state.latency.value:
                 # A slow failure (a timeout) held its slot that long: it widens the
@@ -681,6 +673,13 @@ class Governor:
             # The provider took the request (it spent its budget): evidence for the search.
             state.search.on_accepted(now, dispatched_at, ticket.epoch)
             self._probe_gate(state, now)
+
+    def _answering(self, keys: Sequence[str], now: float) -> Iterator[tuple[str, _KeyState]]:
+        """Each key of an answered call with its state, marked answered as it comes."""
+        for key in keys:
+            state = self._state(key)
+            self._answered(state, now)
+            yield key, state
 
     @staticmethod
     def _answered(state: _KeyState, now: float) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 
 from playline.config import Settings
 from playline.db.errors import InvalidStoreUrl, StoreNotFound
@@ -70,12 +69,7 @@ class Stores:
     async def __aenter__(self) -> Stores:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
 

@@ -12,6 +12,7 @@ starts a new ``GroupLedger``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -106,11 +107,7 @@ class GroupLedger:
 
     def settle(self, op: LedgerOp) -> None:
         """Move each open reservation of ``op.budgets`` to spent at ``op.credits``."""
-        for pair in op.pairs():
-            held = self._open(pair)
-            if held is None:
-                continue
-            state = self._states[held.drawn_on]
+        for pair, held, state in self._open_holds(op):
             self._put_state(
                 replace(
                     state,
@@ -124,11 +121,7 @@ class GroupLedger:
 
     def release(self, op: LedgerOp) -> None:
         """Remove each open reservation of ``op.budgets`` and give its credits back."""
-        for pair in op.pairs():
-            held = self._open(pair)
-            if held is None:
-                continue
-            state = self._states[held.drawn_on]
+        for pair, held, state in self._open_holds(op):
             self._put_state(replace(state, reserved=tidy(state.reserved - held.credits)))
             del self._held[pair]
             self._touched.add(pair)
@@ -137,12 +130,14 @@ class GroupLedger:
         """A budget row this group holds, as the calls so far left it."""
         return self._states.get(budget)
 
-    def _open(self, pair: Pair) -> Held | None:
-        """The open reservation of ``pair`` on a row this group holds, else ``None``."""
-        held = self._held.get(pair)
-        if held is None or held.status != "open" or held.drawn_on not in self._states:
-            return None
-        return held
+    def _open_holds(self, op: LedgerOp) -> Iterator[tuple[Pair, Held, BudgetState]]:
+        """Each pair of ``op`` with an open reservation on a row this group holds, that
+        reservation, and its row as the pairs before it left it (read one at a time)."""
+        for pair in op.pairs():
+            held = self._held.get(pair)
+            if held is None or held.status != "open" or held.drawn_on not in self._states:
+                continue
+            yield pair, held, self._states[held.drawn_on]
 
     def _put_state(self, state: BudgetState) -> None:
         self._states[state.budget] = state

@@ -31,7 +31,7 @@ from typing import Any
 
 from playline.stores.receipts import CREDITS_FROM_RULE, ReceiptStore
 
-__all__ = ["JournalEntry", "ResultJournal"]
+__all__ = ["JournalEntry", "ResultJournal", "record_entry"]
 
 logger = logging.getLogger("playline.journal")
 
@@ -134,7 +134,7 @@ class ResultJournal:
                 entries = [_entry(line) for line in lines]
                 for index, entry in enumerate(entries):
                     try:
-                        recorded += await _record(receipts, entry)
+                        recorded += await record_entry(receipts, entry)
                     except Exception:
                         for rest in entries[index:]:
                             await self.keep(rest)
@@ -158,7 +158,9 @@ def _lines(path: Path) -> list[str]:
     return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-async def _record(receipts: ReceiptStore, entry: JournalEntry) -> int:
+async def record_entry(receipts: ReceiptStore, entry: JournalEntry) -> int:
+    """Record one paid result in the receipt store, as the call path does when the
+    store answers and the journal replays when it did not; 1 if it took it, else 0."""
     if entry.results is not None:
         done = await receipts.complete_batch(
             entry.key,

@@ -54,6 +54,7 @@ from playline.calls.catalog import Catalog, JobSpec, ToolSpec
 from playline.calls.job_status import Reading, named_job_id, read_state
 from playline.config import Settings
 from playline.errors import UnknownJob
+from playline.request_body import BodyTooLarge, read_capped_body
 from playline.stores.jobs import JobState, JobStore
 from playline.stores.receipts import stored_json
 from playline.webhook.verify import WebhookSecretMissing, signature_matches, signing_secret
@@ -84,10 +85,6 @@ _NOT_FOUND = "no such job for this provider"
 _STORE_DOWN = "the job store is unavailable; deliver again later"
 
 
-class _TooLarge(Exception):
-    pass
-
-
 def delivery_digest(state: str, body: Any) -> str:
     """What identifies a delivery (providers send no delivery id): its state and its
     canonical JSON body, hashed."""
@@ -111,18 +108,6 @@ def _problem(err: BaseException) -> str:
     """An exception for the log: its type and first line, short."""
     text = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _TooLarge
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _TooLarge
-    return bytes(body)
 
 
 def _names_another_job(spec: JobSpec, body: Any, job_id: str | None) -> str | None:
@@ -211,8 +196,8 @@ def webhook_app(
             logger.error("webhook: job %s: %s", job.key, err)
             return _error(str(err), 500)
         try:
-            raw = await _read_body(request, max_body_bytes)
-        except _TooLarge:
+            raw = await read_capped_body(request, max_body_bytes)
+        except BodyTooLarge:
             return _error(f"the body is over {max_body_bytes} bytes", 413)
         if secret is not None:
             header = webhook.signature_header or ""
