@@ -130,13 +130,15 @@ async def upload_csv(
         sheet: the store the workers use (a client opens it with
             ``open_stores(settings, create=False)``).
         path: the file to read.
-        key: the dataset id's prefix; default: the file name's stem.
+        key: the dataset id's prefix; default: the file's name (``accounts.csv``).
         required_columns: columns the header must have.
         name: how messages call the file (default: the path).
     """
     path = Path(path)
     name = name or str(path)
-    prefix = key or _KEY_UNSAFE.sub("_", path.stem) or "csv"
+    # The file's own name: wherever the dataset is named (summaries, the UI, errors),
+    # the user reads ``accounts.csv@4780a…``, the file they gave.
+    prefix = key or _KEY_UNSAFE.sub("_", path.name) or "csv"
     digest = await asyncio.to_thread(scan_csv, path, name=name)
     dataset_id = f"{prefix}@{digest[:16]}"
     stored = await sheet.source(dataset_id)

@@ -472,6 +472,15 @@ class ReceiptLedger(LedgerStore):
     async def _read(self, fn: Callable[[Conn], Any]) -> Any:
         return await (await self._ready()).read(fn)
 
+    async def _write_or_false(self, fn: Callable[[Conn], bool]) -> bool:
+        """``fn``'s answer, written; ``False`` (nothing written) when it raised
+        :class:`_Rollback`."""
+        try:
+            result: bool = await self._write(fn)
+        except _Rollback:
+            return False
+        return result
+
     def _group_writer(
         self, group_tx: Callable[[Conn, list[Item]], Sequence[Result]]
     ) -> Callable[[list[Item]], Awaitable[Sequence[Result]]]:
@@ -742,11 +751,7 @@ class ReceiptLedger(LedgerStore):
             )
             return True
 
-        try:
-            result: bool = await self._write(tx)
-        except _Rollback:
-            return False
-        return result
+        return await self._write_or_false(tx)
 
     async def claim_batch(
         self,
@@ -864,11 +869,7 @@ class ReceiptLedger(LedgerStore):
             )
             return True
 
-        try:
-            result: bool = await self._write(tx)
-        except _Rollback:
-            return False
-        return result
+        return await self._write_or_false(tx)
 
     async def fail_batch(
         self, agg_key: str, *, lease_id: str, error: str, release_members: bool

@@ -224,7 +224,7 @@ async def test_a_mistyped_play_is_refused_before_anything_is_uploaded_or_started
         assert missing.value.status == RPCStatusCode.NOT_FOUND
         assert [w async for w in client.list_workflows(f"WorkflowId = '{run_id}'")] == []
         # ...and nothing uploaded: the store has no dataset of this file's bytes.
-        dataset_id = f"typo@{scan_csv(csv_path)[:16]}"
+        dataset_id = f"typo.csv@{scan_csv(csv_path)[:16]}"
         async with await open_stores(Settings.from_env(home=home), create=True) as stores:
             assert await stores.sheet.source(dataset_id) is None
 

@@ -64,7 +64,7 @@ async def test_an_upload_is_stored_once_by_content(stores: Stores, tmp_path: Pat
     path = write_leads(tmp_path / "leads.csv", 300)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     ref = await upload_csv(stores.sheet, path, required_columns=["lead_id"])
-    assert (ref.id, ref.count, ref.columns) == (f"leads@{digest[:16]}", 300, HEADER)
+    assert (ref.id, ref.count, ref.columns) == (f"leads.csv@{digest[:16]}", 300, HEADER)
     again = await upload_csv(stores.sheet, tmp_path / "leads.csv")
     assert again == ref
     assert (await upload_csv(stores.sheet, path, key="mine")).id == f"mine@{digest[:16]}"
@@ -82,13 +82,13 @@ async def test_a_malformed_line_at_the_end_stores_nothing(stores: Stores, tmp_pa
     with pytest.raises(InvalidPlayInput, match="line 5002: 4 field"):
         await upload_csv(stores.sheet, path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert await stores.sheet.source(f"bad@{digest[:16]}") is None
+    assert await stores.sheet.source(f"bad.csv@{digest[:16]}") is None
 
 
 async def test_a_store_reference_is_checked_like_a_header(stores: Stores, tmp_path: Path) -> None:
     ref = await upload_csv(stores.sheet, write_leads(tmp_path / "leads.csv", 3))
     assert await find_source(stores.sheet, ref.id, ["lead_id"]) == ref
-    with pytest.raises(InvalidPlayInput, match=r"store:leads@.*missing required column\(s\)"):
+    with pytest.raises(InvalidPlayInput, match=r"store:leads\.csv@.*missing required column\(s\)"):
         await find_source(stores.sheet, ref.id, ["email"])
 
 
