@@ -147,7 +147,11 @@ class RowCall:
         self.column.asked.add(tool_id)
         try:
             result = await self._runner.call(
-                tool_id, input, force=force, stale_after_s=stale_after_seconds, payer=self._payer
+                tool_id,
+                input,
+                force=force,
+                stale_after_seconds=stale_after_seconds,
+                payer=self._payer,
             )
         except BlankInput as err:  # never sent: the cell (or the step) says skipped_input
             self.column.blank.append(blank_call(err))

@@ -324,7 +324,7 @@ class EstimateActivities(HolderActivities):
                 input.tool_id,
                 input.input,
                 force=input.force,
-                stale_after_s=input.stale_after_seconds,
+                stale_after_seconds=input.stale_after_seconds,
             )
         # Unpaid, the play gets an empty answer: code reading it (``.get``) goes on.
         data: Any = {} if isinstance(result, UnpaidResult) else result.data

@@ -60,7 +60,7 @@ class ScalarActivities(HolderActivities):
                     input.tool_id,
                     input.input,
                     force=input.force,
-                    stale_after_s=input.stale_after_seconds,
+                    stale_after_seconds=input.stale_after_seconds,
                 )
             except JobPending as pending:
                 raise await _job_pending(runner, pending, token) from pending

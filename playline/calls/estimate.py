@@ -11,7 +11,7 @@ leases or writes), and nothing reaches a provider. Calls count under the column
 being estimated (:func:`counting_for`). For each distinct call of a chunk:
 
 * a completed receipt that is fresh by the claim rule (not ``force``, not older than
-  ``stale_after_s``) is a free hit, and its real answer is returned, so the calls that
+  ``stale_after_seconds``) is a free hit, and its real answer is returned, so the calls that
   depend on it are computed exactly;
 * anything else is a call the run would pay for: counted at the tool's worst case and
   at an expected price (:class:`ToolHistory`), and answered by an
@@ -355,7 +355,7 @@ class EstimatingDispatcher:
         catalog: the tools that exist.
         receipts: the receipt store, read only.
         auth_scope: the run's mode's auth scope (part of the receipt key).
-        clock: epoch seconds, for ``stale_after_s``.
+        clock: epoch seconds, for ``stale_after_seconds``.
         min_history: receipts of a tool needed for expected figures.
         free: the run would be charged nothing (fixture mode replays recorded
             answers): calls are counted, their credits are 0.
@@ -454,7 +454,7 @@ class EstimatingDispatcher:
         call's age limit and the tool's freshness rule on the receipt's answer."""
         if receipt.status != "completed" or request.force:
             return False
-        limit = request.stale_after_s
+        limit = request.stale_after_seconds
         if request.max_age is not None:
             limit = stricter(limit, request.max_age(receipt.result))
         return within_age(receipt.completed_at, limit, self._clock())

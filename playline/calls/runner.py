@@ -176,7 +176,7 @@ class ToolRunner:
         tool_input: Mapping[str, Any],
         *,
         force: bool = False,
-        stale_after_s: float | None = None,
+        stale_after_seconds: float | None = None,
         payer: str | None = None,
     ) -> ToolResult:
         """Call a tool once per distinct input, however many rows ask for it.
@@ -197,7 +197,7 @@ class ToolRunner:
         key = receipt_key(tool.id, tool.version, payload, self.dispatcher.auth_scope(tool))
         with self.attempt.metrics.span(tool.provider, tool.id) as span:
             existing = self._in_flight.get(key)
-            limit = stricter(stale_after_s, REFRESH_OLDER_THAN.get())
+            limit = stricter(stale_after_seconds, REFRESH_OLDER_THAN.get())
             if existing is not None and not await _young_enough(existing, limit):
                 existing = None  # a due cell's call: the answer shared so far is too old
             if existing is not None:
@@ -226,7 +226,9 @@ class ToolRunner:
             future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
             self._in_flight[key] = future
             try:
-                result = await self._lead(tool, payload, key, force, stale_after_s, span, payer)
+                result = await self._lead(
+                    tool, payload, key, force, stale_after_seconds, span, payer
+                )
             except asyncio.CancelledError:
                 future.cancel()
                 raise
@@ -253,7 +255,7 @@ class ToolRunner:
             key=key,
             tool_id=tool.id,
             force=force,
-            stale_after_s=stricter(stale, REFRESH_OLDER_THAN.get()),
+            stale_after_seconds=stricter(stale, REFRESH_OLDER_THAN.get()),
             ambiguous_if_sent=not tool.resend_safe,
             retry_ambiguous=attempt.retry_ambiguous,
             force_token=attempt.force_token if force else None,

@@ -17,7 +17,7 @@ written just before a non-de-duplicated request goes out) and its tool does not
 de-duplicate: then the claim finds it ``ambiguous`` instead of sending it again.
 
 ``generation`` counts the times a completed receipt was claimed again for a fresh
-answer (``force``, ``stale_after``); the ``Idempotency-Key`` derives from the key and
+answer (``force``, ``stale_after_seconds``); the ``Idempotency-Key`` derives from the key and
 the generation, so a crashed forced call is re-sent under the same key, and a fresh
 answer never under the key of the answer it replaces. ``forced_by`` names the run that
 forced the receipt, so a retry of that run reuses the answer it already paid for.
@@ -98,7 +98,7 @@ class ClaimRequest:
         key: the receipt key.
         tool_id: the tool (stored with a new receipt).
         force: a fresh, paid answer is wanted even if a completed receipt exists.
-        stale_after_s: a completed receipt older than this is not an answer.
+        stale_after_seconds: a completed receipt older than this is not an answer.
         ambiguous_if_sent: the tool's provider does not de-duplicate
             (``idempotency = "none"``): a receipt sent by an owner that never
             recorded its answer is ambiguous, not re-sent.
@@ -108,13 +108,13 @@ class ClaimRequest:
             forced and completed is its answer.
         max_age: the tool's freshness rule judged on a completed receipt's answer: how
             old that receipt may be (``None``: for ever). Combined with
-            ``stale_after_s``, the stricter wins.
+            ``stale_after_seconds``, the stricter wins.
     """
 
     key: str
     tool_id: str
     force: bool = False
-    stale_after_s: float | None = None
+    stale_after_seconds: float | None = None
     ambiguous_if_sent: bool = False
     retry_ambiguous: bool = False
     force_token: str | None = None
@@ -123,7 +123,7 @@ class ClaimRequest:
     def age_limit(self, result: Any) -> float | None:
         """How old a completed receipt answering ``result`` may be for this claim."""
         rule = self.max_age(_loaded(result)) if self.max_age is not None else None
-        return stricter(rule, self.stale_after_s)
+        return stricter(rule, self.stale_after_seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,7 +94,7 @@ async def test_a_forced_or_stale_bulk_call_pays_once_for_a_fresh_answer_and_free
             assert first.get("domain") == "forced.example" and not first.cached
             assert provider.ledger()["charged"] == 1
 
-            for n, fresh_by in enumerate(({"force": True}, {"stale_after_s": 60.0}), start=2):
+            for n, fresh_by in enumerate(({"force": True}, {"stale_after_seconds": 60.0}), start=2):
                 tamper(db, key, {"name": "the old answer"})
                 wall.offset += 3600  # the stored answer is an hour old
                 fresh = runner(f"F{n}")

@@ -81,11 +81,17 @@ async def test_stale_and_force_bypass_the_cache(store: ReceiptStore, clock: Cloc
     await store.complete("k", lease_id="L1", result=1, credits=1)
     clock.now += 100
     [fresh] = await store.claim(
-        [ClaimRequest(key="k", tool_id="t", stale_after_s=1000)], owner="b", lease_id="L2", ttl_s=5
+        [ClaimRequest(key="k", tool_id="t", stale_after_seconds=1000)],
+        owner="b",
+        lease_id="L2",
+        ttl_s=5,
     )
     assert fresh.status is ClaimStatus.HIT
     [stale] = await store.claim(
-        [ClaimRequest(key="k", tool_id="t", stale_after_s=10)], owner="b", lease_id="L2", ttl_s=5
+        [ClaimRequest(key="k", tool_id="t", stale_after_seconds=10)],
+        owner="b",
+        lease_id="L2",
+        ttl_s=5,
     )
     assert stale.status is ClaimStatus.CLAIMED
     await store.complete("k", lease_id="L2", result=2, credits=1)

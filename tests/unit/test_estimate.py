@@ -102,13 +102,13 @@ class Counting(Estimator):
         column: str = "",
         reach: float = 1.0,
         force: bool = False,
-        stale_after_s: float | None = None,
+        stale_after_seconds: float | None = None,
     ) -> ToolResult:
         token = CALL_REACH.set(reach)
         try:
             with counting_for(column):
                 return await self.runner.call(
-                    tool_id, tool_input, force=force, stale_after_s=stale_after_s
+                    tool_id, tool_input, force=force, stale_after_seconds=stale_after_seconds
                 )
         finally:
             CALL_REACH.reset(token)
@@ -202,10 +202,10 @@ async def test_a_stale_or_forced_receipt_is_a_call_to_pay() -> None:
     reader = Reader()
     reader.complete("finder", {"name": "ada"}, {"email": "ada@x"}, at=100.0)
     counting = runner(reader, now=1000.0)
-    await counting.call("finder", {"name": "ada"}, column="stale", stale_after_s=60)
+    await counting.call("finder", {"name": "ada"}, column="stale", stale_after_seconds=60)
     fresh = runner(reader, now=1000.0)
     await fresh.call("finder", {"name": "ada"}, column="forced", force=True)
-    await fresh.call("finder", {"name": "ada"}, column="young", stale_after_s=10_000)
+    await fresh.call("finder", {"name": "ada"}, column="young", stale_after_seconds=10_000)
     assert line(counting.tally, "stale", "finder")["to_pay"] == 1
     assert line(fresh.tally, "forced", "finder")["to_pay"] == 1
     assert "young" not in fresh.tally.as_dict()["lines"]  # counted once, as forced

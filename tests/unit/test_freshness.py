@@ -123,7 +123,7 @@ def test_a_tool_rule_makes_an_old_receipt_a_call_to_pay() -> None:
     assert decide_claim(request, miss, now=NOW, lease_id="m", ttl_s=1).status is ClaimStatus.CLAIMED
     assert decide_claim(request, hit, now=NOW, lease_id="m", ttl_s=1).status is ClaimStatus.HIT
     # The call's own limit and the rule: the stricter wins.
-    strict = ClaimRequest("k", "t", max_age=max_age, stale_after_s=DAY)
+    strict = ClaimRequest("k", "t", max_age=max_age, stale_after_seconds=DAY)
     assert decide_claim(strict, hit, now=NOW, lease_id="m", ttl_s=1).status is ClaimStatus.CLAIMED
     claimed = decide_claim(request, miss, now=NOW, lease_id="m", ttl_s=1)
     assert claimed.generation == 1  # a new Idempotency-Key for the fresh answer

@@ -100,13 +100,13 @@ NONE_TOOL = {"ambiguous_if_sent": True}
         ),
         pytest.param(
             row("completed", completed_at=NOW - 100),
-            ClaimRequest("k", "t", stale_after_s=60),
+            ClaimRequest("k", "t", stale_after_seconds=60),
             CLAIMED,
             id="completed but stale: claim",
         ),
         pytest.param(
             row("completed", completed_at=NOW - 30),
-            ClaimRequest("k", "t", stale_after_s=60),
+            ClaimRequest("k", "t", stale_after_seconds=60),
             ClaimStatus.HIT,
             id="completed and fresh enough: hit",
         ),
