@@ -34,6 +34,7 @@ from playline.contract import (
     RunMode,
     RunOptions,
 )
+from playline.money import money_text
 from playline.spend import account_markdown, spend_lines
 
 __all__ = [
@@ -155,10 +156,16 @@ def _calls(stats: ChunkStats, calls_made: int | None = None) -> list[str]:
     return [
         f"- calls: {made} made, {saved} saved ({stats.calls_cached} receipt hits, "
         f"{stats.calls_shared} shared)",
-        f"- credits: {stats.credits:g}",
+        f"- credits: {stats.credits:g}" + _money(stats),
         *(f"- {line}" for line in fresh_lines(stats)),
         *(f"- {line}" for line in spend_lines(stats.spend)),
     ]
+
+
+def _money(stats: ChunkStats) -> str:
+    """`` (≈ 12.34 USD)`` for the finished rows' credits where the catalog prices them."""
+    money = money_text(stats.spend.get("by_provider") or {}, stats.prices)
+    return f" ({money} for the finished rows)" if money else ""
 
 
 def fresh_lines(stats: ChunkStats) -> list[str]:

@@ -35,3 +35,21 @@ def test_prices_come_from_the_catalog_for_the_providers_used() -> None:
         "acme": {"credit_price": 0.012, "currency": "USD"},
         "firmo": {"credit_price": 2.0, "currency": "EUR"},
     }
+
+
+def test_the_ui_details_show_the_finished_rows_credits_in_money() -> None:
+    from datetime import UTC, datetime
+
+    from playline.contract import ChunkStats, DatasetRunState
+    from playline.workflows.status import dataset_current_details
+
+    stats = ChunkStats(
+        credits=150,
+        spend={"by_provider": {"acme": 100, "firmo": 50}},
+        prices={k: v for k, v in PRICES.items() if k != "eurodata"},
+    )
+    state = DatasetRunState(
+        dataset="leads", rows_total=10, rows_done=10, chunks_in_flight=0, stats=stats
+    )
+    text = dataset_current_details(state, datetime(2026, 1, 2, tzinfo=UTC))
+    assert "- credits: 150 (≈ 2.20 USD for the finished rows)" in text
