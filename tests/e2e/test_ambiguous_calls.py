@@ -56,7 +56,7 @@ def receipts(home: Path) -> list[dict[str, Any]]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
         found = conn.execute(
-            "SELECT key, tool_id, status, generation, sent_at, error FROM receipts"
+            "SELECT key, tool_id, status, generation, sent_at, error FROM playline_receipts"
         ).fetchall()
     finally:
         conn.close()
