@@ -234,18 +234,25 @@ async def test_retry_ambiguous_resends_exactly_the_ambiguous_calls(
         for g in range(generations[key] + 1)
     }
     resent = Counter(keys_of[c["idem"]] for c in new_calls if c["idem"] in keys_of)
-    assert resent == dict.fromkeys(ambiguous_keys, 1)
+    assert set(resent.values()) == {1}  # never more than once
+    # A waterfall re-run from its top may now find its value at an earlier step (that
+    # step's own ambiguous call, re-sent, answered): the later step's ambiguous call is
+    # then not needed, and is not sent again. Every other ambiguous call is re-sent.
+    skipped = ambiguous_keys - set(resent)
+    assert all(key.startswith("prospectr_email:") for key in skipped), skipped
     first_sends = [c["idem"] for c in new_calls if c["idem"] not in keys_of]
     assert len(set(first_sends)) == len(first_sends)
-    assert ledger["charged"] - before["charged"] == len(ambiguous) + len(first_sends)
-    assert ledger["double_charged"] == len(ambiguous)
+    assert ledger["charged"] - before["charged"] == len(resent) + len(first_sends)
+    assert ledger["double_charged"] == len(resent)
     assert retried.stats.calls_made == len(new_calls)
     assert retried.stats.calls_ambiguous == 0
 
     (dataset,) = retried.datasets
     assert dataset.stats.rows_ok == dataset.admitted
     assert dataset.stats.rows_failed == 0
-    assert {r["status"] for r in found} == {"completed"}
+    # The receipts: all completed but the calls no row needed again, still ambiguous.
+    assert {r["key"] for r in found if r["status"] != "completed"} == skipped
+    assert {r["status"] for r in found} - {"completed"} <= {"ambiguous"}
 
 
 async def test_cli_counts_ambiguous_calls_and_retry_ambiguous_resends_them(
