@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from playline.calls.catalog import Catalog, preset_names
+from playline.calls.catalog import Catalog, load_preset, preset_names
 from playline.presets.table import BEGIN, END, plan_limits, presets_table
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -19,10 +19,11 @@ def test_the_readme_table_is_generated_from_the_presets() -> None:
     )
 
 
-def test_every_preset_has_a_row() -> None:
+def test_every_preset_tool_has_a_row() -> None:
     table = presets_table()
     for name in preset_names():
-        assert f"| `{name}` |" in table
+        for tool_id in load_preset(name).get("tools", {}):
+            assert f"| `{name}` | `{tool_id}` (" in table
 
 
 def test_a_provider_with_plans_shows_each_plans_limits_default_first() -> None:
