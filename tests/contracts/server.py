@@ -52,7 +52,7 @@ class ContractServer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._scenarios: dict[str, _Scenario] = {}
+        self._scenarios: dict[str, dict[str, _Scenario]] = {}  # provider -> tool -> answer
         self.violations: list[str] = []
         server = self
 
@@ -86,21 +86,35 @@ class ContractServer:
         self._http.shutdown()
         self._http.server_close()
 
-    def answer(self, tool_id: str, answer_name: str) -> None:
-        """From now on, ``tool_id``'s provider answers its documented ``answer_name``."""
+    def answer(self, tool_id: str, answer_name: str, *, alone: bool = True) -> None:
+        """From now on, ``tool_id`` answers its documented ``answer_name``; ``alone``: its
+        provider's other tools answer nothing (every request is judged as this tool's)."""
         for provider, contract in contracts().items():
             if tool_id in contract.tools:
                 tool = contract.tools[tool_id]
+                scenario = _Scenario(tool_id, tool, tool.answers[answer_name])
                 with self._lock:
-                    self._scenarios[provider] = _Scenario(tool_id, tool, tool.answers[answer_name])
+                    tools = {} if alone else self._scenarios.get(provider, {})
+                    self._scenarios[provider] = {**tools, tool_id: scenario}
                 return
         raise KeyError(f"no contract documents tool {tool_id!r}")
 
     def requests(self, provider: str) -> list[dict[str, Any]]:
-        """The requests ``provider`` received under its current answer."""
+        """The requests ``provider`` received under its current answers."""
         with self._lock:
-            scenario = self._scenarios.get(provider)
-            return list(scenario.requests) if scenario else []
+            scenarios = self._scenarios.get(provider, {}).values()
+            return [r for scenario in scenarios for r in scenario.requests]
+
+    def _scenario(self, provider: str, method: str, path: str) -> _Scenario | None:
+        """The answer a request is judged against: its tool's, by endpoint (the only
+        tool answering for the provider, whatever the endpoint)."""
+        scenarios = list(self._scenarios.get(provider, {}).values())
+        if len(scenarios) == 1:
+            return scenarios[0]
+        for scenario in scenarios:
+            if _endpoint_of(scenario.tool, method, path):
+                return scenario
+        return None
 
     # -- one request ------------------------------------------------------------------
 
@@ -112,9 +126,9 @@ class ContractServer:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length) if length else b""
         with self._lock:
-            scenario = self._scenarios.get(provider)
+            scenario = self._scenario(provider, method, path)
             if scenario is None:
-                self.violations.append(f"{method} {split.path}: no provider {provider!r} answers")
+                self.violations.append(f"{method} {split.path}: no documented endpoint answers")
                 response = Response(status=404, body='{"detail": "Not Found"}')
             else:
                 problems, response = self._judge(
@@ -177,6 +191,17 @@ class ContractServer:
         else:
             problems += _shape_problems(_json(raw, problems), tool.request, in_query=False)
         return problems, answer.response()
+
+
+def _endpoint_of(tool: ToolContract, method: str, path: str) -> bool:
+    """Whether ``method path`` is one of the tool's documented endpoints."""
+    if tool.job is not None:
+        status_re = re.escape(tool.job.status_path).replace(r"\{job_id\}", "[^/]+")
+        if method == tool.job.status_method and re.fullmatch(status_re, path):
+            return True
+    if tool.batch is not None:
+        return (method, path) == (tool.batch.method, tool.batch.path)
+    return (method, path) == (tool.method, tool.path)
 
 
 def _strings(value: Any) -> set[str]:
