@@ -162,22 +162,29 @@ class Contract(_Strict):
 
 @cache
 def contracts() -> dict[str, Contract]:
-    """Every contract file, by provider (its file name)."""
+    """Every contract file, by its name (the preset's: ``<preset>.toml``)."""
     found: dict[str, Contract] = {}
     for path in sorted(HERE.glob("*.toml")):
-        contract = Contract.model_validate(tomllib.loads(path.read_text()))
-        assert contract.provider == path.stem, f"{path.name} names provider {contract.provider!r}"
-        found[path.stem] = contract
+        found[path.stem] = Contract.model_validate(tomllib.loads(path.read_text()))
     return found
 
 
+def contract_of(tool_id: str) -> Contract:
+    """The contract (file) documenting ``tool_id``."""
+    for contract in contracts().values():
+        if tool_id in contract.tools:
+            return contract
+    raise KeyError(f"no contract documents tool {tool_id!r}")
+
+
 def tool_contracts() -> dict[str, tuple[str, ToolContract]]:
-    """Every contracted tool: its provider and its contract."""
-    return {
-        tool_id: (provider, tool)
-        for provider, contract in contracts().items()
-        for tool_id, tool in contract.tools.items()
-    }
+    """Every contracted tool: its provider (the catalog's name) and its contract."""
+    found: dict[str, tuple[str, ToolContract]] = {}
+    for contract in contracts().values():
+        for tool_id, tool in contract.tools.items():
+            assert tool_id not in found, f"two contracts document tool {tool_id!r}"
+            found[tool_id] = (contract.provider, tool)
+    return found
 
 
 @cache

@@ -89,7 +89,8 @@ class ContractServer:
     def answer(self, tool_id: str, answer_name: str, *, alone: bool = True) -> None:
         """From now on, ``tool_id`` answers its documented ``answer_name``; ``alone``: its
         provider's other tools answer nothing (every request is judged as this tool's)."""
-        for provider, contract in contracts().items():
+        for contract in contracts().values():
+            provider = contract.provider
             if tool_id in contract.tools:
                 tool = contract.tools[tool_id]
                 scenario = _Scenario(tool_id, tool, tool.answers[answer_name])

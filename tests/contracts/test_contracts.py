@@ -19,7 +19,7 @@ from playline.calls.http import ProviderClient
 from tests.contracts.calls import call
 from tests.contracts.contract import (
     cases,
-    contracts,
+    contract_of,
     preset_catalog,
     preset_tools,
     tool_contracts,
@@ -67,7 +67,7 @@ def test_the_preset_is_written_to_the_documented_endpoint(tool_id: str) -> None:
     provider_name, contract = tool_contracts()[tool_id]
     _, tool, provider = preset_tools()[tool_id]
     assert tool.provider == provider_name
-    assert provider.base_url == contracts()[provider_name].base_url
+    assert provider.base_url == contract_of(tool_id).base_url
     assert provider.auth is not None
     assert contract.auth.query is None, "the catalog sends keys in headers only"
     assert provider.auth.header.lower() == (contract.auth.header or "").lower()

@@ -101,7 +101,8 @@ async def test_every_preset_tool_runs_in_a_play_against_its_documents(
     rows = list(csv.DictReader(io.StringIO(exported.decode())))
     for tool_id in tools:
         _, value = expected_value(tool_id)
-        assert {row[tool_id] for row in rows} == {str(value)}, tool_id
+        shown = value if isinstance(value, str) else json.dumps(value)  # as a CSV cell
+        assert {row[tool_id] for row in rows} == {shown}, tool_id
     # Both rows send the same input: one call per tool, answered once, billed once.
     services = await Services.open(Settings.from_env(home=home))
     try:
