@@ -7,4 +7,9 @@ records match the vendor's invoice. Every entry cites the page it was written fr
 in ``source``, and the comments say what the docs left out (and what was assumed).
 The local provider server answers in each vendor's shape under ``/<vendor>`` so the
 presets are tested over real HTTP (``tests/integration/test_presets.py``).
+
+``waterfalls.toml`` declares no provider: it names waterfalls (work email, verified work
+email, mobile phone) over the other presets' tools, so it is included together with
+them. ``pending/`` holds presets written from their providers' docs that the catalog
+cannot express yet (their keys travel only in the query string); they are not shipped.
 """
