@@ -168,8 +168,9 @@ class PlaylinePlugin(SimplePlugin):
         ]
         client = config["client"]
         identity = config.get("identity") or client.identity
+        columns = {name: plays[name].required_columns for name in names}
         publishing = asyncio.ensure_future(
-            publish_plays(client, config["task_queue"], identity, names, _version())
+            publish_plays(client, config["task_queue"], identity, names, _version(), columns)
         )
         try:
             await super().run_worker(worker, next)

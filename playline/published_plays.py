@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -25,7 +26,7 @@ from temporalio.service import RPCError
 
 from playline.workflows.registry import PlaysRegistry, PublishedPlays, WorkerPlays, registry_id
 
-__all__ = ["QueuePlays", "publish_plays", "read_published_plays"]
+__all__ = ["QueuePlays", "publish_plays", "queue_plays", "read_published_plays"]
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,22 @@ READ_TIMEOUT = 2.0
 
 
 async def publish_plays(
-    client: Client, task_queue: str, identity: str, plays: list[str], version: str = ""
+    client: Client,
+    task_queue: str,
+    identity: str,
+    plays: list[str],
+    version: str = "",
+    columns: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
-    """Tell the task queue's registry this worker's plays (starting it if need be)."""
-    worker = WorkerPlays(identity=identity, plays=sorted(plays), at=time.time(), version=version)
+    """Tell the task queue's registry this worker's plays (starting it if need be), with
+    the required columns of those that declare some."""
+    worker = WorkerPlays(
+        identity=identity,
+        plays=sorted(plays),
+        at=time.time(),
+        version=version,
+        columns={play: list(cols) for play, cols in (columns or {}).items() if cols},
+    )
     try:
         await client.start_workflow(
             PlaysRegistry.run,
@@ -64,6 +77,10 @@ class QueuePlays:
     live: list[str] = field(default_factory=list)
     #: workers that published plays but do not poll now (stopped, or on another queue)
     gone: list[str] = field(default_factory=list)
+    #: play name -> its declared required columns (``[]``: none), as the live worker
+    #: that started last says; a play is absent when no live worker with it published
+    #: columns (an older playline)
+    columns: dict[str, list[str]] = field(default_factory=dict)
 
 
 async def _pollers(client: Client, task_queue: str) -> list[str]:
@@ -92,6 +109,12 @@ async def read_published_plays(
         )
     except (RPCError, TimeoutError, RuntimeError):
         return None
+    return queue_plays(task_queue, live, published)
+
+
+def queue_plays(task_queue: str, live: list[str], published: PublishedPlays) -> QueuePlays | None:
+    """What the registry holds, kept to the workers polling now (``live``); ``None`` when
+    none of them published (they run an older playline)."""
     found = QueuePlays(task_queue, live=sorted(live))
     for identity, worker in sorted(published.workers.items()):
         if identity not in live:
@@ -99,6 +122,11 @@ async def read_published_plays(
             continue
         for play in worker.plays:
             found.plays.setdefault(play, []).append(identity)
+    # Workers of two versions of a play may disagree: the one that started last wins.
+    for worker in sorted(published.workers.values(), key=lambda w: w.at):
+        if worker.identity in live and worker.columns is not None:
+            for play in worker.plays:
+                found.columns[play] = list(worker.columns.get(play, []))
     if not any(identity in live for identity in published.workers):
         return None  # the workers polling now have not published (an older playline)
     return found

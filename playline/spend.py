@@ -7,10 +7,12 @@ the tally itself is built by :mod:`playline.calls.provenance` from cells' proven
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "ALWAYS_SHOWN",
     "NO_STEP",
     "TERMS",
     "account_lines",
@@ -72,8 +74,17 @@ TERMS: tuple[tuple[str, str], ...] = (
 )
 
 
+def _figure(value: Any) -> str:
+    """A count or credits as written: ``1218``, ``1.5``, ``1234567`` (never ``1.23e+06``:
+    the figure is compared with the provider's ledger)."""
+    number = float(value or 0)
+    if number.is_integer():
+        return str(int(number))
+    return f"{number:.6f}".rstrip("0").rstrip(".")
+
+
 def _cells(counts: Mapping[str, Any]) -> list[str]:
-    return [f"{float(counts.get(term) or 0):g}" for term, _ in TERMS]
+    return [_figure(counts.get(term)) for term, _ in TERMS]
 
 
 def account_lines(accounts: Mapping[str, Any]) -> list[str]:
@@ -92,16 +103,35 @@ def account_lines(accounts: Mapping[str, Any]) -> list[str]:
     ]
 
 
+#: Terms every account shows, even at 0 (the ones that equal the provider's ledger);
+#: the others only when they count something.
+ALWAYS_SHOWN = ("requests", "charged", "credits")
+#: What Markdown would read as markup in a provider's name.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~-])")
+
+
 def account_markdown(accounts: Mapping[str, Any]) -> list[str]:
-    """The accounts as a Markdown table (the Temporal UI's current details)."""
+    """The accounts as Markdown for the Temporal UI's current details: a heading line,
+    then one list item per provider, ``**acme**: 472 requests · 472 charged · 708
+    credits``.
+
+    A list, not a table: the UI renders Markdown tables without cell padding or
+    scrolling, so a table's headings ran together ("requestschargedreplays") and its
+    last columns were cut off in a narrow panel. A list item wraps like any text; terms
+    at 0 other than ``ALWAYS_SHOWN`` are left out, so the items stay short.
+    """
     if not accounts:
         return []
-    lines = [
-        "| provider | " + " | ".join(heading for _, heading in TERMS) + " |",
-        "|---|" + "---:|" * len(TERMS),
-    ]
+    lines = ["**accounts with the providers**", ""]
     for provider in sorted(accounts):
-        lines.append(f"| {provider} | " + " | ".join(_cells(accounts[provider])) + " |")
+        counts = accounts[provider]
+        terms = [
+            f"{_figure(counts.get(term))} {heading}"
+            for term, heading in TERMS
+            if term in ALWAYS_SHOWN or float(counts.get(term) or 0)
+        ]
+        name = _MARKDOWN_SPECIAL.sub(r"\\\1", provider)
+        lines.append(f"- **{name}**: " + " · ".join(terms))
     return lines
 
 

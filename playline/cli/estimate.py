@@ -16,9 +16,13 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from rich.markup import escape
+
 from playline.calls.estimate_tally import Estimate, EstimateTotals
-from playline.cli.render import out, print_json
+from playline.cli.input_columns import check_input_columns
+from playline.cli.render import console, out, print_json
 from playline.cli.starting import (
+    EXIT_REFUSED,
     Launch,
     add_play_flags,
     play_input,
@@ -186,6 +190,11 @@ async def cmd_estimate(args: argparse.Namespace, settings: Settings) -> int:
     input = play_input(args)
     client = await connect(settings=settings)
     if args.csv:
+        # A file the run would refuse is refused here too, before it is uploaded.
+        refused = await check_input_columns(client, args.play, args.task_queue, args.csv)
+        if refused is not None:
+            console.print(f"[red]error:[/] {escape(refused)}", highlight=False)
+            return EXIT_REFUSED
         input["csv_path"] = await upload_input_csv(args.csv, settings)
     launch = Launch(client, settings, args.play, input, options, args.task_queue)
     found = await estimate(launch, workflow_id=args.id, quiet=args.json)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -60,6 +61,7 @@ async def cmd_plays(args: argparse.Namespace, settings: Settings) -> int:
             "module": cls.__module__,
             "input": cls.input_model.__name__,
             "input_fields": list(cls.input_model.model_fields),
+            "required_columns": list(cls.required_columns),
         }
         for name, cls in sorted(registered_plays().items())
     }
@@ -79,7 +81,12 @@ async def cmd_plays(args: argparse.Namespace, settings: Settings) -> int:
                 else {
                     "live": workers.live,
                     "plays": [
-                        {"play": play, "workers": identities}
+                        {
+                            "play": play,
+                            "workers": identities,
+                            # None: the workers did not say (an older playline)
+                            "required_columns": workers.columns.get(play),
+                        }
                         for play, identities in sorted(workers.plays.items())
                     ],
                 },
@@ -94,7 +101,12 @@ async def cmd_plays(args: argparse.Namespace, settings: Settings) -> int:
     out().print("[bold]registered here[/] (imported: the demo and --plays modules)")
     for info in registered.values():
         fields = ", ".join(info["input_fields"])
-        out().print(f"  {info['play']:<24} {info['module']}  input {info['input']}({fields})")
+        out().print(
+            f"  {info['play']:<24} {info['module']}  input {info['input']}({fields})"
+            + columns_text(info["required_columns"]),
+            markup=False,
+            highlight=False,
+        )
     if args.local:
         return 0
     out().print(
@@ -127,7 +139,16 @@ def print_workers(task_queue: str, workers: QueuePlays | None) -> None:
     )
     for play, identities in sorted(workers.plays.items()):
         shown = "all of them" if len(identities) == count else ", ".join(identities)
-        out().print(f"  {play:<24} {shown}")
+        out().print(
+            f"  {play:<24} {shown}" + columns_text(workers.columns.get(play)),
+            markup=False,
+            highlight=False,
+        )
+
+
+def columns_text(columns: Sequence[str] | None) -> str:
+    """``  requires columns id, domain`` for a play that declares required columns."""
+    return f"  requires columns {', '.join(columns)}" if columns else ""
 
 
 async def _seen_on_namespace(client: Client) -> tuple[dict[str, dict[str, Any]], str | None]:

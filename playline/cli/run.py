@@ -1,8 +1,9 @@
 """``playline run``: start a play, follow it, print its summary (or ``--json``), export it.
 
 Every way a run can go wrong ends in one line: a play name that is a typo of a
-known play is refused before anything is uploaded or started (exit 2), and a play
-no worker knows is terminated within seconds with the plays that do exist; a
+known play, or a ``--csv`` whose header lacks a column the play declares, is refused
+before anything is uploaded or started (exit 2), and a play no worker knows is
+terminated within seconds with the plays that do exist; a
 duplicate id names the existing run; a Temporal restart while following a play is
 ridden out for ``--reconnect-timeout`` seconds, and giving up says the play may
 still be running and how to follow it; a failed play prints its root cause.
@@ -10,7 +11,8 @@ still be running and how to follow it; a failed play prints its root cause.
 Exit codes (the README's "Exit codes" says the same): 0 the play completed; 1 it
 failed, or the command did (bad input, Temporal unreachable, an unknown play ended by
 the workers...); 2 refused before anything started (a usage error, ``--confirm-over``,
-a mistyped play name); 3 the play completed but rows failed, see :func:`rows_failed`.
+a mistyped play name, a ``--csv`` without a column the play requires); 3 the play
+completed but rows failed, see :func:`rows_failed`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from playline.cli.audit import read_audit
 from playline.cli.estimate import estimate, refusal, within
 from playline.cli.follow import follow
+from playline.cli.input_columns import check_input_columns
 from playline.cli.render import (
     RunDocument,
     console,
@@ -45,6 +48,7 @@ from playline.cli.render import (
 )
 from playline.cli.spend import store_spend
 from playline.cli.starting import (
+    EXIT_REFUSED,
     Launch,
     check_play_name,
     play_input,
@@ -71,8 +75,6 @@ PERMANENT = {
 }
 
 
-#: Refused before anything was uploaded or started (as argparse's usage errors).
-EXIT_REFUSED = 2
 #: The play completed, but no row succeeded (or, with ``--fail-on-row-errors``, a row
 #: failed): a cron job must not read it as a success.
 EXIT_ROWS_FAILED = 3
@@ -279,6 +281,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     options = run_options(args)
     input = play_input(args)
     client = await connect(settings=settings)
+    checked = None
     if not getattr(args, "no_play_check", False):
         # Before anything is uploaded or started: a mistyped name leaves nothing behind.
         checked = await check_play_name(client, args.play, args.task_queue)
@@ -288,6 +291,18 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         if checked.warning is not None:
             console.print(f"[yellow]warning:[/] {escape(checked.warning)}", highlight=False)
     if args.csv:
+        # So is a file without the columns the play requires: its header, read here.
+        refused = await check_input_columns(
+            client,
+            args.play,
+            args.task_queue,
+            args.csv,
+            checked.published if checked else None,
+            asked=checked is not None,
+        )
+        if refused is not None:
+            console.print(f"[red]error:[/] {escape(refused)}", highlight=False)
+            return EXIT_REFUSED
         input["csv_path"] = await upload_input_csv(args.csv, settings)
     launch = Launch(client, settings, args.play, input, options, args.task_queue)
     if getattr(args, "confirm_over", None) is not None and not args.yes:

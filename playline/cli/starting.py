@@ -47,6 +47,9 @@ from playline.stores.backends import open_stores
 from playline.worker import import_plays
 from playline.workflows.play import registered_plays
 
+#: ``run``'s and ``estimate``'s exit when they refuse before anything was uploaded or
+#: started (as argparse's usage errors).
+EXIT_REFUSED = 2
 #: The SDK's message when a worker is asked to run a workflow type it lacks.
 NOT_REGISTERED = "is not registered on this worker"
 #: Failed workflow-task attempts of "not registered" before the run is ended: a fleet
@@ -265,6 +268,8 @@ class PlayCheck:
     known: list[str] = field(default_factory=list)
     refusal: str | None = None
     warning: str | None = None
+    #: what the workers on the task queue published (``None``: nobody answered)
+    published: QueuePlays | None = None
 
 
 async def check_play_name(client: Client, play: str, task_queue: str) -> PlayCheck:
@@ -280,8 +285,8 @@ async def check_play_name(client: Client, play: str, task_queue: str) -> PlayChe
     name is started, with a warning when it resembles known plays, and left to
     :func:`refuse_unknown_play`.
     """
-    check = PlayCheck(play)
     published = await read_published_plays(client, task_queue)
+    check = PlayCheck(play, published=published)
     if published is not None:
         return _against_published(check, published)
     import_plays(())

@@ -41,7 +41,10 @@ __all__ = [
     "RowFile",
     "cell_text",
     "check_required_columns",
+    "column_hint",
+    "header_text",
     "inert_formula",
+    "missing_columns",
     "open_csv",
     "read_csv",
     "scan_csv",
@@ -63,22 +66,49 @@ _COLUMN_NAME = re.compile(r"[\w .-]{1,32}")
 def check_required_columns(name: str, columns: Sequence[str], required: Sequence[str]) -> None:
     """``InvalidPlayInput`` naming each required column the header lacks, with the
     header's column most like it (``company_domain``: did you mean ``domain``?)."""
-    missing = [c for c in required if c not in columns]
+    missing = missing_columns(columns, required)
     if not missing:
         return
     hints = []
-    # Only names that look like column names are offered: a header that is really a
-    # secrets file's first line must not be quoted back (see header_summary).
-    named = [c for c in columns if _COLUMN_NAME.fullmatch(c)]
     for column in missing:
-        close = difflib.get_close_matches(column.lower(), [c.lower() for c in named], n=1)
-        if close:
-            actual = next(c for c in named if c.lower() == close[0])
-            hints.append(f"{column!r}: did you mean {actual!r}?")
+        close = column_hint(column, columns)
+        if close is not None:
+            hints.append(f"{column!r}: did you mean {close!r}?")
     hint = f" ({'; '.join(hints)})" if hints else ""
     raise InvalidPlayInput(
         f"{name}: missing required column(s) {missing}{hint}; {header_summary(columns)}"
     )
+
+
+def missing_columns(columns: Sequence[str], required: Sequence[str]) -> list[str]:
+    """The required columns the header lacks, in the order they were required."""
+    return [c for c in required if c not in columns]
+
+
+def column_hint(column: str, columns: Sequence[str]) -> str | None:
+    """The header's column most like ``column`` (case ignored), if one is close.
+
+    Only names that look like column names are offered: a header that is really a
+    secrets file's first line must not be quoted back (see ``header_summary``)."""
+    named = [c for c in columns if _COLUMN_NAME.fullmatch(c)]
+    close = difflib.get_close_matches(column.lower(), [c.lower() for c in named], n=1)
+    if not close:
+        return None
+    return next(c for c in named if c.lower() == close[0])
+
+
+def header_text(columns: Sequence[str]) -> str:
+    """The whole header, for a message shown only to the user who gave the file (the
+    CLI's checks before an upload): ``the header has 3 columns: 'id', 'name', 'domain'``.
+
+    A name that does not look like a column name (too long, odd characters: a
+    secrets file's first line) is described, not quoted."""
+    count = len(columns)
+    shown = [
+        repr(c) if _COLUMN_NAME.fullmatch(c) else f"<a {len(c)}-character name, not shown>"
+        for c in columns
+    ]
+    return f"the header has {count} column{'' if count == 1 else 's'}: {', '.join(shown)}"
 
 
 def _nul_refused(name: str, line: int) -> InvalidPlayInput:

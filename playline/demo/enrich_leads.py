@@ -77,9 +77,11 @@ async def title(row: Mapping[str, Any], rc: RowContext) -> Any:
     return person.get("title")
 
 
-@play(name="enrich_leads")
+@play(name="enrich_leads", required_columns=REQUIRED_COLUMNS)
 async def enrich_leads(ctx: PlayContext, input: EnrichLeadsInput) -> EnrichLeadsOutput:
-    leads = await ctx.csv("leads", input.csv_path, required_columns=REQUIRED_COLUMNS)
+    # Checked for REQUIRED_COLUMNS: by `playline run --csv` before it uploads the file,
+    # and here as it is loaded.
+    leads = await ctx.csv("leads", input.csv_path)
     enriched = await (
         ctx.dataset("enriched_leads", leads)
         .with_column("company_name", company_name)

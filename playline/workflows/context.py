@@ -105,6 +105,8 @@ class PlayContext:
         self._memo = memo
         self._rows_finished = 0
         self._sources: dict[str, str] = {}  # source dataset id -> the file it was loaded from
+        self._input_csv: str | None = None  # the play input's csv_path
+        self._declared_columns: tuple[str, ...] = ()  # what @play says it must have
         self._upserted: dict[str, Any] = {}
 
     def _unique(self, kind: str, key: str) -> str:
@@ -116,10 +118,23 @@ class PlayContext:
 
     # -- datasets -----------------------------------------------------------
 
+    def declare_input_csv(self, path: str | None, required_columns: Sequence[str]) -> None:
+        """The play input's ``csv_path`` and the columns ``@play(required_columns=...)``
+        declares for it (what :meth:`csv` checks when it loads that file untold)."""
+        self._input_csv = path
+        self._declared_columns = tuple(required_columns)
+
     async def csv(
-        self, key: str, path: str, *, required_columns: Sequence[str] = ()
+        self, key: str, path: str, *, required_columns: Sequence[str] | None = None
     ) -> DatasetHandle:
-        """Load a CSV file (on the worker) into the sheet store; returns a handle."""
+        """Load a CSV file (on the worker) into the sheet store; returns a handle.
+
+        ``required_columns`` are the columns its header must have; without them, the
+        play's input CSV (``path`` is the input's ``csv_path``) is checked for the
+        columns ``@play(required_columns=...)`` declares, and any other file for none.
+        """
+        if required_columns is None:
+            required_columns = self._declared_columns if path == self._input_csv else ()
         self.state.phase = f"loading {key}"
         self.publish()
         ref = await workflow.execute_activity_method(

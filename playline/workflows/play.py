@@ -1,11 +1,17 @@
 """``@play``: declare a play; each play becomes its own Temporal workflow type.
 
 ```python
-@play(name="enrich_leads")
+@play(name="enrich_leads", required_columns=["email"])
 async def enrich_leads(ctx: PlayContext, input: EnrichLeadsInput) -> EnrichLeadsOutput:
-    leads = await ctx.csv("leads", input.csv_path, required_columns=["email"])
+    leads = await ctx.csv("leads", input.csv_path)  # checked for "email"
     ...
 ```
+
+``required_columns`` declares what the play's CSV (its input's ``csv_path``) must
+have, where a client can read it before it runs the play: ``playline run --csv`` checks
+the file's header on the user's machine and refuses it before any upload, and the
+workers publish each play's declaration with its name (``playline plays list``).
+Inside the play ``ctx.csv`` checks the same columns when it loads that file.
 
 The decorator returns a workflow class that stands in the module under the
 function's name, which is what lets Temporal's sandbox re-import it. The workflow
@@ -21,7 +27,7 @@ time the workflow still decodes its input as plain JSON and validates it itself
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args, get_type_hints
 
@@ -91,6 +97,8 @@ class PlayWorkflow(Generic[InputT, OutputT]):
 
     play_name: str = ""
     play_fn: PlayFn
+    #: the columns the play's CSV (its input's ``csv_path``) must have
+    required_columns: tuple[str, ...] = ()
     input_model: type[BaseModel]
     output_type: Any = Any
 
@@ -137,6 +145,8 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             message = f"invalid input for play {self.play_name!r}: {problems}"
             ctx.end("failed", message)
             raise ApplicationError(message, type="InvalidPlayInput", non_retryable=True) from None
+        # A payload default only (what ``ctx.csv`` checks when not told): no command.
+        ctx.declare_input_csv(getattr(play_input, "csv_path", None), self.required_columns)
         if not registered and visible:
             ctx.log(
                 "playline's search attributes are not registered in this namespace: the "
@@ -436,7 +446,10 @@ _PLAYS: dict[str, type[PlayWorkflow[Any, Any]]] = {}
 
 
 def play(
-    name: str | None = None, *, input_model: type[BaseModel] | None = None
+    name: str | None = None,
+    *,
+    input_model: type[BaseModel] | None = None,
+    required_columns: Sequence[str] = (),
 ) -> Callable[
     [Callable[[PlayContext, InputT], Awaitable[OutputT]]], type[PlayWorkflow[InputT, OutputT]]
 ]:
@@ -444,7 +457,10 @@ def play(
 
     The input model is the annotation of the function's second parameter unless
     ``input_model`` is given; the output is its return annotation (a pydantic
-    model, or ``None``).
+    model, or ``None``). ``required_columns`` are the columns the play's CSV (its
+    input's ``csv_path``) must have: declared here, a client checks a file before it
+    uploads it (``playline run --csv``), and ``ctx.csv`` checks them when it loads
+    that file without a ``required_columns`` of its own.
     """
 
     def decorate(
@@ -453,6 +469,7 @@ def play(
         play_name = name or fn.__name__
         model = input_model or _input_model_of(fn)
         output = _output_type_of(fn)
+        columns = _declared_columns(play_name, model, required_columns)
 
         async def run(
             self: PlayWorkflow[Any, Any], input: Any, options: RunOptions | None = None
@@ -490,6 +507,7 @@ def play(
                 "play_fn": staticmethod(fn),
                 "input_model": model,
                 "output_type": output,
+                "required_columns": columns,
                 "__qualname__": fn.__qualname__,
                 "__module__": fn.__module__,
                 "__doc__": fn.__doc__,
@@ -502,6 +520,29 @@ def play(
         return defined
 
     return decorate
+
+
+def _declared_columns(
+    play_name: str, model: type[BaseModel], required_columns: Sequence[str]
+) -> tuple[str, ...]:
+    """``required_columns`` checked as the play is declared: names (not one string,
+    whose letters would each be a column), and an input with a ``csv_path`` to apply
+    them to."""
+    if isinstance(required_columns, str):
+        raise InvalidPlayInput(
+            f"play {play_name}: required_columns is a list of names, not one string "
+            f"(required_columns=[{required_columns!r}])"
+        )
+    columns = tuple(required_columns)
+    if any(not isinstance(c, str) or not c.strip() for c in columns):
+        raise InvalidPlayInput(f"play {play_name}: required_columns must be non-blank names")
+    if columns and "csv_path" not in model.model_fields:
+        raise InvalidPlayInput(
+            f"play {play_name}: required_columns are the columns of the input's csv_path, "
+            f"and {model.__name__} has no csv_path field; pass required_columns to "
+            "ctx.csv(...) instead"
+        )
+    return columns
 
 
 def _input_model_of(fn: Callable[..., Any]) -> type[BaseModel]:

@@ -40,6 +40,10 @@ class WorkerPlays(BaseModel):
     at: float
     #: the playline version it runs
     version: str = ""
+    #: each play's declared required columns (``@play(required_columns=...)``); a play
+    #: that declares none is absent. ``None``: a playline that did not publish them
+    #: (payloads and histories from before the field decode to it).
+    columns: dict[str, list[str]] | None = None
 
 
 class PublishedPlays(BaseModel):

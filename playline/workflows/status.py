@@ -177,10 +177,10 @@ def fresh_lines(stats: ChunkStats) -> list[str]:
 
 
 def _accounts(stats: ChunkStats) -> list[str]:
-    """The account with each provider as a table after the list (the terms:
-    ``playline.calls.accounting``)."""
-    table = account_markdown(stats.accounts)
-    return ["", *table] if table else []
+    """The account with each provider after the list, set apart by a blank line: one
+    item per provider (the terms: ``playline.calls.accounting``)."""
+    accounts = account_markdown(stats.accounts)
+    return ["", *accounts] if accounts else []
 
 
 def job_lines(stats: ChunkStats, now: datetime) -> list[str]:

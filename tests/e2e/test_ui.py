@@ -112,13 +112,76 @@ async def wait_for_texts(page: Any, *texts: str) -> str:
         await page.wait_for_timeout(250)
 
 
-async def shoot(page: Any, name: str, capsys: pytest.CaptureFixture[str]) -> Path:
+async def shoot(
+    page: Any, name: str, capsys: pytest.CaptureFixture[str], *, full_page: bool = True
+) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    await page.screenshot(path=str(path), full_page=True)
+    await page.screenshot(path=str(path), full_page=full_page)
     with capsys.disabled():
         print(f"\n  screenshot: {path.relative_to(REPO)}")
     return path
+
+
+#: For each list item of each frame: its text, and where its last line of text ends
+#: (``right``) against the width its document shows (``visible``) and the width it
+#: would need (``needed``: more than ``visible`` when something is cut off).
+ITEMS_JS = """() => Array.from(document.querySelectorAll('li')).map(li => {
+  const range = document.createRange();
+  range.selectNodeContents(li);
+  const rects = Array.from(range.getClientRects()).filter(r => r.width > 0);
+  const last = rects[rects.length - 1];
+  const doc = document.documentElement;
+  return {
+    text: li.innerText,
+    right: last ? last.right : -1,
+    visible: doc.clientWidth,
+    needed: doc.scrollWidth,
+    strong: Array.from(li.querySelectorAll('strong')).map(s => s.innerText),
+  };
+})"""
+
+
+async def list_items(page: Any) -> list[dict[str, Any]]:
+    """The list items of the page and of its frames, with where their text ends."""
+    items: list[dict[str, Any]] = []
+    for frame in page.frames:
+        try:
+            items += await frame.evaluate(ITEMS_JS)
+        except playwright.Error:  # a frame that went away while we read
+            continue
+    return items
+
+
+def figure(value: Any) -> str:
+    number = float(value or 0)
+    return str(int(number)) if number.is_integer() else f"{number:g}"
+
+
+async def assert_accounts_readable(page: Any, accounts: dict[str, dict[str, Any]]) -> None:
+    """Each provider's account is its own list item whose every term is a figure and
+    a word of its own, and the item's last term is on screen, not cut off."""
+    text = await wait_for_texts(page, "accounts with the providers")
+    # What a table without cell padding showed: headings run together.
+    assert "requestscharged" not in text and "providerrequests" not in text
+    items = {item["text"].split(":", 1)[0].strip(): item for item in await list_items(page)}
+    for provider, counts in sorted(accounts.items()):
+        item = items.get(provider)
+        assert item is not None, (provider, list(items))
+        assert item["strong"] == [provider]
+        terms = item["text"].split(":", 1)[1].split(" · ")
+        expected = [
+            f"{figure(counts.get('requests'))} requests",
+            f"{figure(counts.get('charged'))} charged",
+        ]
+        assert [t.strip() for t in terms[:2]] == expected, item["text"]
+        assert f"{figure(counts.get('credits'))} credits" in [t.strip() for t in terms]
+        for term in terms:  # a figure, then its words: "14 receipt hits"
+            number, _, words = term.strip().partition(" ")
+            assert float(number) >= 0 and words and not words[0].isdigit(), term
+        # The last term ends inside what the panel shows; nothing needs more width.
+        assert 0 < item["right"] <= item["visible"] + 1, item
+        assert item["needed"] <= item["visible"] + 1, item
 
 
 async def open_tab(page: Any, base: str, workflow_id: str, tab: str) -> None:
@@ -173,6 +236,20 @@ async def test_the_ui_shows_summary_current_details_and_the_failure_reason(
         )
         assert "No summary available" not in text
         await shoot(page, "play-metadata", capsys)
+        # The accounts with the providers, one readable item each, in a window as
+        # wide as this one and in a narrower one (where a table's last columns were
+        # cut off).
+        assert len(result.stats.accounts) >= 3
+        await assert_accounts_readable(page, result.stats.accounts)
+        await page.set_viewport_size({"width": 1024, "height": 1100})
+        await open_tab(page, base, demo.id, "User Metadata")
+        await assert_accounts_readable(page, result.stats.accounts)
+        for frame in page.frames:
+            heading = frame.get_by_text("accounts with the providers")
+            if await heading.count():
+                await heading.first.scroll_into_view_if_needed()
+        await shoot(page, "play-accounts-narrow", capsys, full_page=False)
+        await page.set_viewport_size({"width": 1400, "height": 1100})
 
         # The play's timeline: its own activities have summaries.
         await open_tab(page, base, demo.id, "Timeline")

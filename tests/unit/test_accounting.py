@@ -117,10 +117,17 @@ def test_the_text_table_has_one_aligned_row_per_provider() -> None:
     assert account_lines({}) == []
 
 
-def test_the_markdown_table_follows_the_ui_details_list() -> None:
-    table = account_markdown(ACCOUNTS)
-    assert table[0].startswith("| provider | requests | charged | replays | receipt hits |")
-    assert table[2] == "| acme | 102 | 100 | 2 | 4 | 0 | 0 | 150 | 0 |"
+def test_the_ui_accounts_are_one_list_item_per_provider_after_the_details_list() -> None:
+    accounts = account_markdown(ACCOUNTS)
+    # A list, not a table: the UI renders tables without cell padding (headings ran
+    # together) and cuts a wide one off; a list item wraps.
+    assert not any("|" in line for line in accounts)
+    assert accounts == [
+        "**accounts with the providers**",
+        "",
+        "- **acme**: 102 requests · 100 charged · 2 replays · 4 receipt hits · 150 credits",
+        "- **firmo**: 12 requests · 10 charged · 30 shared · 5 credits · 1.5 saved",
+    ]
     state = DatasetRunState(
         dataset="leads",
         rows_total=10,
@@ -130,8 +137,15 @@ def test_the_markdown_table_follows_the_ui_details_list() -> None:
         stats=ChunkStats(accounts=ACCOUNTS),
     )
     text = dataset_current_details(state, datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
-    # After the list, set apart by a blank line, so Markdown renders it as a table.
-    assert text.endswith("- updated 03:04:05 UTC\n\n" + "\n".join(table))
+    # After the list, set apart by a blank line, so Markdown starts a new block.
+    assert text.endswith("- updated 03:04:05 UTC\n\n" + "\n".join(accounts))
+
+
+def test_the_ui_accounts_keep_the_ledger_terms_at_zero_and_escape_names() -> None:
+    accounts = account_markdown({"data_co-2": {"requests": 1234567}})
+    # Exact figures (not 1.23457e+06); requests, charged and credits even at 0.
+    assert accounts[-1] == r"- **data\_co\-2**: 1234567 requests · 0 charged · 0 credits"
+    assert account_markdown({}) == []
 
 
 def test_the_run_summary_prints_the_accounts(monkeypatch: pytest.MonkeyPatch) -> None:
