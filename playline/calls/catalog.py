@@ -111,10 +111,14 @@ DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 
 
 class AuthSpec(BaseModel):
-    """Where a provider's API key(s) come from and which header carries them.
+    """Where a provider's API key(s) come from and where a request carries them.
 
     ``env`` names one environment variable, or several for a provider used
-    with several keys (accounts).
+    with several keys (accounts). The key goes in a header (``header``, by default
+    ``Authorization``) or, for a provider that documents no header, in a query
+    parameter (``query``): exactly one of the two. A key in the query string is part
+    of the request's URL, so every URL playline logs or quotes is scrubbed of it
+    (see :mod:`playline.calls.http`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -125,7 +129,17 @@ class AuthSpec(BaseModel):
         "each key is paced on its own (`<provider>:key=<VARIABLE>`); the key itself is never "
         "logged or stored"
     )
-    header: str = Field(default="Authorization", description="the request header carrying the key")
+    header: str | None = Field(
+        default=None,
+        description="the request header carrying the key (unset, and no `query`: `Authorization`)",
+    )
+    query: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the query parameter carrying the key instead of a header, for a provider "
+        "that documents no header (ZeroBounce's `api_key`); never with `header` or `scheme`; "
+        "the key is scrubbed from every URL playline logs",
+    )
     scheme: str | None = Field(
         default=None,
         description='a word sent before the key in the header (e.g. "Bearer"); unset sends '
@@ -137,6 +151,21 @@ class AuthSpec(BaseModel):
         description="the account the key(s) belong to: receipts are scoped by it instead of by "
         "the key values, so a rotated or added key keeps them (unset: scoped by the keys)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_place(cls, data: Any) -> Any:
+        """The key goes in a header or in the query, never both; the header by default."""
+        if not isinstance(data, Mapping):
+            return data
+        if data.get("query") is not None:
+            if data.get("header") is not None or data.get("scheme") is not None:
+                raise ValueError(
+                    "auth names a query parameter and a header (or scheme); the key goes in "
+                    "exactly one of them"
+                )
+            return data
+        return data if data.get("header") is not None else {**data, "header": "Authorization"}
 
     @model_validator(mode="after")
     def _check_env(self) -> AuthSpec:
@@ -772,6 +801,12 @@ class Catalog(BaseModel):
                     f"tool {tool.id!r} names provider {tool.provider!r}, which the catalog "
                     f"does not declare (declared: {sorted(self.providers)})"
                 )
+            auth = self.providers[tool.provider].auth
+            if auth is not None and auth.query is not None and auth.query in tool.input:
+                raise ValueError(
+                    f"tool {tool.id!r} has an input field {auth.query!r}, the query parameter "
+                    f"provider {tool.provider!r} takes its API key in; rename the field"
+                )
         for name, waterfall in self.waterfalls.items():
             unknown = [t for t in waterfall.tools() if t not in self.tools]
             if unknown:
@@ -842,6 +877,12 @@ class Catalog(BaseModel):
         if spec.key_pacing is None and len(envs) < 2:
             return []
         return [key_pacing_key(provider, env) for env in envs]
+
+    def key_parameters(self) -> list[str]:
+        """The query parameters providers take their keys in (``auth.query``)."""
+        return sorted(
+            {spec.auth.query for spec in self.providers.values() if spec.auth and spec.auth.query}
+        )
 
     def secret_variables(self) -> list[str]:
         """Every environment variable that holds an API key, over all providers."""

@@ -6,11 +6,13 @@ sends it, and turns every outcome into either a JSON result or a typed
 ``ProviderError``, together with what the response said about the provider's
 limits (:class:`~playline.pacing.headers.RateLimitReport`) for the governor.
 
-API keys are read at call time and placed only in the request header. A
-provider's response text can echo them (a 401 body quoting the key it got), so
-every piece of response text that reaches an error message passes through a
-:class:`SecretScrubber` holding every key value of every provider in the
-catalog first.
+API keys are read at call time and placed only in the request: in its header, or
+in its query string for a provider that documents no header (``auth.query``); then
+the URL holds the key, and the HTTP libraries' logs are scrubbed of it
+(:mod:`playline.calls.log_scrub`). A provider's response text can echo a key (a 401
+body quoting the key it got), so every piece of response text that reaches an error
+message passes through a :class:`SecretScrubber` holding every key value of every
+provider in the catalog first. No message here quotes a request's URL.
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ import asyncio
 import hashlib
 import json
 import time
-import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ import httpx
 
 from playline.calls.billing import parse_reported
 from playline.calls.catalog import Catalog, ToolSpec
+from playline.calls.log_scrub import REDACTED, SecretScrubber, scrub_http_logs
 from playline.errors import (
     MissingApiKey,
     ProviderRateLimited,
@@ -38,44 +40,15 @@ from playline.errors import (
 from playline.pacing.headers import RateLimitReport, parse_rate_limit
 from playline.pacing.headers import parse_retry_after as _parse_retry_after
 
-__all__ = ["Exchange", "ProviderClient", "SecretScrubber", "parse_retry_after"]
+__all__ = ["REDACTED", "Exchange", "ProviderClient", "SecretScrubber", "parse_retry_after"]
 
 #: How much of a rejected response's body an error message quotes.
 BODY_EXCERPT_CHARS = 300
-REDACTED = "[redacted]"
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date)."""
     return _parse_retry_after(value, now_wall=time.time() if now is None else now)
-
-
-class SecretScrubber:
-    """Replaces every known secret value (and its URL-encoded form) in a text.
-
-    Values shorter than 4 characters are not scrubbed: they would blank out
-    ordinary words, and no real API key is that short.
-    """
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        forms: set[str] = set()
-        for secret in secrets:
-            if len(secret) >= 4:
-                forms.add(secret)
-                forms.add(urllib.parse.quote(secret, safe=""))
-                forms.add(urllib.parse.quote_plus(secret))
-        # Longest first, so a key that contains another is replaced whole.
-        self._forms = sorted(forms, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for form in self._forms:
-            if form in text:
-                text = text.replace(form, REDACTED)
-        return text
-
-    def headers(self, headers: Mapping[str, str]) -> dict[str, str]:
-        """A copy of ``headers`` fit to log: secrets scrubbed from every value."""
-        return {name: self(value) for name, value in headers.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +103,9 @@ class ProviderClient:
         self.scrub = scrub or SecretScrubber(
             environ[name] for name in catalog.secret_variables() if environ.get(name)
         )
+        # httpx logs every request's URL at INFO: a key in the query string is scrubbed
+        # from it (by parameter name, and by value) before any handler sees it.
+        scrub_http_logs(catalog.key_parameters(), self.scrub)
 
     def auth_scope(self, tool: ToolSpec) -> str:
         """A digest naming the account(s) a call is made under, without revealing a key.
@@ -151,12 +127,18 @@ class ProviderClient:
             scope = self._scopes[tool.provider] = hashlib.sha256(material.encode()).hexdigest()[:16]
         return scope
 
-    def _headers(self, tool: ToolSpec, idempotency_key: str, key_env: str | None) -> dict[str, str]:
+    def _credentials(
+        self, tool: ToolSpec, idempotency_key: str, key_env: str | None
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """The request's headers and the query parameters it carries the key in (empty
+        unless the provider's ``auth.query`` names one)."""
         provider = self._catalog.providers[tool.provider]
         headers = {"Idempotency-Key": idempotency_key, "Accept": "application/json"}
-        if provider.auth is not None:
-            env = key_env or provider.auth.envs[0]
-            if env not in provider.auth.envs:
+        params: dict[str, str] = {}
+        auth = provider.auth
+        if auth is not None:
+            env = key_env or auth.envs[0]
+            if env not in auth.envs:
                 raise ValueError(f"{env!r} is not one of {tool.provider!r}'s key variables")
             secret = self._env.get(env)
             if not secret:
@@ -164,15 +146,18 @@ class ProviderClient:
                     f"provider {tool.provider!r} needs an API key in ${env}; "
                     "set it in the worker's environment"
                 )
-            scheme = provider.auth.scheme
-            headers[provider.auth.header] = f"{scheme} {secret}" if scheme else secret
-        return headers
+            if auth.query is not None:
+                params[auth.query] = secret
+            else:
+                assert auth.header is not None  # AuthSpec fills it when query is unset
+                headers[auth.header] = f"{auth.scheme} {secret}" if auth.scheme else secret
+        return headers, params
 
     def check_auth(self, tool: ToolSpec) -> None:
         """Raise ``MissingApiKey`` now rather than at the first call."""
         provider = self._catalog.providers[tool.provider]
         for env in provider.key_envs() or (None,):
-            self._headers(tool, "check", env)
+            self._credentials(tool, "check", env)
 
     def key_choices(self, tool: ToolSpec) -> list[tuple[str, str]]:
         """``(pacing key, key variable)`` of each API key calls of ``tool`` may use.
@@ -209,7 +194,7 @@ class ProviderClient:
         """
         provider = self._catalog.providers[tool.provider]
         url = provider.resolved_base_url(self._env) + (path or tool.path)
-        headers = self._headers(tool, idempotency_key, key_env)
+        headers, key_params = self._credentials(tool, idempotency_key, key_env)
         timeout = self.timeout_s(tool)
         # Connecting (or waiting for a pooled connection) gives up a little before the
         # whole exchange's deadline, so a connection never made is told apart from an
@@ -218,12 +203,20 @@ class ProviderClient:
             timeout, connect=CONNECT_SHARE * timeout, pool=CONNECT_SHARE * timeout
         )
         if tool.method == "GET":
+            # The key last: an input never stands in for it (the catalog refuses an input
+            # field named as the key's parameter).
+            params = {**payload, **key_params} if key_params else payload
             request = self._http.build_request(
-                "GET", url, params=payload, headers=headers, timeout=phases
+                "GET", url, params=params, headers=headers, timeout=phases
             )
         else:
             request = self._http.build_request(
-                "POST", url, json=payload, headers=headers, timeout=phases
+                "POST",
+                url,
+                params=key_params or None,
+                json=payload,
+                headers=headers,
+                timeout=phases,
             )
         try:
             async with asyncio.timeout(timeout):

@@ -10,6 +10,6 @@ presets are tested over real HTTP (``tests/integration/test_presets.py``).
 
 ``waterfalls.toml`` declares no provider: it names waterfalls (work email, verified work
 email, mobile phone) over the other presets' tools, so it is included together with
-them. ``pending/`` holds presets written from their providers' docs that the catalog
-cannot express yet (their keys travel only in the query string); they are not shipped.
+them. ZeroBounce, NeverBounce and MillionVerifier take their keys in the query string
+(``auth.query``), which playline keeps out of every log.
 """

@@ -69,8 +69,8 @@ def test_the_preset_is_written_to_the_documented_endpoint(tool_id: str) -> None:
     assert tool.provider == provider_name
     assert provider.base_url == contract_of(tool_id).base_url
     assert provider.auth is not None
-    assert contract.auth.query is None, "the catalog sends keys in headers only"
-    assert provider.auth.header.lower() == (contract.auth.header or "").lower()
+    assert provider.auth.query == contract.auth.query
+    assert (provider.auth.header or "").lower() == (contract.auth.header or "").lower()
     assert provider.auth.scheme == contract.auth.scheme
     assert (tool.method, tool.path) == (contract.method, contract.path)
     assert (tool.batch is None, tool.job is None) == (

@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,11 +83,13 @@ def contracted(server: ContractServer, monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 async def test_every_preset_tool_runs_in_a_play_against_its_documents(
-    client, server, contracted, worker, task_queue, home, tmp_path
+    client, server, contracted, worker, task_queue, home, tmp_path, caplog
 ) -> None:
     tools = sorted(preset_tools())
     csv_path = tmp_path / "leads.csv"
     csv_path.write_text("lead_id\nL1\nL2\n")
+    caplog.set_level(logging.DEBUG)
+    workflow_id = f"t-contract-tools-{uuid.uuid4().hex[:8]}"
     async with worker(catalog_path=str(contracted)):
         result = await run(
             client,
@@ -93,6 +97,7 @@ async def test_every_preset_tool_runs_in_a_play_against_its_documents(
             {"csv_path": str(csv_path), "tools": tools},
             task_queue=task_queue,
             timeout_s=120,
+            workflow_id=workflow_id,
         )
     assert server.violations == [], "a request departs from its provider's documents"
     assert result.stats.rows_ok == 2 and result.stats.rows_failed == 0
@@ -116,3 +121,22 @@ async def test_every_preset_tool_runs_in_a_play_against_its_documents(
         by_provider[provider] = by_provider.get(provider, 0.0) + (found.credits or 0.0)
     for provider, credits in by_provider.items():
         assert spend.by_provider.get(provider, 0.0) == pytest.approx(credits), provider
+    # Keys sent in the query string (auth.query) reached their providers and nothing else:
+    # no log record (DEBUG included), no export, no history, no file of the store.
+    query_keyed = [
+        name for name, p in preset_catalog().providers.items() if p.auth and p.auth.query
+    ]
+    assert query_keyed, "no preset takes its key in the query string"
+    assert "HTTP Request: GET" in caplog.text, "the HTTP client's request lines were captured"
+    for name in query_keyed:
+        key = KEY_PREFIX + name
+        assert any(r["query"] for r in server.requests(name)), name
+        assert key not in caplog.text, name
+        assert key.encode() not in exported, name
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    history_text = history.to_json()
+    stored = [p.read_bytes() for p in Path(home).rglob("*") if p.is_file()]
+    for name in query_keyed:
+        key = KEY_PREFIX + name
+        assert key not in history_text, name
+        assert not any(key.encode() in blob for blob in stored), name
