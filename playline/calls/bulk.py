@@ -64,11 +64,16 @@ def split_results(tool: ToolSpec, response: Any, count: int) -> list[Any]:
     """The member results of a bulk response, in request order, or a provider error.
 
     With ``id_field``, results are matched by it and a member without one is a miss
-    (``None``): such providers list matches only. Otherwise a response with the wrong
+    (``None``): such providers list matches only; a ``None`` response (a status in the
+    tool's ``no_match_status``) is a miss of every member. Otherwise a response with the wrong
     number of results was answered (and maybe charged) but cannot be used:
     ``may_have_charged``.
     """
     assert tool.batch is not None
+    if response is None:
+        # The whole request answered with one of the tool's no_match_status: no member
+        # was found.
+        return [None] * count
     results = response.get(tool.batch.results_field) if isinstance(response, dict) else None
     if tool.batch.id_field is not None and isinstance(results, list):
         by_id = {

@@ -106,6 +106,8 @@ _FIELD_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool":
 Idempotency = Literal["key", "natural", "none"]
 #: Tools that may be re-sent after an ambiguous outcome without paying twice.
 RESEND_SAFE: frozenset[str] = frozenset({"key", "natural"})
+#: 4xx statuses about timing or limits, never "no match" (see ``ToolSpec.no_match_status``).
+NOT_A_MISS_STATUSES = frozenset({408, 409, 425, 429})
 #: The largest provider response body a call reads by default (a bulk answer included).
 DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 
@@ -645,6 +647,23 @@ class ToolSpec(BaseModel):
         default=None,
         description="the documentation the entry was written from (presets cite theirs)",
     )
+    no_match_status: tuple[int, ...] = Field(
+        default=(),
+        description='HTTP statuses (4xx) by which the provider answers "nothing found" '
+        "(People Data Labs' 404): such an answer is a miss, not an error; its result is "
+        "null, billed by the rule (0 for per_hit) and kept as a miss by `fresh_for`",
+    )
+
+    @field_validator("no_match_status")
+    @classmethod
+    def _no_match_status(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        for status in value:
+            if not 400 <= status < 500 or status in NOT_A_MISS_STATUSES:
+                raise ValueError(
+                    f"no_match_status {status} is not a status that can mean no match: name "
+                    "4xx statuses other than 408, 409, 425 and 429 (about timing or limits)"
+                )
+        return value
 
     @field_validator("fresh_for", mode="before")
     @classmethod
@@ -691,6 +710,11 @@ class ToolSpec(BaseModel):
     def _check_input_types(self) -> ToolSpec:
         if self.job is not None and self.batch is not None:
             raise ValueError(f"tool {self.id!r}: a job tool cannot also declare batch")
+        if self.job is not None and self.no_match_status:
+            raise ValueError(
+                f"tool {self.id!r}: a job tool's misses are in its results; no_match_status "
+                "is for single and bulk tools"
+            )
         for name, type_name in self.input.items():
             if type_name.rstrip("?") not in _FIELD_TYPES:
                 raise ValueError(

@@ -344,6 +344,10 @@ def _classify(exchange: Exchange) -> Any:
             status=status,
             retry_after_s=retry_after,
         )
+    if status in tool.no_match_status:
+        # The provider's documented "nothing found" (People Data Labs' 404): a miss, not
+        # an error. Its body is an error envelope, not a result: the result is null.
+        return None
     if status >= 400:
         # Scrub the whole body before cutting it, so no part of a key survives the cut.
         text = exchange.scrub(exchange.body.decode("utf-8", errors="replace"))

@@ -317,7 +317,14 @@ class JobDispatcher(QueueingDispatcher[_Queued]):
         assert spec is not None and job.job_id is not None
         path = spec.status_path.replace("{job_id}", quote(job.job_id, safe=""))
         status_tool = tool.model_copy(
-            update={"method": spec.status_method, "path": path, "job": None, "idempotency": "key"}
+            update={
+                "method": spec.status_method,
+                "path": path,
+                "job": None,
+                "idempotency": "key",
+                # A status answer is judged by the job's rules (its states), not the tool's.
+                "no_match_status": (),
+            }
         )
         outcome = await self._sender.send(
             Request(
