@@ -88,6 +88,7 @@ from pydantic import (
     model_validator,
 )
 
+from playline.calls.answer_errors import ErrorFieldSpec
 from playline.calls.billing import BillingSpec, Charge, bulk_charges, single_charge
 from playline.calls.waterfall_spec import WaterfallSpec
 from playline.errors import (
@@ -652,6 +653,15 @@ class ToolSpec(BaseModel):
         description='HTTP statuses (4xx) by which the provider answers "nothing found" '
         "(People Data Labs' 404): such an answer is a miss, not an error; its result is "
         "null, billed by the rule (0 for per_hit) and kept as a miss by `fresh_for`",
+    )
+
+    error_field: ErrorFieldSpec | None = Field(
+        default=None,
+        description="where a 2xx answer says the call failed, for providers that answer "
+        "errors with a 200 (NeverBounce's `status`, Findymail's `error`): "
+        '`{ field = "status", when = { throttle_triggered = "rate_limited" }, any = '
+        '"rejected", message = "message" }`; a string is a field any present value of '
+        "which rejects the call; such an answer is a provider error, not a result",
     )
 
     @field_validator("no_match_status")

@@ -179,7 +179,11 @@ def _by_hand() -> list[str]:
         " `idempotency` (`Catalog._fill_tool_ids`).",
         '- `tools.<name>.fresh_for` may be one duration (`"90d"`, seconds) for every'
         " answer instead of a table; its `rule` key is refused in a catalog.",
-        "- `providers.<name>.auth.env` may be one variable (a string) or a list of them.",
+        "- `providers.<name>.auth.env` may be one variable (a string) or a list of them;"
+        " `auth.header` is `Authorization` unless `auth.query` is set (exactly one of the"
+        " two carries the key).",
+        '- `tools.<name>.error_field` may be one field (`"error"`): any present value of it'
+        ' rejects the call (`{ field = "error", any = "rejected" }`).',
         "- `providers.<name>.plan` fills `pacing`, `key_pacing`, `credit_price` and `currency`"
         " from `plans.<plan>` where the provider table does not set them"
         " (`ProviderSpec._apply_plan`); an unknown plan, or plans without a `plan`, is an"
@@ -190,7 +194,9 @@ def _by_hand() -> list[str]:
         ' `s`, `m`, `h`, `d` or `w` (`"14d"`, `"12h"`).',
         "",
         "Checks across tables: a tool names a declared provider, a waterfall names declared"
-        " tools, a tool declares at most one of `batch` and `job`.",
+        " tools, a tool declares at most one of `batch` and `job`, a job tool has no"
+        " `no_match_status`, and no input field of a tool is named as its provider's"
+        " `auth.query`.",
     ]
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from playline.calls.answer_errors import answer_error
 from playline.calls.billing import parse_reported
 from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.log_scrub import REDACTED, SecretScrubber, scrub_http_logs
@@ -363,7 +364,7 @@ def _classify(exchange: Exchange) -> Any:
         # NaN and Infinity (which JSON does not have) become null, so a paid answer
         # can be stored; nesting deep enough to exhaust the parser is not JSON either.
         text = exchange.scrub(exchange.body.decode("utf-8", errors="replace"))
-        return json.loads(text, parse_constant=_no_constant)
+        answer = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         # The provider answered (and likely charged) but the body is unusable.
         raise ProviderTransientError(
@@ -372,6 +373,14 @@ def _classify(exchange: Exchange) -> Any:
             status=status,
             may_have_charged=True,
         ) from None
+    if tool.error_field is not None:
+        # An error answered with a 2xx (NeverBounce's `status: throttle_triggered`).
+        error = answer_error(
+            tool.error_field, answer, tool_id=tool.id, provider=tool.provider, status=status
+        )
+        if error is not None:
+            raise error
+    return answer
 
 
 def _no_constant(name: str) -> None:

@@ -324,6 +324,7 @@ class JobDispatcher(QueueingDispatcher[_Queued]):
                 "idempotency": "key",
                 # A status answer is judged by the job's rules (its states), not the tool's.
                 "no_match_status": (),
+                "error_field": None,
             }
         )
         outcome = await self._sender.send(

@@ -98,7 +98,14 @@ async def _job(
         return Observed("transient", error=f"the submit's answer has no job id at {spec.job_id!r}")
     path = spec.status_path.replace("{job_id}", quote(job_id, safe=""))
     status_tool = tool.model_copy(
-        update={"method": spec.status_method, "path": path, "job": None, "idempotency": "key"}
+        update={
+            "method": spec.status_method,
+            "path": path,
+            "job": None,
+            "idempotency": "key",
+            "no_match_status": (),
+            "error_field": None,
+        }
     )
     for at in range(polls):
         try:

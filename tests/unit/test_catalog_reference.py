@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from playline.calls.answer_errors import ErrorFieldSpec
 from playline.calls.catalog import Catalog, PlanSpec, ToolSpec
 from playline.calls.catalog_reference import REGENERATE, catalog_models, render, sections
 from playline.calls.waterfall_spec import AcceptSpec
@@ -48,7 +49,8 @@ def test_the_walk_reaches_every_table_of_the_file() -> None:
         "waterfalls.<name>.steps[].accept",
     }
     assert places[PlanSpec] == ["providers.<name>.plans.<name>"]
-    assert len(places) == 15
+    assert places[ErrorFieldSpec] == ["tools.<name>.error_field"]
+    assert len(places) == 16
 
 
 def test_the_reference_names_every_key_in_a_table_row() -> None:
