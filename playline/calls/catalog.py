@@ -478,7 +478,25 @@ class JobSpec(BaseModel):
         default="GET", description="the HTTP method of a status poll"
     )
     status_path: str = Field(
-        description="the path polled for the job's status; must contain `{job_id}`"
+        description="the path polled for the job's status; contains `{job_id}` unless "
+        "`status_body` carries the id"
+    )
+    status_body: dict[str, Any] | None = Field(
+        default=None,
+        description='the JSON body of a POST status poll, `"{job_id}"` in a string value '
+        'standing for the job\'s id (Icypeas: `{ id = "{job_id}" }`); unset: no body',
+    )
+    poll_pending_status: tuple[int, ...] = Field(
+        default=(),
+        description='HTTP statuses (4xx) by which a poll answers "not ready yet" (Apollo\'s '
+        "404 `result_pending`): the job still runs (until `max_wait_s`), instead of a 404 "
+        "meaning the provider does not know it",
+    )
+    poll_failed_status: tuple[int, ...] = Field(
+        default=(),
+        description="HTTP statuses (4xx) by which a poll says the job failed (FullEnrich's "
+        "402 when the credits ran out): its calls fail at once with the answer as the reason "
+        "(another rejected poll is polled again, and past `max_wait_s` given up ambiguous)",
     )
     state_field: str = Field(
         description="where a status answer holds the job's state (a dotted path)"
@@ -541,8 +559,19 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_shape(self) -> JobSpec:
-        if "{job_id}" not in self.status_path:
-            raise ValueError("job.status_path must contain {job_id}")
+        if self.status_body is not None and self.status_method != "POST":
+            raise ValueError("job.status_body needs status_method = POST")
+        if "{job_id}" not in self.status_path and "{job_id}" not in _strings_of(self.status_body):
+            raise ValueError("job.status_path (or job.status_body) must contain {job_id}")
+        for name in ("poll_pending_status", "poll_failed_status"):
+            for status in getattr(self, name):
+                if not 400 <= status < 500 or status in NOT_A_MISS_STATUSES:
+                    raise ValueError(
+                        f"job.{name} {status}: name 4xx statuses other than 408, 409, 425 "
+                        "and 429 (about timing or limits)"
+                    )
+        if set(self.poll_pending_status) & set(self.poll_failed_status):
+            raise ValueError("job.poll_pending_status and job.poll_failed_status overlap")
         if self.max_items > 1 and self.items_field is None:
             raise ValueError("job.max_items > 1 needs job.items_field (where members go)")
         if self.partial and self.id_field is None:
@@ -552,6 +581,17 @@ class JobSpec(BaseModel):
     @property
     def first_poll(self) -> float:
         return self.poll_interval_s if self.first_poll_s is None else self.first_poll_s
+
+
+def _strings_of(value: Any) -> str:
+    """Every string inside a JSON value, joined (to look for a placeholder)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return "\x00".join(_strings_of(v) for v in value.values())
+    if isinstance(value, list):
+        return "\x00".join(_strings_of(v) for v in value)
+    return ""
 
 
 def poll_pacing_key(provider: str, job: JobSpec | None = None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Literal
+from urllib.parse import quote
 
 from playline.calls.catalog import JobSpec
 from playline.freshness import dig
@@ -22,6 +23,7 @@ __all__ = [
     "named_job_id",
     "put",
     "read_state",
+    "status_request",
 ]
 
 #: A member whose result is not (yet) in the answer.
@@ -52,6 +54,23 @@ def submit_body(spec: JobSpec, payloads: list[dict[str, Any]]) -> dict[str, Any]
     if spec.id_field:
         items = [put(item, spec.id_field, str(at)) for at, item in enumerate(items)]
     return put(dict(spec.body), spec.items_field, items)
+
+
+def status_request(spec: JobSpec, job_id: str) -> tuple[str, dict[str, Any]]:
+    """The path and payload of a status poll of job ``job_id``: its id quoted in the path,
+    and put as is in the ``status_body``'s ``"{job_id}"`` strings (no body: ``{}``)."""
+    path = spec.status_path.replace("{job_id}", quote(job_id, safe=""))
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace("{job_id}", job_id)
+        if isinstance(value, Mapping):
+            return {k: fill(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        return value
+
+    return path, fill(spec.status_body) if spec.status_body is not None else {}
 
 
 def job_id_of(spec: JobSpec, answer: Any) -> str | None:

@@ -65,6 +65,7 @@ from playline.calls.job_status import (
     member_results,
     put,
     read_state,
+    status_request,
     submit_body,
 )
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
@@ -315,7 +316,7 @@ class JobDispatcher(QueueingDispatcher[_Queued]):
         """Ask the provider for the job's status and keep the answer."""
         spec = tool.job
         assert spec is not None and job.job_id is not None
-        path = spec.status_path.replace("{job_id}", quote(job.job_id, safe=""))
+        path, payload = status_request(spec, job.job_id)
         status_tool = tool.model_copy(
             update={
                 "method": spec.status_method,
@@ -330,7 +331,7 @@ class JobDispatcher(QueueingDispatcher[_Queued]):
         outcome = await self._sender.send(
             Request(
                 status_tool,
-                {},
+                payload,
                 idempotency_key=batch_idempotency_key(f"{job.key}#poll"),
                 lease_keys=(),
                 pacing_key=poll_pacing_key(tool.provider, spec),
@@ -344,7 +345,18 @@ class JobDispatcher(QueueingDispatcher[_Queued]):
                 job.status = outcome.data
                 return await self._expired(tool, job)
             return await self._record(job, state, outcome.data, reason)
-        if isinstance(outcome, Failed) and getattr(outcome.error, "status", None) in (404, 410):
+        status = getattr(outcome.error, "status", None) if isinstance(outcome, Failed) else None
+        if status in spec.poll_pending_status:
+            # "Not ready yet" told with an error status (Apollo's 404 result_pending).
+            if _overdue(spec, job, self._clock()):
+                return await self._expired(tool, job)
+            return await self._record(job, "running", job.status, None)
+        if status in spec.poll_failed_status:
+            # The provider says the job failed (FullEnrich's 402: the credits ran out).
+            assert isinstance(outcome, Failed)
+            return await self._record(job, "failed", job.status, f"{outcome.error}"[:300])
+        if status in (404, 410):
+            assert isinstance(outcome, Failed)
             return await self._record(
                 job, "failed", job.status, f"the provider does not know it ({outcome.error})"
             )

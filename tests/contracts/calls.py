@@ -3,8 +3,10 @@
 Single tools go through the ``ProviderClient``; bulk tools through the bulk request
 builder (``bulk_items``/``split_results``) and the tool's bulk billing; job tools
 through the job submit builder (``submit_body``), then status polls read as the job
-dispatcher reads them (``read_state``, ``member_results``): a poll answered with an
-error other than 404/410 is "not answered now" and polled again; a job still running
+dispatcher reads them (``read_state``, ``member_results``): a poll answered with a
+status in the job's ``poll_pending_status`` still runs, one in ``poll_failed_status``
+fails the job, a 404/410 fails it (the provider does not know it), any other error is
+"not answered now" and polled again; a job still running
 after the documented polls is given up (``job_failed``), as ``max_wait_s`` would.
 The whole dispatcher (ledger, webhook, re-runs) runs in the end-to-end play test.
 """
@@ -13,12 +15,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 from playline.calls.bulk import bulk_items, split_results
 from playline.calls.catalog import ToolSpec
 from playline.calls.http import ProviderClient
-from playline.calls.job_status import MISSING, job_id_of, member_results, read_state, submit_body
+from playline.calls.job_status import (
+    MISSING,
+    job_id_of,
+    member_results,
+    read_state,
+    status_request,
+    submit_body,
+)
 from playline.errors import (
     ProviderError,
     ProviderRateLimited,
@@ -96,7 +104,7 @@ async def _job(
     job_id = job_id_of(spec, answer)
     if job_id is None:
         return Observed("transient", error=f"the submit's answer has no job id at {spec.job_id!r}")
-    path = spec.status_path.replace("{job_id}", quote(job_id, safe=""))
+    path, status_payload = status_request(spec, job_id)
     status_tool = tool.model_copy(
         update={
             "method": spec.status_method,
@@ -109,9 +117,16 @@ async def _job(
     )
     for at in range(polls):
         try:
-            status = await client.send(status_tool, {}, idempotency_key=f"{key}#poll{at}")
+            status = await client.send(
+                status_tool, status_payload, idempotency_key=f"{key}#poll{at}"
+            )
         except ProviderError as err:
-            if getattr(err, "status", None) in (404, 410):
+            code = getattr(err, "status", None)
+            if code in spec.poll_pending_status:
+                continue  # "not ready yet", told with an error status
+            if code in spec.poll_failed_status:
+                return Observed("job_failed", error=f"the provider says it failed ({err})")
+            if code in (404, 410):
                 return Observed("job_failed", error=f"the provider does not know it ({err})")
             continue  # not answered now: the dispatcher polls again at the next interval
         state, reason = read_state(spec, status)

@@ -71,12 +71,18 @@ class Job(Items):
     status_method: Literal["GET", "POST"] = "GET"
     status_path: str
     status_request: Shape = Field(default_factory=Shape)
+    status_id_field: str | None = None
     unknown_job: Literal["running", "error"] | None = None
 
     @model_validator(mode="after")
     def _has_job_id(self) -> Job:
-        if "{job_id}" not in self.status_path:
-            raise ValueError("job.status_path must contain {job_id}")
+        if ("{job_id}" in self.status_path) == (self.status_id_field is not None):
+            raise ValueError(
+                "the job id goes in job.status_path ({job_id}) or in a POST status body's "
+                "job.status_id_field, exactly one"
+            )
+        if self.status_id_field is not None and self.status_method != "POST":
+            raise ValueError("job.status_id_field needs status_method = POST")
         return self
 
 

@@ -168,8 +168,17 @@ class ContractServer:
             polled = re.fullmatch(status_re, path)
             if polled and method == tool.job.status_method:
                 problems += _shape_problems(query, tool.job.status_request, in_query=True)
-                if polled.group(1) not in scenario.job_ids:
-                    problems.append(f"polls job {polled.group(1)!r}, which no submit answered")
+                if tool.job.status_id_field is not None:
+                    # The id travels in the status request's body (Icypeas' `id`).
+                    body = _json(raw, problems)
+                    problems += _shape_problems(body, tool.job.status_request, in_query=False)
+                    polled_id = str(body.get(tool.job.status_id_field))
+                else:
+                    polled_id = polled.group(1)
+                    if raw:
+                        problems.append("a status poll with a body")
+                if polled_id not in scenario.job_ids:
+                    problems.append(f"polls job {polled_id!r}, which no submit answered")
                 polls = answer.poll or [Response(status=404, body='{"detail": "Not Found"}')]
                 response = polls[min(scenario.polls, len(polls) - 1)]
                 scenario.polls += 1

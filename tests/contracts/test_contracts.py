@@ -87,6 +87,11 @@ def test_the_preset_is_written_to_the_documented_endpoint(tool_id: str) -> None:
         assert tool.job.status_path == contract.job.status_path
         assert tool.job.status_method == contract.job.status_method
         assert tool.job.items_field == contract.job.items_field
+        if contract.job.status_id_field is not None:
+            assert tool.job.status_body is not None
+            assert tool.job.status_body.get(contract.job.status_id_field) == "{job_id}"
+        else:
+            assert tool.job.status_body is None, "the docs' status request has no body"
         assert tool.job.max_items <= contract.job.max_items
     assert tool.source and tool.source.startswith("https://")
 
@@ -107,6 +112,9 @@ async def test_a_documented_answer_through_playlines_call(
     assert server.requests(provider_name), "no request reached the contract server"
     assert server.violations == [], "the request departs from the documented one"
     assert observed.outcome == answer.outcome, observed.error
+    if answer.outcome == "job_failed" and answer.max_wait_s is None:
+        # Failed by what the provider said, not given up after waiting.
+        assert not (observed.error or "").startswith("still running"), observed.error
     if answer.outcome in ("hit", "no_match"):
         for result, (values, missing) in zip(
             observed.results, answer.expected(len(inputs)), strict=True
