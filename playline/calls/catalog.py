@@ -34,7 +34,9 @@ value = "email"
 ```
 
 ``include = ["hunter", "prospeo"]`` at the top pulls in the presets shipped in
-:mod:`playline.presets` (real providers, each entry citing its doc); the file's own
+:mod:`playline.presets` (real providers, each entry citing its doc), and the presets an
+included preset includes itself (one level: ``include = ["waterfalls"]`` brings the
+finders its waterfalls chain); the file's own
 tools and waterfalls win over a preset's of the same name, and its own
 ``[providers.X]`` table is merged key by key over the preset's (its keys win), so
 
@@ -984,13 +986,38 @@ def load_preset(name: str) -> dict[str, Any]:
     return tomllib.loads(text)
 
 
+def _included(names: Any, *, by: str | None = None) -> list[str]:
+    """The presets ``names`` pulls in, in merge order: each one's own ``include`` (one
+    level: a preset naming presets, e.g. ``waterfalls`` over the finders it chains)
+    before it, each preset once."""
+    if isinstance(names, str) or not isinstance(names, list):
+        where = f"preset {by!r}" if by else "catalog"
+        raise CatalogError(f"{where} 'include' must be a list of preset names")
+    order: list[str] = []
+    for name in names:
+        if by is None:
+            inner = load_preset(name).get("include")
+            if inner is not None:
+                for nested in _included(inner, by=name):
+                    if nested not in order:
+                        order.append(nested)
+        elif load_preset(name).get("include") is not None:
+            raise CatalogError(
+                f"preset {by!r} includes {name!r}, which includes presets itself; "
+                "a preset's include is followed one level only"
+            )
+        if name not in order:
+            order.append(name)
+    return order
+
+
 def _with_presets(data: Any) -> Any:
-    """``data`` with its ``include``d presets merged under its own tables (its own win)."""
+    """``data`` with its ``include``d presets merged under its own tables (its own win).
+
+    A preset's own ``include`` is followed one level, its presets merged under it."""
     if not isinstance(data, Mapping) or "include" not in data:
         return data
-    names = data["include"]
-    if isinstance(names, str) or not isinstance(names, list):
-        raise CatalogError("catalog 'include' must be a list of preset names")
+    names = _included(data["include"])
     merged: dict[str, Any] = {k: v for k, v in data.items() if k != "include"}
     for table in _MERGED_TABLES:
         combined: dict[str, Any] = {}

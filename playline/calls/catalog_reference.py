@@ -169,8 +169,10 @@ def _by_hand() -> list[str]:
         f" (`playline/presets/`: {presets}) whose `providers`, `tools` and `waterfalls` are"
         " merged under the file's own; the file's tools and waterfalls win over a preset's of"
         " the same name, and its `[providers.<name>]` table is merged key by key over the"
-        ' preset\'s (its keys win: `plan = "basic"` alone picks another plan). Read by'
-        " `_with_presets` in `playline/calls/catalog.py`. |",
+        " preset's (its keys win: `plan = \"basic\"` alone picks another plan). A preset's"
+        " own `include` is followed one level (its presets merged under it: `include ="
+        ' ["waterfalls"]` stands alone). Read by `_with_presets` in'
+        " `playline/calls/catalog.py`. |",
         "",
         "Shorthands (from the models' validators):",
         "",
