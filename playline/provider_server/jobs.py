@@ -4,6 +4,28 @@ Two vendors take their work as *jobs*, in their documented shapes: the submit an
 at once with the job's id, each contact finishes on its own some seconds later, and
 the result is read by polling the job or received on a webhook when it finishes.
 
+Each vendor is served in its current API, the one the presets use, and in the legacy
+one the older tests were written for:
+
+* **FullEnrich API v2** (``FULLENRICH_V2``): ``POST /fullenrich/api/v2/contact/enrich/bulk``
+  with ``{"name", "webhook_url"?, "data": [{"first_name", "last_name", "domain"?,
+  "company_name"?, "linkedin_url"?, "enrich_fields", "custom"?}]}``, ``enrich_fields``
+  among ``contact.work_emails``, ``contact.personal_emails``, ``contact.phones``; ``GET
+  /fullenrich/api/v2/contact/enrich/bulk/{enrichment_id}`` answers ``{"id", "name",
+  "status", "data": [{"input", "custom", "contact_info": {"most_probable_work_email":
+  {"email", "status"}, "work_emails", "most_probable_personal_email",
+  "personal_emails", "most_probable_phone", "phones"}}], "cost": {"credits"}}``. Billing,
+  webhook and signature as v1 below. Where v2 answers a running enrichment with a 400
+  ``error.enrichment.in_progress`` (unless ``forceResults``), this copy answers 200 with
+  its progress, as v1 does: the preset's ``poll_pending_status`` covers the documented
+  answer, checked against the contract server (``tests/contracts/fullenrich.toml``).
+* **Dropcontact** ``/v1/enrich/all`` (``DROPCONTACT_ENRICH``): ``POST
+  /dropcontact/v1/enrich/all`` and ``GET /dropcontact/v1/enrich/all/{request_id}``, the
+  bodies and answers of ``/batch`` below, but billed as the current API is: a credit per
+  record taken at the submit (``credits_left`` drops at once), refunded when the job
+  finishes for each record without an email (the ledger counts the refunds).
+* the legacy **FullEnrich v1** and Dropcontact ``/batch``, described below.
+
 **FullEnrich** (``fullenrich``, ``Authorization: Bearer``; API v1)
 
 * ``POST /fullenrich/api/v1/contact/enrich/bulk`` with ``{"name", "webhook_url"?,
@@ -103,7 +125,9 @@ from playline.provider_server.ledger import Charge, Ledger
 
 __all__ = [
     "DROPCONTACT",
+    "DROPCONTACT_ENRICH",
     "FULLENRICH",
+    "FULLENRICH_V2",
     "JOB_ROUTES",
     "Job",
     "JobBadRequest",
@@ -123,6 +147,8 @@ DROPCONTACT_MAX_RECORDS = 250
 DROPCONTACT_NOT_READY = "Request not ready yet, try again in 30 seconds"
 #: A Dropcontact account's balance before it spends anything (``credits_left``).
 DROPCONTACT_CREDITS = 10_000.0
+#: What ``/v1/enrich/all`` takes per record at submit (refunded on a miss).
+DROPCONTACT_CREDIT_PER_RECORD = 1.0
 
 _URL_SCHEMES = ("http://", "https://")
 
@@ -227,11 +253,24 @@ class JobShape:
         """One member's result and what it costs."""
         raise NotImplementedError
 
+    def refund(self, member: Member) -> float:
+        """What the provider gives back of a finished member's charge (refund on miss)."""
+        return 0.0
+
+    def charged_at_submit(self, items: int) -> float:
+        """What the submit takes from the balance at once (``credits_left``), before the
+        job bills (and refunds) its members."""
+        return 0.0
+
     def accepted(self, job: Job, credits_left: float) -> Any:
         raise NotImplementedError
 
     def status(self, job: Job) -> Any:
         raise NotImplementedError
+
+    def status_code(self, job: Job) -> int:
+        """The HTTP status of a poll's answer."""
+        return 200
 
     def final(self, job: Job) -> Any:
         """The webhook's body once ``job`` finished."""
@@ -405,8 +444,143 @@ class DropcontactShape(JobShape):
         return {"success": True, "error": False, "data": [m.result for m in job.members]}
 
 
+#: FullEnrich API v2 ``enrich_fields`` and the v1 ones the fake data is computed by.
+FULLENRICH_V2_FIELDS = {
+    "contact.work_emails": "contact.emails",
+    "contact.personal_emails": "contact.personal_emails",
+    "contact.phones": "contact.phones",
+}
+#: FullEnrich API v2 contact fields and their v1 names.
+FULLENRICH_V2_IDENTITY = {
+    "first_name": "firstname",
+    "last_name": "lastname",
+    "domain": "domain",
+    "company_name": "company_name",
+    "linkedin_url": "linkedin_url",
+}
+
+
+class FullEnrichV2Shape(FullEnrichShape):
+    """FullEnrich's current API (v2): ``data``, ``first_name``/``last_name``, and each
+    result's ``contact_info`` (``most_probable_work_email: {email, status}``, ...)."""
+
+    submit_path = "/fullenrich/api/v2/contact/enrich/bulk"
+    status_path = "/fullenrich/api/v2/contact/enrich/bulk/{job_id}"
+
+    def parse(self, body: Any) -> Submission:
+        if not isinstance(body, Mapping):
+            raise self.bad("body must be a JSON object")
+        name = body.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise self.bad("'name' is required and must be a non-empty string")
+        webhook = body.get("webhook_url")
+        if webhook is not None and not _is_url(webhook):
+            raise self.bad("'webhook_url' must be an http(s) URL")
+        items = self._items(body, "data")
+        return Submission(name, webhook, [self._v2_contact(c, i) for i, c in enumerate(items)])
+
+    def _v2_contact(self, contact: Any, index: int) -> dict[str, Any]:
+        """The contact, checked as v2 defines it, kept in its v2 form."""
+        where = f"data[{index}]"
+        if not isinstance(contact, Mapping):
+            raise self.bad(f"{where} must be a JSON object")
+        fields = contact.get("enrich_fields")
+        if (
+            not isinstance(fields, list)
+            or not fields
+            or any(f not in FULLENRICH_V2_FIELDS for f in fields)
+        ):
+            raise self.bad(
+                f"{where}.enrich_fields must be a non-empty list of {sorted(FULLENRICH_V2_FIELDS)}"
+            )
+        unknown = set(contact) - set(FULLENRICH_V2_IDENTITY) - {"enrich_fields", "custom"}
+        if unknown:
+            raise self.bad(f"{where} has unknown fields {sorted(unknown)}")
+        # The checks of a contact (names, company or LinkedIn URL, custom) are v1's.
+        self._contact(self._as_v1(contact), index)
+        return dict(contact)
+
+    @staticmethod
+    def _as_v1(item: Mapping[str, Any]) -> dict[str, Any]:
+        v1: dict[str, Any] = {
+            FULLENRICH_V2_IDENTITY[k]: v for k, v in item.items() if k in FULLENRICH_V2_IDENTITY
+        }
+        if item.get("enrich_fields") is not None:
+            v1["enrich_fields"] = [FULLENRICH_V2_FIELDS.get(f, f) for f in item["enrich_fields"]]
+        if item.get("custom") is not None:
+            v1["custom"] = item["custom"]
+        return v1
+
+    def member_key(self, item: Mapping[str, Any]) -> bytes:
+        return super().member_key(self._as_v1(item))
+
+    def last_name(self, item: Mapping[str, Any]) -> str:
+        return str(item.get("last_name") or "")
+
+    def compute(self, item: Mapping[str, Any], job: Job) -> tuple[Any, float]:
+        contact = fake_data.fullenrich_contact(self._as_v1(item), job.hit_rate)
+        return (
+            {
+                "input": {k: v for k, v in item.items() if k in FULLENRICH_V2_IDENTITY},
+                "custom": dict(item.get("custom") or {}),
+                "contact_info": fullenrich_contact_info(contact),
+            },
+            fake_data.fullenrich_credits(contact),
+        )
+
+    def status(self, job: Job) -> Any:
+        state = "FINISHED" if job.finished else "IN_PROGRESS" if job.started else "CREATED"
+        return {
+            "id": job.id,
+            "name": job.name,
+            "status": state,
+            "data": [m.result for m in job.members if m.done],
+            "cost": {"credits": _number(job.credits)},
+        }
+
+
+def fullenrich_contact_info(contact: Mapping[str, Any]) -> dict[str, Any]:
+    """A v1 ``contact`` (as :func:`fake_data.fullenrich_contact` computes it) in v2's
+    ``contact_info`` shape."""
+    emails = list(contact.get("emails") or [])
+    personal = list(contact.get("personal_emails") or [])
+    phones = [
+        {"number": p["number"], "region": p.get("region")} for p in contact.get("phones") or []
+    ]
+    return {
+        "most_probable_work_email": emails[0] if emails else None,
+        "work_emails": emails,
+        "most_probable_personal_email": personal[0] if personal else None,
+        "personal_emails": personal,
+        "most_probable_phone": phones[0] if phones else None,
+        "phones": phones,
+    }
+
+
+class DropcontactEnrichShape(DropcontactShape):
+    """Dropcontact's current API: ``POST /v1/enrich/all`` takes a credit per record at
+    once, ``GET /v1/enrich/all/{request_id}``; a record without an email found is
+    refunded when the job finishes."""
+
+    submit_path = "/dropcontact/v1/enrich/all"
+    status_path = "/dropcontact/v1/enrich/all/{job_id}"
+
+    def compute(self, item: Mapping[str, Any], job: Job) -> tuple[Any, float]:
+        record = fake_data.dropcontact_record(item, job.hit_rate, bool(job.options.get("siren")))
+        return record, DROPCONTACT_CREDIT_PER_RECORD
+
+    def refund(self, member: Member) -> float:
+        found = isinstance(member.result, Mapping) and member.result.get("email")
+        return 0.0 if found else member.credits
+
+    def charged_at_submit(self, items: int) -> float:
+        return DROPCONTACT_CREDIT_PER_RECORD * items
+
+
 FULLENRICH = FullEnrichShape()
+FULLENRICH_V2 = FullEnrichV2Shape()
 DROPCONTACT = DropcontactShape()
+DROPCONTACT_ENRICH = DropcontactEnrichShape()
 
 
 @dataclass(frozen=True)
@@ -432,7 +606,9 @@ class JobRoute:
 
 
 JOB_ROUTES: tuple[JobRoute, ...] = tuple(
-    JobRoute(shape, kind) for shape in (FULLENRICH, DROPCONTACT) for kind in ("submit", "status")
+    JobRoute(shape, kind)
+    for shape in (FULLENRICH_V2, DROPCONTACT_ENRICH, FULLENRICH, DROPCONTACT)
+    for kind in ("submit", "status")
 )
 
 
@@ -517,6 +693,10 @@ class JobEngine:
             self.ledger.note_job(provider, "jobs")
         self.ledger.note_job(provider, "job_submits")
         self.ledger.note_job(provider, "job_members", len(members))
+        upfront = shape.charged_at_submit(len(members))
+        if upfront:
+            spent = self._spent.get((provider, account), 0.0)
+            self._spent[(provider, account)] = spent + upfront
         self.jobs[(provider, job.id)] = job
         self._unfinished.setdefault((provider, account), set()).add(job.id)
         self._spawn(self._run(job))
@@ -531,9 +711,9 @@ class JobEngine:
         """A poll's status code and body."""
         self.ledger.note_job(shape.provider, "polls")
         job = self.jobs.get((shape.provider, job_id))
-        if job is None or job.account != account:
+        if job is None or job.account != account or job.shape is not shape:
             return 404, shape.not_found(job_id)
-        return 200, shape.status(job)
+        return shape.status_code(job), shape.status(job)
 
     def note_unanswered(self, shape: JobShape) -> None:
         """A submit created its job, but the client got no usable answer."""
@@ -588,14 +768,23 @@ class JobEngine:
             self._charge(job, [member])
 
     def _charge(self, job: Job, members: list[Member]) -> None:
-        provider = job.shape.provider
+        provider, shape = job.shape.provider, job.shape
         for member in members:
-            self.ledger.charge(
-                Charge(provider, job.shape.submit_path, member.key, credits=member.credits)
+            refunded = shape.refund(member)
+            charge = Charge(
+                provider,
+                shape.submit_path,
+                member.key,
+                credits=member.credits,
+                refunded=refunded,
+                refunds=1 if refunded else 0,
             )
-            job.credits += member.credits
+            self.ledger.charge(charge)
+            job.credits += charge.net_credits
             spent = self._spent.get((provider, job.account), 0.0)
-            self._spent[(provider, job.account)] = spent + member.credits
+            # What the submit took up front is already spent: only the rest, less refunds.
+            upfront = shape.charged_at_submit(1)
+            self._spent[(provider, job.account)] = spent + member.credits - upfront - refunded
 
     def _finish_job(self, job: Job) -> None:
         if not job.shape.bill_per_member:

@@ -83,27 +83,12 @@ async def call_all(runner: ToolRunner, people: list[dict[str, str]] = PEOPLE) ->
     )
 
 
-#: The preset's API v2 request and answer fields, and the v1 ones the provider server speaks.
-V1_SHAPE = (
-    ('path = "/api/v2/contact/enrich/bulk"', 'path = "/api/v1/contact/enrich/bulk"'),
-    ('"/api/v2/contact/enrich/bulk/{job_id}"', '"/api/v1/contact/enrich/bulk/{job_id}"'),
-    ('first_name = "str", last_name = "str"', 'firstname = "str", lastname = "str"'),
-    ('items_field = "data"', 'items_field = "datas"'),
-    ('results_field = "data"', 'results_field = "datas"'),
-    ('"contact_info.most_probable_work_email.email"', '"contact.most_probable_email"'),
-    ('["contact.work_emails"]', '["contact.emails"]'),
-)
-
-
 def fullenrich_preset(base_url: str, pacing: str | None = None) -> Catalog:
     """The FullEnrich preset as shipped (its states, fields, billing), pointed at the
     provider server; its pacing line replaced by ``pacing`` (default: fast enough for
     a test), its poll and linger times made short."""
+    # The provider server's /fullenrich copy speaks FullEnrich's API v2, as the preset.
     text = (Path(presets.__file__).parent / "fullenrich.toml").read_text()
-    # The provider server's /fullenrich copy speaks FullEnrich's API v1; the preset, v2.
-    for v2, v1 in V1_SHAPE:
-        assert v2 in text, v2
-        text = text.replace(v2, v1)
     text = text.replace(
         'base_url = "https://app.fullenrich.com"', f'base_url = "{base_url}/fullenrich"'
     ).replace('base_url_env = "FULLENRICH_BASE_URL"\n', "")
@@ -253,7 +238,7 @@ async def test_a_job_out_of_credits_part_way_completes_the_members_it_billed(
     results). The two complete with their results at what the provider billed; only
     the other two fail, and only they are submitted again by the next run."""
     people = [
-        {"firstname": f"Fn{n}", "lastname": f"Ln{n}", "domain": "co.example"} for n in range(4)
+        {"first_name": f"Fn{n}", "last_name": f"Ln{n}", "domain": "co.example"} for n in range(4)
     ]
     stuck = ["Ln2", "Ln3"]
     provider.configure(
@@ -278,11 +263,11 @@ async def test_a_job_out_of_credits_part_way_completes_the_members_it_billed(
             assert stored.job_id is not None
             async with httpx.AsyncClient() as http:
                 answer = await http.get(
-                    f"{provider.base_url}/fullenrich/api/v1/contact/enrich/bulk/{stored.job_id}",
+                    f"{provider.base_url}/fullenrich/api/v2/contact/enrich/bulk/{stored.job_id}",
                     headers={"Authorization": f"Bearer {KEY}"},
                 )
             body = {**answer.json(), "status": "CREDITS_INSUFFICIENT"}
-            assert len(body["datas"]) == 2
+            assert len(body["data"]) == 2
             await h.jobs.record_status(
                 stored.key, state="failed", status=body, error="job state 'CREDITS_INSUFFICIENT'"
             )
