@@ -13,6 +13,7 @@ idempotency = "none"                      # "key" | "natural" | "none" (default)
 pacing = { rps = 50, burst = 5, per_minute = 2000, per_day = 50000, max_concurrency = 16 }
 key_pacing = { rps = 20, per_day = 10000 }              # each key's own budget (optional)
 timeout_s = 15                                          # default HTTP timeout of its tools
+balance = { path = "/v1/account", remaining = "credits_left" }  # optional, see balance_spec
 
 [tools.email_finder]
 provider = "acme"
@@ -77,6 +78,7 @@ from pydantic import (
     model_validator,
 )
 
+from playline.calls.balance_spec import BalanceSpec
 from playline.calls.billing import BillingSpec, Charge, bulk_charges, single_charge
 from playline.calls.waterfall_spec import WaterfallSpec
 from playline.errors import (
@@ -193,6 +195,12 @@ class ProviderSpec(BaseModel):
         default="USD",
         pattern=r"^[A-Z]{3}$",
         description="the ISO 4217 code `credit_price` is in",
+    )
+    balance: BalanceSpec | None = Field(
+        default=None,
+        description="where the provider reports the account's credits left or used (see "
+        "`playline runs reconcile`): read before and after each run and compared with what "
+        "playline says the run cost; unset: no balance is read",
     )
 
     def key_envs(self) -> tuple[str, ...]:

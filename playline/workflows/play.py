@@ -23,7 +23,7 @@ time the workflow still decodes its input as plain JSON and validates it itself
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -38,6 +38,11 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from playline.activities.balances import (
+        BalanceActivities,
+        BalancesRead,
+        ReadBalancesInput,
+    )
     from playline.activities.budgets import (
         BudgetActivities,
         EndRunBudgetsInput,
@@ -77,6 +82,8 @@ ESTIMATE_FIRST_TIMEOUT = timedelta(hours=1)
 BUDGET_RUN_END_PATCH = "budget-run-end"
 #: Runs recorded before ``--add`` was turned into a ``set`` replay with the old command.
 BUDGET_ADD_ONCE_PATCH = "budget-add-once"
+#: Runs recorded before a run's balances were read (before and after) replay without it.
+BALANCE_READINGS_PATCH = "balance-readings"
 
 
 class PlayWorkflow(Generic[InputT, OutputT]):
@@ -151,31 +158,34 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             )
         ctx.state.phase = "running"
         ctx.publish()
+        reads_balances = self._reads_balances(options)
+        if reads_balances:
+            await self._read_balances(ctx, "before")
         try:
             if options.estimate_first and not options.estimate:
                 await self._estimate_first(ctx, raw_input, options)
             output = await self._play(ctx, play_input, options)
         except (ActivityError, ChildWorkflowError) as err:
             if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
-                await self._end_budgets(ctx, options, "cancelled")
+                await self._wrap_up(ctx, options, "cancelled", reads_balances)
                 ctx.end("cancelled")
                 raise
             # The play's failure says what went wrong (the root cause's type and
             # message), not "Activity task failed".
             failure = as_failure(err)
-            await self._end_budgets(ctx, options, "failed")
+            await self._wrap_up(ctx, options, "failed", reads_balances)
             ctx.end("failed", failure.message)
             raise failure from err
         except asyncio.CancelledError:
-            await self._end_budgets(ctx, options, "cancelled")
+            await self._wrap_up(ctx, options, "cancelled", reads_balances)
             if workflow.cancellation_reason() is not None:
                 ctx.end("cancelled")
             raise
         except (FailureError, PlaylineError) as err:
-            await self._end_budgets(ctx, options, "failed")
+            await self._wrap_up(ctx, options, "failed", reads_balances)
             ctx.end("failed", str(getattr(root_cause(err), "message", err)))
             raise
-        await self._end_budgets(ctx, options, "completed")
+        await self._wrap_up(ctx, options, "completed", reads_balances)
         ctx.end("completed")
         return PlayRunResult(
             play=self.play_name,
@@ -185,6 +195,42 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             integration_mode=options.integration_mode,
             budget_exhausted=ctx.stats.rows_skipped_budget > 0,
         )
+
+    async def _wrap_up(
+        self, ctx: PlayContext, options: RunOptions, outcome: str, reads_balances: bool
+    ) -> None:
+        """What a run does however it ends: settle its budgets, then read the balances
+        its reconciliation compares with what it paid."""
+        await self._end_budgets(ctx, options, outcome)
+        if reads_balances:
+            await self._read_balances(ctx, "after")
+
+    def _reads_balances(self, options: RunOptions) -> bool:
+        """Whether this run reads its providers' balances: a live run that is not an
+        estimate (nothing is paid otherwise), recorded since the readings exist."""
+        if options.estimate or options.integration_mode != "live":
+            return False
+        return workflow.patched(BALANCE_READINGS_PATCH)
+
+    async def _read_balances(self, ctx: PlayContext, phase: Literal["before", "after"]) -> None:
+        """Each provider's balance ``phase`` the run (see :mod:`playline.reconcile`);
+        after it, the reconciliation goes in the UI's details. A read that fails is
+        logged: the run goes on, and its reconciliation says the balance is unread."""
+        info = workflow.info()
+        try:
+            read: BalancesRead = await workflow.execute_activity_method(
+                BalanceActivities.read_balances,
+                ReadBalancesInput(run=info.workflow_id, run_id=info.run_id, phase=phase),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"read the providers' balances {phase} the run",
+            )
+        except ActivityError as err:
+            ctx.log(f"balances not read {phase} the run ({as_failure(err).message})")
+            return
+        if read.reconciliation:
+            ctx.state.reconciliation = read.reconciliation
+            ctx.publish()
 
     async def _end_budgets(self, ctx: PlayContext, options: RunOptions, outcome: str) -> None:
         """A run's reservations are settled or released when the run ends, however it
