@@ -115,6 +115,7 @@ async def test_a_clean_run_reconciles_to_zero_with_every_balance(
         )
         code, report = await reconcile("reconcile-clean", common, home)
         got = await playline("runs", "get", "reconcile-clean", *common, home=home)
+    shown = await playline("providers", "show", "hunter", "--json", home=home)
     assert result.stats.rows_ok == 12
     ledger = provider.ledger()
     billed = ledger["credits_by_provider"]
@@ -143,6 +144,11 @@ async def test_a_clean_run_reconciles_to_zero_with_every_balance(
     assert ledger["balance_reads_by_provider"] == {"hunter": 2, "findymail": 2, "prospeo": 2}
     assert got.returncode == 0, got.stderr
     assert "reconciliation of reconcile-clean: every balance matches" in got.stdout
+    # `providers show` gives the last balance read: the run's reading after it.
+    assert shown.returncode == 0, shown.stderr
+    last = json.loads(shown.stdout)["last_balance"]
+    assert last["value"] == pytest.approx(billed["hunter"]) and last["kind"] == "used"
+    assert (last["run"], last["phase"]) == ("reconcile-clean", "after")
 
 
 async def test_a_call_charged_then_dropped_is_the_difference_and_is_named(
