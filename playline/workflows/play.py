@@ -115,6 +115,8 @@ class PlayWorkflow(Generic[InputT, OutputT]):
         self._options: RunOptions | None = None
         #: budget updates one at a time: each ``--add`` reads the cap it raises
         self._budget_lock = asyncio.Lock()
+        #: the run read its providers' balances before its first call: read them after
+        self._balances_read = False
 
     async def _execute(self, raw_input: Any, options: RunOptions | None) -> PlayRunResult:
         options = options or RunOptions()
@@ -135,7 +137,12 @@ class PlayWorkflow(Generic[InputT, OutputT]):
         visible = workflow.patched("play-visibility")
         registered = await self._registered_search_attributes() if visible else []
         ctx = self._ctx = PlayContext(
-            self.play_name, options, self._controls, search_attributes=registered, memo=visible
+            self.play_name,
+            options,
+            self._controls,
+            search_attributes=registered,
+            memo=visible,
+            before_calls=self._balances_before if self._reads_balances(options) else None,
         )
         try:
             play_input = self.input_model.model_validate(raw_input if raw_input is not None else {})
@@ -158,34 +165,31 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             )
         ctx.state.phase = "running"
         ctx.publish()
-        reads_balances = self._reads_balances(options)
-        if reads_balances:
-            await self._read_balances(ctx, "before")
         try:
             if options.estimate_first and not options.estimate:
                 await self._estimate_first(ctx, raw_input, options)
             output = await self._play(ctx, play_input, options)
         except (ActivityError, ChildWorkflowError) as err:
             if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
-                await self._wrap_up(ctx, options, "cancelled", reads_balances)
+                await self._wrap_up(ctx, options, "cancelled")
                 ctx.end("cancelled")
                 raise
             # The play's failure says what went wrong (the root cause's type and
             # message), not "Activity task failed".
             failure = as_failure(err)
-            await self._wrap_up(ctx, options, "failed", reads_balances)
+            await self._wrap_up(ctx, options, "failed")
             ctx.end("failed", failure.message)
             raise failure from err
         except asyncio.CancelledError:
-            await self._wrap_up(ctx, options, "cancelled", reads_balances)
+            await self._wrap_up(ctx, options, "cancelled")
             if workflow.cancellation_reason() is not None:
                 ctx.end("cancelled")
             raise
         except (FailureError, PlaylineError) as err:
-            await self._wrap_up(ctx, options, "failed", reads_balances)
+            await self._wrap_up(ctx, options, "failed")
             ctx.end("failed", str(getattr(root_cause(err), "message", err)))
             raise
-        await self._wrap_up(ctx, options, "completed", reads_balances)
+        await self._wrap_up(ctx, options, "completed")
         ctx.end("completed")
         return PlayRunResult(
             play=self.play_name,
@@ -196,26 +200,30 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             budget_exhausted=ctx.stats.rows_skipped_budget > 0,
         )
 
-    async def _wrap_up(
-        self, ctx: PlayContext, options: RunOptions, outcome: str, reads_balances: bool
-    ) -> None:
-        """What a run does however it ends: settle its budgets, then read the balances
-        its reconciliation compares with what it paid."""
+    async def _wrap_up(self, ctx: PlayContext, options: RunOptions, outcome: str) -> None:
+        """What a run does however it ends: settle its budgets, then (when it read its
+        providers' balances before its first call) read them again, for its
+        reconciliation."""
         await self._end_budgets(ctx, options, outcome)
-        if reads_balances:
+        if self._balances_read:
             await self._read_balances(ctx, "after")
 
     def _reads_balances(self, options: RunOptions) -> bool:
         """Whether this run reads its providers' balances: a live run that is not an
-        estimate (nothing is paid otherwise), recorded since the readings exist."""
-        if options.estimate or options.integration_mode != "live":
-            return False
-        return workflow.patched(BALANCE_READINGS_PATCH)
+        estimate (nothing is paid otherwise). The patch is asked only then, at the run's
+        first call, so histories recorded before it replay without it."""
+        return not options.estimate and options.integration_mode == "live"
 
-    async def _read_balances(self, ctx: PlayContext, phase: Literal["before", "after"]) -> None:
+    async def _balances_before(self) -> None:
+        """``PlayContext``'s hook before the run's first call: read the balances."""
+        if workflow.patched(BALANCE_READINGS_PATCH) and self._ctx is not None:
+            self._balances_read = await self._read_balances(self._ctx, "before")
+
+    async def _read_balances(self, ctx: PlayContext, phase: Literal["before", "after"]) -> bool:
         """Each provider's balance ``phase`` the run (see :mod:`playline.reconcile`);
         after it, the reconciliation goes in the UI's details. A read that fails is
-        logged: the run goes on, and its reconciliation says the balance is unread."""
+        logged: the run goes on, and its reconciliation says the balance is unread.
+        Whether any provider has a balance to read (none: no reading after the run)."""
         info = workflow.info()
         try:
             read: BalancesRead = await workflow.execute_activity_method(
@@ -227,10 +235,11 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             )
         except ActivityError as err:
             ctx.log(f"balances not read {phase} the run ({as_failure(err).message})")
-            return
+            return phase == "before"  # read after all the same: the reconciliation says
         if read.reconciliation:
             ctx.state.reconciliation = read.reconciliation
             ctx.publish()
+        return bool(read.balances)
 
     async def _end_budgets(self, ctx: PlayContext, options: RunOptions, outcome: str) -> None:
         """A run's reservations are settled or released when the run ends, however it
