@@ -260,7 +260,7 @@ async def execute(
         print_summary(result, settings, workflow_id, handle.result_run_id, document.spend)
         for line in report.lines() if report is not None else []:
             out().print(f"  {line}", markup=False, highlight=False)
-        if reconciled is not None and reconciled.providers:
+        if reconciled is not None and reconciled.balances_read:
             for line in reconciled.lines():
                 out().print(f"  {line}", markup=False, highlight=False)
     if out_path:

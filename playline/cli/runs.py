@@ -347,7 +347,7 @@ async def get_run(
         for line in report.lines() if report is not None else []:
             out().print(f"  {line}", markup=False, highlight=False)
         reconciled = await read_reconciliation(desc, settings, spend)
-        if reconciled is not None and reconciled.providers:
+        if reconciled is not None and reconciled.balances_read:
             for line in reconciled.lines():
                 out().print(f"  {line}", markup=False, highlight=False)
     if getattr(args, "state", False) and state is not None:

@@ -135,11 +135,21 @@ class Reconciliation:
         """No provider shows a difference (providers without a balance do not count)."""
         return all(p.verdict != "difference" for p in self.providers)
 
+    @property
+    def balances_read(self) -> bool:
+        """Whether any provider's balance was read (else there is nothing to compare)."""
+        return any(p.before is not None or p.after is not None for p in self.providers)
+
     def lines(self) -> list[str]:
         """The reconciliation as a person reads it."""
         if not self.providers:
             return [f"reconciliation of {self.run}: no provider was called or read"]
-        verdict = "every balance matches" if self.ok else "A BALANCE DOES NOT MATCH"
+        if not self.ok:
+            verdict = "A BALANCE DOES NOT MATCH"
+        elif self.balances_read:
+            verdict = "every balance read matches"
+        else:
+            verdict = "no balance was read (no provider it called declares one)"
         out = [f"reconciliation of {self.run}: {verdict}"]
         for p in self.providers:
             out.append(

@@ -19,6 +19,7 @@ import pytest
 from playline.provider_server import idem_digest
 from playline.stores.receipts import idempotency_key
 from tests.e2e.test_cli import playline
+from tests.e2e.test_controls import current_details
 from tests.e2e.test_crash_recovery import first_rows
 from tests.plays import run
 from tests.plays_reconcile import t_reconcile_hunter
@@ -143,7 +144,7 @@ async def test_a_clean_run_reconciles_to_zero_with_every_balance(
     # Each balance was read twice (before, after), free, and never counted as a call.
     assert ledger["balance_reads_by_provider"] == {"hunter": 2, "findymail": 2, "prospeo": 2}
     assert got.returncode == 0, got.stderr
-    assert "reconciliation of reconcile-clean: every balance matches" in got.stdout
+    assert "reconciliation of reconcile-clean: every balance read matches" in got.stdout
     # `providers show` gives the last balance read: the run's reading after it.
     assert shown.returncode == 0, shown.stderr
     last = json.loads(shown.stdout)["last_balance"]
@@ -171,7 +172,9 @@ async def test_a_call_charged_then_dropped_is_the_difference_and_is_named(
             workflow_id="reconcile-dropped",
             timeout_s=120,
         )
-        state = await client.get_workflow_handle("reconcile-dropped").query("state")
+        handle = client.get_workflow_handle("reconcile-dropped")
+        state = await handle.query("state")
+        details = await current_details(handle)
         code, report = await reconcile("reconcile-dropped", common, home)
     ledger = provider.ledger()
     assert ledger["charged_unanswered_by_reason"] == {"drop_after_charge": 1}
@@ -191,5 +194,8 @@ async def test_a_call_charged_then_dropped_is_the_difference_and_is_named(
     key = named.split(" receipt ", 1)[1].split(" ", 1)[0]
     assert call["idem"] == idem_digest(idempotency_key(key))
     assert "sent, no answer recorded" in named
-    # The play's own state (and so the UI's details) carries the reconciliation.
+    # The play's state and its details in the Temporal UI carry the reconciliation.
     assert any("hunter" in line and "difference" in line for line in state["reconciliation"])
+    assert "**reconciliation with the providers' balances**" in details
+    assert "| hunter | 5 | 0 | 0 | 6 | 6 | 1 (difference) |" in details
+    assert key in details

@@ -116,7 +116,7 @@ def test_the_run_groups_calls_by_provider_and_lists_providers_read_but_not_calle
     assert report.ok
     document = report.as_dict()
     assert document["providers"]["hunter"]["balance_before"]["value"] == 50
-    assert report.lines()[0] == "reconciliation of run-1: every balance matches"
+    assert report.lines()[0] == "reconciliation of run-1: every balance read matches"
     assert report.markdown()[0].startswith("| provider | playline | reported")
 
 
@@ -160,3 +160,11 @@ def test_a_balance_spec_names_exactly_one_figure_on_a_path() -> None:
     ):
         with pytest.raises(ValueError):
             BalanceSpec.model_validate(bad)
+
+
+def test_a_run_with_no_balance_read_says_so_rather_than_that_it_matches() -> None:
+    report = reconciliation("run-1", [paid("a", 1)], {"finder": "acme"}, [])
+    assert report.ok and not report.balances_read
+    assert report.lines()[0] == (
+        "reconciliation of run-1: no balance was read (no provider it called declares one)"
+    )
