@@ -228,8 +228,10 @@ def reconcile_provider(
         note = "; ".join(f"the {r.phase} read failed: {r.error}" for r in failed)
         return replace(base, verdict="unread", note=note)
     if spent is None:
-        note = "no balance read before and after the run (the catalog declares none, or "
-        note += "the run was not read)"
+        if before is not None and after is None:
+            note = "read before the run, not after it yet (it is still going)"
+        else:
+            note = "no balance read before and after the run (the catalog declares none)"
         return replace(base, verdict="no balance", note=note)
     difference = spent - playline
     if abs(difference) <= TOLERANCE:

@@ -13,6 +13,7 @@ account share its balance: it is read once, with the first key.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,7 +28,7 @@ from playline.stores.balances import BalanceLedger, BalanceReading, Phase
 __all__ = ["BalanceUnread", "read_balance", "read_run_balances", "readable_providers"]
 
 #: How long one balance request may take, in seconds.
-BALANCE_TIMEOUT_S = 15.0
+BALANCE_TIMEOUT_S = 10.0
 
 
 class BalanceUnread(Exception):
@@ -117,12 +118,11 @@ async def read_run_balances(
     known = {
         (r.provider, r.phase): r for r in await store.readings(run, run_id) if r.phase == phase
     }
-    readings = []
-    for name in names:
+
+    async def one(name: str) -> BalanceReading:
         stored = known.get((name, phase))
         if stored is not None:
-            readings.append(stored)
-            continue
+            return stored
         spec = catalog.providers[name]
         assert spec.balance is not None
         value: float | None = None
@@ -132,5 +132,7 @@ async def read_run_balances(
         except BalanceUnread as err:
             error = scrub(str(err))
         reading = BalanceReading(run, run_id, phase, name, spec.balance.kind, value, error)
-        readings.append(await store.record(reading))
-    return readings
+        return await store.record(reading)
+
+    # All at once: one slow provider must not hold the others past the activity's time.
+    return list(await asyncio.gather(*(one(name) for name in names)))

@@ -88,6 +88,8 @@ def test_a_failed_or_missing_read_is_never_a_match() -> None:
     assert failed.verdict == "unread" and "the after read failed: 503" in failed.note
     missing = reconcile_provider("hunter", [paid("a", 1)], None, None)
     assert missing.verdict == "no balance" and missing.difference is None
+    going = reconcile_provider("hunter", [paid("a", 1)], reading("before", 50), None)
+    assert going.verdict == "no balance" and "not after it yet" in going.note
     assert Reconciliation("run-1", (failed, missing)).ok  # nothing differs: nothing to name
 
 
