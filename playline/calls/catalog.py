@@ -13,7 +13,6 @@ idempotency = "none"                      # "key" | "natural" | "none" (default)
 pacing = { rps = 50, burst = 5, per_minute = 2000, per_day = 50000, max_concurrency = 16 }
 key_pacing = { rps = 20, per_day = 10000 }              # each key's own budget (optional)
 timeout_s = 15                                          # default HTTP timeout of its tools
-balance = { path = "/v1/account", remaining = "credits_left" }  # optional, see balance_spec
 
 [tools.email_finder]
 provider = "acme"
