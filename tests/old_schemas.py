@@ -333,20 +333,7 @@ STORES_POSTGRES_VERSIONS: tuple[tuple[str, ...], ...] = (
         " request text)",
         "CREATE INDEX playline_receipts_batch ON playline_receipts (batch_key)"
         " WHERE batch_key IS NOT NULL",
-        "CREATE TABLE playline_sources (dataset_id text PRIMARY KEY, columns jsonb NOT NULL,"
-        " count integer NOT NULL, created_at float8)",
-        "CREATE TABLE playline_source_rows (dataset_id text NOT NULL, pos integer NOT NULL,"
-        " data jsonb NOT NULL, PRIMARY KEY (dataset_id, pos))",
-        "CREATE TABLE playline_sheet_rows (dataset text NOT NULL, row_key text NOT NULL,"
-        " data jsonb NOT NULL, first_run text, updated_at float8,"
-        " PRIMARY KEY (dataset, row_key))",
-        "CREATE TABLE playline_runs (run_ref text PRIMARY KEY, dataset text NOT NULL,"
-        " source_id text NOT NULL, mode text NOT NULL, total integer NOT NULL,"
-        " admitted integer NOT NULL, duplicates integer NOT NULL,"
-        " seen_before integer NOT NULL, columns jsonb NOT NULL, created_at float8)",
-        "CREATE TABLE playline_run_rows (run_ref text NOT NULL, seq integer NOT NULL,"
-        " row_key text NOT NULL, status text NOT NULL, error text,"
-        " PRIMARY KEY (run_ref, seq))",
+        *SHEET_POSTGRES_STORES_V1,
     ),
     (
         "ALTER TABLE playline_receipts ADD COLUMN sent_at float8",

@@ -35,7 +35,18 @@ value = "email"
 
 ``include = ["hunter", "prospeo"]`` at the top pulls in the presets shipped in
 :mod:`playline.presets` (real providers, each entry citing its doc); the file's own
-providers, tools and waterfalls win over a preset's of the same name.
+tools and waterfalls win over a preset's of the same name, and its own
+``[providers.X]`` table is merged key by key over the preset's (its keys win), so
+
+```toml
+include = ["apollo"]
+[providers.apollo]
+plan = "basic"          # the plan you pay for: its limits and price, not the free plan's
+```
+
+is a whole catalog. A provider's ``plans`` (presets list the documented ones) each
+carry limits and a price; ``plan`` picks the one in force, and a key the provider
+table sets itself (``pacing``, ``credit_price``, ...) wins over the plan's.
 
 A provider with several API keys (several accounts) lists their variables in
 ``auth.env``; each key is its own pacing key (``acme:key=ACME_KEY_A``) with the
@@ -141,8 +152,56 @@ class AuthSpec(BaseModel):
         return (self.env,) if isinstance(self.env, str) else tuple(self.env)
 
 
+#: The provider keys a plan may set; a key the provider table sets itself wins.
+PLAN_KEYS = ("pacing", "key_pacing", "credit_price", "currency")
+
+
+class PlanSpec(BaseModel):
+    """One of a provider's plans: the limits and price that plan comes with.
+
+    A preset lists the plans the provider documents (``[providers.X.plans.NAME]``) and
+    names the one in force (``plan``); a user's catalog picks another with
+    ``[providers.X]`` ``plan = "NAME"``. The plan's keys fill the provider's where the
+    provider table does not set them, so a user's own ``pacing`` (or ``credit_price``)
+    wins over the plan's.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str | None = Field(
+        default=None, description="the page the plan's figures were read from"
+    )
+    description: str | None = Field(
+        default=None,
+        description="what the plan is, in a few words (its price, its credits a month, ...)",
+    )
+    pacing: PacingPolicy | None = Field(
+        default=None,
+        description="the plan's limits, as the provider's `pacing` (unset: the provider's "
+        "`pacing`, or playline's defaults)",
+    )
+    key_pacing: PacingPolicy | None = Field(
+        default=None,
+        description="the plan's limits of each API key, as the provider's `key_pacing`",
+    )
+    credit_price: float | None = Field(
+        default=None,
+        ge=0,
+        description="what one credit costs on this plan, as the provider's `credit_price`",
+    )
+    currency: str | None = Field(
+        default=None,
+        pattern=r"^[A-Z]{3}$",
+        description="the ISO 4217 code the plan's `credit_price` is in (unset: the provider's)",
+    )
+
+
 class ProviderSpec(BaseModel):
-    """One provider: its base URL, its auth and its pacing."""
+    """One provider: its base URL, its auth and its pacing (or its plans').
+
+    With ``plans``, ``plan`` names the one in force and its keys (``PLAN_KEYS``) fill
+    those the provider table leaves unset: a plan is a default, never an override.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -201,6 +260,47 @@ class ProviderSpec(BaseModel):
         "`playline runs reconcile`): read before and after each run and compared with what "
         "playline says the run cost; unset: no balance is read",
     )
+    plan: str | None = Field(
+        default=None,
+        description="the plan in force, one of `plans`: its pacing and price apply where this "
+        "table sets none (presets name the provider's entry plan; set yours to change it)",
+    )
+    plans: dict[str, PlanSpec] = Field(
+        default_factory=dict,
+        description="the provider's plans, by name, each with its limits and price as "
+        "documented (presets list them); `plan` picks one",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_plan(cls, data: Any) -> Any:
+        """Fill the keys the table leaves unset from the plan in force."""
+        if not isinstance(data, Mapping):
+            return data
+        plans, plan = data.get("plans") or {}, data.get("plan")
+        if not isinstance(plans, Mapping):
+            return data
+        if plan is None:
+            if plans:
+                raise ValueError(
+                    f"plans {', '.join(sorted(plans))} are listed but no plan is chosen; "
+                    f"set plan = one of them"
+                )
+            return data
+        if plan not in plans:
+            listed = ", ".join(sorted(plans)) or "none"
+            raise ValueError(f"unknown plan {plan!r}; the provider's plans: {listed}")
+        chosen = plans[plan]
+        chosen = chosen.model_dump(exclude_none=True) if isinstance(chosen, PlanSpec) else chosen
+        if not isinstance(chosen, Mapping):
+            return data
+        filled = {k: chosen[k] for k in PLAN_KEYS if k in chosen and k not in data}
+        return {**data, **filled} if filled else data
+
+    @property
+    def plan_in_force(self) -> PlanSpec | None:
+        """The plan ``plan`` names (``None``: no plans)."""
+        return self.plans.get(self.plan) if self.plan is not None else None
 
     def key_envs(self) -> tuple[str, ...]:
         """The variables of the keys calls are spread across (none without auth)."""
@@ -789,7 +889,13 @@ def _with_presets(data: Any) -> Any:
         for name in names:
             combined.update(load_preset(name).get(table, {}))
         own = data.get(table, {})
-        combined.update(own if isinstance(own, Mapping) else {})
+        for key, value in (own if isinstance(own, Mapping) else {}).items():
+            preset = combined.get(key)
+            if table == "providers" and isinstance(preset, Mapping) and isinstance(value, Mapping):
+                # Key by key: `[providers.apollo]` `plan = "basic"` alone keeps the rest.
+                combined[key] = {**preset, **value}
+            else:
+                combined[key] = value
         if combined or table in data:
             merged[table] = combined
     return merged

@@ -167,8 +167,10 @@ def _by_hand() -> list[str]:
         "|---|---|---|---|",
         "| `include` (top level) | array of string | `[]` | presets shipped with playline"
         f" (`playline/presets/`: {presets}) whose `providers`, `tools` and `waterfalls` are"
-        " merged under the file's own; the file's entries win over a preset's of the same"
-        " name. Read by `_with_presets` in `playline/calls/catalog.py`. |",
+        " merged under the file's own; the file's tools and waterfalls win over a preset's of"
+        " the same name, and its `[providers.<name>]` table is merged key by key over the"
+        ' preset\'s (its keys win: `plan = "basic"` alone picks another plan). Read by'
+        " `_with_presets` in `playline/calls/catalog.py`. |",
         "",
         "Shorthands (from the models' validators):",
         "",
@@ -178,6 +180,10 @@ def _by_hand() -> list[str]:
         '- `tools.<name>.fresh_for` may be one duration (`"90d"`, seconds) for every'
         " answer instead of a table; its `rule` key is refused in a catalog.",
         "- `providers.<name>.auth.env` may be one variable (a string) or a list of them.",
+        "- `providers.<name>.plan` fills `pacing`, `key_pacing`, `credit_price` and `currency`"
+        " from `plans.<plan>` where the provider table does not set them"
+        " (`ProviderSpec._apply_plan`); an unknown plan, or plans without a `plan`, is an"
+        " error naming the plans.",
         '- `waterfalls.<name>.steps` may name a step by its tool id alone (`"hunter_email"`'
         ' is `{ tool = "hunter_email" }`).',
         "- Durations (`found`, `no_match`, `by_value`) are seconds or text: a number with"

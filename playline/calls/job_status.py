@@ -42,6 +42,18 @@ def put(target: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return out
 
 
+def submit_body(spec: JobSpec, payloads: list[dict[str, Any]]) -> dict[str, Any]:
+    """The body of a job's submit for these members' inputs: the fixed ``body`` with
+    the members' items (each ``item`` plus the input, its position at ``id_field``) at
+    ``items_field``, or, without ``items_field``, the one input over ``body``."""
+    if spec.items_field is None:
+        return {**spec.body, **payloads[0]}
+    items = [{**spec.item, **payload} for payload in payloads]
+    if spec.id_field:
+        items = [put(item, spec.id_field, str(at)) for at, item in enumerate(items)]
+    return put(dict(spec.body), spec.items_field, items)
+
+
 def job_id_of(spec: JobSpec, answer: Any) -> str | None:
     """The job id in a submit's answer (a string), or ``None`` when it has none."""
     return _id_at(answer, spec.job_id)

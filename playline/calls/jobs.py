@@ -58,7 +58,15 @@ from playline.calls.attempt import Attempt
 from playline.calls.bulk import batch_idempotency_key
 from playline.calls.catalog import JobSpec, ToolSpec, poll_pacing_key
 from playline.calls.dispatch import ClaimedCall, Request, Settled
-from playline.calls.job_status import MISSING, dig, job_id_of, member_results, put, read_state
+from playline.calls.job_status import (
+    MISSING,
+    dig,
+    job_id_of,
+    member_results,
+    put,
+    read_state,
+    submit_body,
+)
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
 from playline.calls.queueing import QueueingDispatcher
 from playline.calls.settle import SingleReceipt, settle
@@ -402,13 +410,7 @@ class JobDispatcher(QueueingDispatcher[_Queued]):
         spec = tool.job
         assert spec is not None
         token = secrets.token_urlsafe(24)
-        if spec.items_field is None:
-            body: dict[str, Any] = {**spec.body, **members[0].call.payload}
-        else:
-            items = [{**spec.item, **m.call.payload} for m in members]
-            if spec.id_field:
-                items = [put(item, spec.id_field, str(at)) for at, item in enumerate(items)]
-            body = put(dict(spec.body), spec.items_field, items)
+        body = submit_body(spec, [m.call.payload for m in members])
         if spec.webhook is not None and self._webhook_base:
             body = put(
                 body, spec.webhook.url_field, hook_url(self._webhook_base, tool.provider, token)

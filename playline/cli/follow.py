@@ -54,16 +54,17 @@ class Snapshot:
     money: str | None = None
 
 
-def snapshot(state: PlayState, current: DatasetRunState | None, now: datetime) -> Snapshot:
+def snapshot(state: PlayState, current: DatasetRunState | None, waits: list[str]) -> Snapshot:
     """Rows and credits from the play's state, made exact for the dataset run in
-    progress by its own state (the play holds that run's last, spaced-out report)."""
+    progress by its own state (the play holds that run's last, spaced-out report);
+    ``waits``: what :func:`wait_lines` says the run waits for now (computed once a poll)."""
     done, credits = state.rows_done, state.credits
     if current is not None and state.current is not None:
         done += current.rows_done - state.current.rows_done
         credits += current.stats.credits - state.current.stats.credits
     elif current is not None:
         done, credits = done + current.rows_done, credits + current.stats.credits
-    waiting = bool(wait_lines(state, current, now, ""))
+    waiting = bool(waits)
     description = state.phase + (" (paused)" if state.paused else "")
     money = None
     if current is not None:
@@ -176,7 +177,7 @@ async def follow(
             now = datetime.now(UTC)
             lines = wait_lines(state, current, now, handle.id)
             if progress is not None and task is not None:
-                shot = snapshot(state, current, now)
+                shot = snapshot(state, current, lines)
                 per_s = rate.update(shot.done)
                 progress.update(
                     task,

@@ -208,6 +208,7 @@ def provider_document(
     spec: ProviderSpec = catalog.providers[name]
     plan = getattr(spec, "plan", None)  # when the catalog's providers name a plan
     plans = getattr(spec, "plans", None)
+    described = getattr(getattr(spec, "plan_in_force", None), "description", None)
     limits = [_limits_in_force(spec.pacing, name, fleet)]
     for key in catalog.pacing_keys(name):
         limits.append(_limits_in_force(spec.key_pacing or spec.pacing, key, fleet))
@@ -217,7 +218,8 @@ def provider_document(
         "base_url": spec.base_url,
         "base_url_env": spec.base_url_env,
         "plan": str(plan) if plan is not None else None,
-        "plans": sorted(plans) if isinstance(plans, dict) else None,
+        "plans": sorted(plans) if isinstance(plans, dict) and plans else None,
+        "plan_description": described,
         "limits": limits,
         "credit_price": spec.credit_price,
         "currency": spec.currency,
@@ -281,7 +283,8 @@ def _show_lines(document: dict[str, Any]) -> list[str]:
     lines.append(f"  base URL: {document['base_url']}{env}")
     if document["plan"] or document["plans"]:
         plans = f" (plans: {', '.join(document['plans'])})" if document["plans"] else ""
-        lines.append(f"  plan: {document['plan'] or 'not chosen'}{plans}")
+        said = f": {document['plan_description']}" if document["plan_description"] else ""
+        lines.append(f"  plan: {document['plan'] or 'not chosen'}{said}{plans}")
     for limits in document["limits"]:
         lines.append(f"  limits in force for {limits['key']}: {_limit_text(limits)}")
     lines.append(f"  price: {_price(document)}")

@@ -107,6 +107,8 @@ def stop_left_behind(home: Path) -> None:
             f"(pid {record.pid}, gone) in {home}; stopping it[/]"
         )
         stop_process(pid)
+    # Asked again: what was stopped above is no longer left behind, and a record that
+    # names nothing alive any more is removed (one that still does is kept, to be named).
     if not record.left_behind() and record.pid != os.getpid():
         StackRecord.remove(home, record.pid)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from playline.db.engine import Database
@@ -20,6 +21,7 @@ from playline.db.migrations import Schema
 __all__ = ["ReadyOnFirstUse"]
 
 
+@dataclass(eq=False)
 class ReadyOnFirstUse:
     """Call it for the store's database, ready to use. Build with :meth:`file` or
     :meth:`shared`.
@@ -34,22 +36,14 @@ class ReadyOnFirstUse:
             the file must exist and the schema is only checked, nothing is created.
     """
 
-    def __init__(
-        self,
-        open_db: Callable[[], Awaitable[Database]],
-        schema: Schema,
-        *,
-        where: str,
-        owned: bool,
-        create: bool = True,
-    ) -> None:
-        self._open_db = open_db
-        self._schema = schema
-        self.where = where
-        self._owned = owned
-        self._create = create
-        self._db: Database | None = None
-        self._opening = asyncio.Lock()
+    _open_db: Callable[[], Awaitable[Database]]
+    _schema: Schema
+    _: KW_ONLY
+    where: str
+    owned: bool
+    create: bool = True
+    _db: Database | None = field(default=None, init=False)
+    _opening: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     @classmethod
     def file(cls, path: str | Path, schema: Schema, *, create: bool = True) -> ReadyOnFirstUse:
@@ -80,9 +74,9 @@ class ReadyOnFirstUse:
                 if self._db is None:
                     db = await self._open_db()
                     try:
-                        await db.migrate(self._schema, create=self._create)
+                        await db.migrate(self._schema, create=self.create)
                     except BaseException:
-                        if self._owned:
+                        if self.owned:
                             await db.close()
                         raise
                     self._db = db
@@ -90,6 +84,6 @@ class ReadyOnFirstUse:
 
     async def close(self) -> None:
         async with self._opening:
-            if self._db is not None and self._owned:
+            if self._db is not None and self.owned:
                 await self._db.close()
             self._db = None

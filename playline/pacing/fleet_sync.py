@@ -396,6 +396,7 @@ class FleetSync:
             await asyncio.gather(*late, return_exceptions=True)
 
 
+@dataclass(eq=False)
 class _TicketBatcher:
     """Coalesces concurrent fleet-ticket requests of one key into blocks.
 
@@ -406,21 +407,13 @@ class _TicketBatcher:
     cancelled before its block was fetched is left out of it.
     """
 
-    def __init__(
-        self,
-        store: FleetPacer,
-        key: str,
-        governor: FleetFollower,
-        margin: float,
-        burst: Callable[[int], int] | None,
-    ) -> None:
-        self._store = store
-        self._key = key
-        self._governor = governor
-        self._margin = margin
-        self._burst = burst
-        self._pending: list[asyncio.Future[float]] = []
-        self._drainer: asyncio.Task[None] | None = None
+    _store: FleetPacer
+    _key: str
+    _governor: FleetFollower
+    _margin: float
+    _burst: Callable[[int], int] | None
+    _pending: list[asyncio.Future[float]] = field(default_factory=list, init=False)
+    _drainer: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def ticket(self) -> float:
         """Seconds from now until this caller's ticket is due."""

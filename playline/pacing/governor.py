@@ -196,6 +196,7 @@ class _Ticket:
     concurrency: int
 
 
+@dataclass(slots=True, eq=False)
 class Permit:
     """Held while one provider call is in flight.
 
@@ -204,21 +205,12 @@ class Permit:
     before it was sent, say) changes no rate. :meth:`observe` may come before it.
     """
 
-    __slots__ = ("_dispatched_at", "_governor", "_recorded", "_tickets", "keys")
-
-    def __init__(
-        self,
-        governor: Governor,
-        keys: tuple[str, ...],
-        tickets: tuple[_Ticket, ...],
-        dispatched_at: float,
-    ) -> None:
-        self._governor = governor
-        self._tickets = tickets
-        self._dispatched_at = dispatched_at
-        self._recorded = False
-        #: the pacing keys that admitted this call, sorted
-        self.keys = keys
+    _governor: Governor
+    #: the pacing keys that admitted this call, sorted
+    keys: tuple[str, ...]
+    _tickets: tuple[_Ticket, ...]
+    _dispatched_at: float
+    _recorded: bool = field(default=False, init=False)
 
     def observe(self, report: RateLimitReport | None) -> None:
         """What the response said about the provider's limits (its headers)."""

@@ -17,7 +17,7 @@ from tests.conftest import REPO
 from tests.pg import pg_schema
 
 CATALOG = """
-include = ["hunter", "findymail"]
+include = ["hunter", "findymail", "apollo"]
 
 [providers.hunter]
 base_url = "https://api.hunter.io"
@@ -53,7 +53,12 @@ async def test_list_and_show_say_plan_limits_price_contract_and_balance(tmp_path
     assert listed.returncode == 0, listed.stderr
     document = json.loads(listed.stdout)
     by_name = {p["name"]: p for p in document["providers"]}
-    assert sorted(by_name) == ["findymail", "hunter"]
+    assert sorted(by_name) == ["apollo", "findymail", "hunter"]
+    # Apollo's preset names its plans; the one in force sets the limits.
+    apollo = by_name["apollo"]
+    assert apollo["plan"] == "free"
+    assert apollo["plans"] == ["basic", "free", "organization", "professional"]
+    assert apollo["limits"][0]["limits"]["per_day"] == 600
     hunter = by_name["hunter"]
     assert hunter["limits"][0]["limits"] == {
         "rps": 15,
@@ -78,6 +83,8 @@ async def test_list_and_show_say_plan_limits_price_contract_and_balance(tmp_path
     assert "price: 0.034 USD per credit" in shown.stdout
     assert "balance: GET /v2/account (used); never read" in shown.stdout
     assert "billing: 1 per hit (email) (per_hit)" in shown.stdout
+    plan = await providers("show", "apollo", "--catalog", str(path), home=home)
+    assert "  plan: free: Free: 50 requests/min, 200/h, 600/day (plans: basic, free," in plan.stdout
 
 
 async def test_unknown_names_are_one_line_with_a_suggestion(tmp_path: Path) -> None:
@@ -89,7 +96,7 @@ async def test_unknown_names_are_one_line_with_a_suggestion(tmp_path: Path) -> N
     lines = (typo.stdout + typo.stderr).strip().splitlines()
     assert lines == [
         "error: unknown provider 'huntr'; did you mean 'hunter'? (the catalog declares: "
-        "findymail, hunter)"
+        "apollo, findymail, hunter)"
     ]
     tool = await providers("show", "hunter_email_finder", "--catalog", str(path), home=home)
     assert tool.returncode == 1

@@ -83,11 +83,27 @@ async def call_all(runner: ToolRunner, people: list[dict[str, str]] = PEOPLE) ->
     )
 
 
+#: The preset's API v2 request and answer fields, and the v1 ones the provider server speaks.
+V1_SHAPE = (
+    ('path = "/api/v2/contact/enrich/bulk"', 'path = "/api/v1/contact/enrich/bulk"'),
+    ('"/api/v2/contact/enrich/bulk/{job_id}"', '"/api/v1/contact/enrich/bulk/{job_id}"'),
+    ('first_name = "str", last_name = "str"', 'firstname = "str", lastname = "str"'),
+    ('items_field = "data"', 'items_field = "datas"'),
+    ('results_field = "data"', 'results_field = "datas"'),
+    ('"contact_info.most_probable_work_email.email"', '"contact.most_probable_email"'),
+    ('["contact.work_emails"]', '["contact.emails"]'),
+)
+
+
 def fullenrich_preset(base_url: str, pacing: str | None = None) -> Catalog:
     """The FullEnrich preset as shipped (its states, fields, billing), pointed at the
     provider server; its pacing line replaced by ``pacing`` (default: fast enough for
     a test), its poll and linger times made short."""
     text = (Path(presets.__file__).parent / "fullenrich.toml").read_text()
+    # The provider server's /fullenrich copy speaks FullEnrich's API v1; the preset, v2.
+    for v2, v1 in V1_SHAPE:
+        assert v2 in text, v2
+        text = text.replace(v2, v1)
     text = text.replace(
         'base_url = "https://app.fullenrich.com"', f'base_url = "{base_url}/fullenrich"'
     ).replace('base_url_env = "FULLENRICH_BASE_URL"\n', "")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from playline.calls.catalog import Catalog, ToolSpec
+from playline.calls.catalog import Catalog, PlanSpec, ToolSpec
 from playline.calls.catalog_reference import REGENERATE, catalog_models, render, sections
 from playline.calls.waterfall_spec import AcceptSpec
 from playline.cli import main
@@ -39,13 +39,16 @@ def test_the_walk_reaches_every_table_of_the_file() -> None:
     assert set(places[PacingPolicy]) == {
         "providers.<name>.pacing",
         "providers.<name>.key_pacing",
+        "providers.<name>.plans.<name>.pacing",
+        "providers.<name>.plans.<name>.key_pacing",
         "tools.<name>.job.poll_pacing",
     }
     assert set(places[AcceptSpec]) == {
         "waterfalls.<name>.accept",
         "waterfalls.<name>.steps[].accept",
     }
-    assert len(places) == 15
+    assert places[PlanSpec] == ["providers.<name>.plans.<name>"]
+    assert len(places) == 16
 
 
 def test_the_reference_names_every_key_in_a_table_row() -> None:

@@ -32,10 +32,11 @@ def test_the_dataset_runs_own_state_replaces_the_plays_older_copy_of_it() -> Non
         credits=12.0,
         current=child(10, 2.0),
     )
-    shot = snapshot(state, child(25, 7.5), NOW)
+    shot = snapshot(state, child(25, 7.5), [])
     # 50 rows and 10 credits from datasets before this one, then this one's latest.
     assert (shot.done, shot.total, shot.credits, shot.waiting) == (75, 150, 17.5, False)
-    assert snapshot(state, None, NOW).done == 60
+    assert snapshot(state, None, []).done == 60
+    assert snapshot(state, None, ["waiting: budget"]).waiting
 
 
 def test_eta_from_the_rate_and_waiting_instead_of_a_guess() -> None:

@@ -118,14 +118,16 @@ def test_a_job_table_that_cannot_work_is_rejected_with_the_reason(
 
 def test_the_presets_load_and_pace_polls_on_the_submits_account_limit() -> None:
     """G15: FullEnrich's 60/min is per account: its polls are paced on the same key as
-    its submits (no second key doubling the rate); likewise Dropcontact's."""
+    its submits (no second key doubling the rate); likewise Dropcontact's 60/s."""
     catalog = Catalog.model_validate({"include": ["fullenrich", "dropcontact"]})
     policies = catalog.pacing_policies()
     assert "fullenrich:poll" not in policies and "dropcontact:poll" not in policies
     for tool_id in ("fullenrich_contact", "dropcontact_contact"):
         tool = catalog.tools[tool_id]
         assert poll_pacing_key(tool.provider, tool.job) == tool.provider
-        assert policies[tool.provider].per_minute == 60
+    assert policies["fullenrich"].per_minute == 60
+    assert policies["dropcontact"].sustained_rps() == 60
     job = catalog.tools["fullenrich_contact"].job
-    assert job is not None and job.webhook is not None and job.max_items == 100
+    assert job is not None and job.webhook is not None
+    assert job.max_jobs_in_flight is not None and job.max_items * job.max_jobs_in_flight == 100
     assert job.webhook.signature == "hmac-sha1"
