@@ -234,6 +234,9 @@ class PlayWorkflow(Generic[InputT, OutputT]):
                 summary=f"read the providers' balances {phase} the run",
             )
         except ActivityError as err:
+            cancelled = is_cancelled_exception(err) and workflow.cancellation_reason() is not None
+            if phase == "before" and cancelled:
+                raise  # the play was cancelled while reading: no call goes out
             ctx.log(f"balances not read {phase} the run ({as_failure(err).message})")
             return phase == "before"  # read after all the same: the reconciliation says
         if read.reconciliation:
