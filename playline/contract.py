@@ -643,6 +643,9 @@ class PlayState(BaseModel):
     #: ``{"cells_due", "cells_fresh", "calls", "worst_case", "estimate_id"}``
     due: dict[str, Any] | None = None
     log: list[str] = Field(default_factory=list)
+    #: after the run: its reconciliation with the providers' balances, in Markdown
+    #: (``playline runs reconcile`` prints it in full)
+    reconciliation: list[str] = Field(default_factory=list)
 
 
 class PlayRunResult(BaseModel, Generic[OutputT]):

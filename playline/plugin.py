@@ -32,6 +32,7 @@ from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from playline.activities import (
+    BalanceActivities,
     BudgetActivities,
     ChunkActivities,
     DatasetActivities,
@@ -89,6 +90,7 @@ class PlaylinePlugin(SimplePlugin):
         visibility = VisibilityActivities()
         budgets = BudgetActivities(self.holder)
         estimate = EstimateActivities(self.holder)
+        balances = BalanceActivities(self.holder)
         activities: list[Callable[..., Any]] = [
             chunk.run_chunk,
             estimate.estimate_chunk,
@@ -96,6 +98,7 @@ class PlaylinePlugin(SimplePlugin):
             estimate.estimate_waterfall,
             budgets.adjust_budget,
             budgets.end_run_budgets,
+            balances.read_balances,
             datasets.load_csv,
             datasets.load_rows,
             datasets.prepare_run,

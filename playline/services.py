@@ -28,6 +28,7 @@ from playline.pacing.pacer import Pacer
 from playline.pacing.unpaced import UnpacedGovernor
 from playline.package_data import DEMO_CATALOG
 from playline.stores.backends import Stores, open_stores
+from playline.stores.balances import BalanceLedger
 from playline.stores.budgets import BudgetStore
 from playline.stores.budgets_ledger import BudgetLedger
 from playline.stores.jobs import JobStore
@@ -90,6 +91,12 @@ class Services:
             jobs,
             stores.jobs if stores is not None else None,
             lambda: JobLedger.in_file(settings.jobs_path),
+        )
+        #: the providers' balance readings (``playline.reconcile``), opened by first use
+        self.balances: BalanceLedger = (
+            stores.balances
+            if stores is not None and stores.balances is not None
+            else BalanceLedger.in_file(settings.balances_path)
         )
         self.http = http
         #: every secret of this worker (API keys, store passwords, codec keys): error
@@ -188,6 +195,8 @@ class Services:
             await self.sheet.close()
             await self.budgets.close()
             await self.jobs.close()
+        if self._stores is None or self._stores.balances is not self.balances:
+            await self.balances.close()
 
 
 def _fixture_key(paths: list[str]) -> tuple[tuple[str, int, int], ...]:

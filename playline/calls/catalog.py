@@ -88,6 +88,7 @@ from pydantic import (
     model_validator,
 )
 
+from playline.calls.balance_spec import BalanceSpec
 from playline.calls.billing import BillingSpec, Charge, bulk_charges, single_charge
 from playline.calls.waterfall_spec import WaterfallSpec
 from playline.errors import (
@@ -252,6 +253,12 @@ class ProviderSpec(BaseModel):
         default="USD",
         pattern=r"^[A-Z]{3}$",
         description="the ISO 4217 code `credit_price` is in",
+    )
+    balance: BalanceSpec | None = Field(
+        default=None,
+        description="where the provider reports the account's credits left or used (see "
+        "`playline runs reconcile`): read before and after each run and compared with what "
+        "playline says the run cost; unset: no balance is read",
     )
     plan: str | None = Field(
         default=None,

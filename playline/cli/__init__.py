@@ -6,11 +6,14 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.stack` - ``demo``, ``dev``, ``worker``;
 * :mod:`~playline.cli.run` - ``run``;
 * :mod:`~playline.cli.estimate` - ``estimate`` (what a run would cost; nothing is sent);
-* :mod:`~playline.cli.runs` - ``runs get|export|list|pause|resume|window|cancel|stop``;
+* :mod:`~playline.cli.runs` - ``runs get|export|list|pause|resume|window|cancel|stop|audit|
+  reconcile``;
 * :mod:`~playline.cli.plays` - ``plays list``;
 * :mod:`~playline.cli.setup` - ``setup`` (playline's search attributes in a namespace);
 * :mod:`~playline.cli.limits` - ``limits show|set``;
 * :mod:`~playline.cli.budgets` - ``budgets set|list|get`` (named budgets shared by runs);
+* :mod:`~playline.cli.providers` - ``providers list|show`` (plan, limits, price, contract,
+  last balance);
 * :mod:`~playline.cli.catalog` - ``catalog reference`` (every key of a provider catalog);
 * :mod:`~playline.cli.schedule` - ``schedule create|list|describe|pause|unpause|trigger|delete``
   (plays re-run on a Temporal Schedule);
@@ -53,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.flags import add_temporal_flags
     from playline.cli.limits import add_limits_parser
     from playline.cli.plays import add_plays_parser
+    from playline.cli.providers import add_providers_parser
     from playline.cli.replay import add_replay_parser
     from playline.cli.run import PROVENANCE_HELP, RAW_HELP
     from playline.cli.runs import add_runs_parser
@@ -190,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_runs_parser(sub, common)
     add_estimate_parser(sub, common)
     add_plays_parser(sub, common)
+    add_providers_parser(sub)
     add_setup_parser(sub, common)
     add_schedule_parser(sub, common)
 
@@ -209,6 +214,7 @@ def _commands() -> dict[str, Command]:
     from playline.cli.codec_server import cmd_codec_server
     from playline.cli.estimate import cmd_estimate
     from playline.cli.plays import cmd_plays
+    from playline.cli.providers import cmd_providers
     from playline.cli.replay import cmd_replay
     from playline.cli.run import cmd_run
     from playline.cli.runs import cmd_runs
@@ -224,6 +230,7 @@ def _commands() -> dict[str, Command]:
         "run": cmd_run,
         "runs": cmd_runs,
         "plays": cmd_plays,
+        "providers": cmd_providers,
         "setup": cmd_setup,
         "replay": cmd_replay,
         "codec-server": cmd_codec_server,

@@ -38,6 +38,7 @@ from playline.cli.audit import read_audit
 from playline.cli.estimate import estimate, refusal, within
 from playline.cli.follow import follow
 from playline.cli.input_columns import check_input_columns
+from playline.cli.reconcile import read_reconciliation
 from playline.cli.render import (
     RunDocument,
     console,
@@ -255,10 +256,15 @@ async def execute(
     document.spend = await store_spend(settings, [d.run_ref for d in result.datasets])
     report = await read_audit(handle, await handle.describe(), settings)
     document.audit = report.as_dict() if report is not None else None
+    reconciled = await read_reconciliation(await handle.describe(), settings, document.spend)
+    document.reconciliation = reconciled.as_dict() if reconciled is not None else None
     if not json_out:
         print_summary(result, settings, workflow_id, handle.result_run_id, document.spend)
         for line in report.lines() if report is not None else []:
             out().print(f"  {line}", markup=False, highlight=False)
+        if reconciled is not None and reconciled.balances_read:
+            for line in reconciled.lines():
+                out().print(f"  {line}", markup=False, highlight=False)
     if out_path:
         count = await export_result(result, out_path, settings, raw=raw, provenance=provenance)
         document.exported = {"path": out_path, "rows": count}

@@ -1,4 +1,4 @@
-"""``playline runs get|export|list|pause|resume|window|budget|cancel|stop|audit``: runs.
+"""``playline runs get|export|list|pause|resume|window|budget|cancel|stop|audit|reconcile``.
 
 Controls are the play's Temporal updates (``pause``, ``resume``, ``set_window``): a
 request the play's validators reject (resume a play that is not paused, a window
@@ -33,6 +33,7 @@ from temporalio.service import RPCError
 from playline import search_attributes as sa
 from playline.cli.audit import read_audit
 from playline.cli.follow import wait_lines
+from playline.cli.reconcile import read_reconciliation, reconcile_command
 from playline.cli.render import (
     RunDocument,
     console,
@@ -99,6 +100,10 @@ def add_runs_parser(
         ("stop", "request cancellation without waiting (or --terminate at once)"),
         ("budget", "raise or set the run's credit cap: held rows go on"),
         ("audit", "check the run's money invariants against the stores (exit 1 if one fails)"),
+        (
+            "reconcile",
+            "compare what the run paid with its providers' balances (exit 1 if one differs)",
+        ),
     ):
         p = runs_sub.add_parser(name, help=text)
         common(p)
@@ -134,7 +139,7 @@ def add_runs_parser(
                 help="try the held rows again (after raising a named budget)",
             )
             p.add_argument("--provider", help="the capped provider (--max-credits-for)")
-        if name in ("get", "cancel", "pause", "resume", "window", "budget", "audit"):
+        if name in ("get", "cancel", "pause", "resume", "window", "budget", "audit", "reconcile"):
             p.add_argument("--json", action="store_true", help="print one JSON document")
         if name == "get":
             p.add_argument(
@@ -168,6 +173,8 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
         return await get_run(handle, desc, args, settings)
     if command == "audit":
         return await audit(handle, desc, args, settings)
+    if command == "reconcile":
+        return await reconcile_command(desc, settings, json_out=args.json)
     if command == "export":
         if args.changes:
             if args.provenance:
@@ -302,6 +309,9 @@ async def get_run(
         )
         if desc.status in _SETTLED:
             document = await _settled(document, handle)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            reconciled = await read_reconciliation(desc, settings, spend)
+            document.reconciliation = reconciled.as_dict() if reconciled is not None else None
         print_json(document)
         return 0
     failure: WorkflowFailureError | None = None
@@ -336,6 +346,10 @@ async def get_run(
         report = await read_audit(handle, desc, settings)
         for line in report.lines() if report is not None else []:
             out().print(f"  {line}", markup=False, highlight=False)
+        reconciled = await read_reconciliation(desc, settings, spend)
+        if reconciled is not None and reconciled.balances_read:
+            for line in reconciled.lines():
+                out().print(f"  {line}", markup=False, highlight=False)
     if getattr(args, "state", False) and state is not None:
         out().print_json(state.model_dump_json())
     return 0

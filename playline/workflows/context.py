@@ -13,7 +13,7 @@ the dataset run in flight (which the run spaces out), never per row or per chunk
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -81,6 +81,7 @@ class PlayContext:
         *,
         search_attributes: Sequence[str] = (),
         memo: bool = False,
+        before_calls: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """
         Args:
@@ -91,6 +92,9 @@ class PlayContext:
                 has registered; only these are upserted.
             memo: whether to record the dataset runs' references in the memo (runs
                 recorded before it existed must replay without it).
+            before_calls: run once before the play's first provider call (a dataset
+                run's chunks, a scalar call, a child play): the play reads its
+                providers' balances there (see ``PlayWorkflow``); never in an estimate.
         """
         self.play = play
         self.options = options
@@ -108,6 +112,9 @@ class PlayContext:
         self._input_csv: str | None = None  # the play input's csv_path
         self._declared_columns: tuple[str, ...] = ()  # what @play says it must have
         self._upserted: dict[str, Any] = {}
+        self._before_calls = before_calls
+        #: held while ``before_calls`` runs: calls started meanwhile wait for it
+        self._before_lock = asyncio.Lock()
 
     def _unique(self, kind: str, key: str) -> str:
         """``key``, or ``key#n`` for its n-th use in this play: deterministic ids."""
@@ -197,6 +204,7 @@ class PlayContext:
             control=self.controls.dispatch,
             source_path=self._sources.get(source.id),
         )
+        await self._before_first_call()
         stats, cancelled = await self._run_chunks(name, run, source.id, mode, key_fields)
         return await self._finalize(name, run_ref, prepared, stats, cancelled)
 
@@ -350,6 +358,7 @@ class PlayContext:
         """One tool call outside a dataset (through receipts and the governor). In an
         estimate: the answer a fresh receipt holds, else ``{}`` (counted, not sent)."""
         await self.dispatch_allowed()
+        await self._before_first_call()
         call = ToolCallInput(
             tool_id=tool_id,
             input=input,
@@ -377,6 +386,7 @@ class PlayContext:
         recorded in the play's history, so pass it no row data you would not log.
         In an estimate: that answer when receipts give it for sure, else no value."""
         await self.dispatch_allowed()
+        await self._before_first_call()
         call = WaterfallCallInput(name=name, input=input, options=self.options)
         if self.options.estimate:
             found: dict[str, Any] = await self._estimated(
@@ -443,6 +453,7 @@ class PlayContext:
         if not isinstance(name, str):
             raise ApplicationError(f"{play!r} is not a play", non_retryable=True)
         child_id = f"{workflow.info().workflow_id}/play/{self._unique('play', name)}"
+        await self._before_first_call()
         options = options or self.options
         if self.options.estimate:  # an estimate's child plays are estimated too
             options = options.model_copy(update={"estimate": True})
@@ -497,6 +508,17 @@ class PlayContext:
         workflow.logger.info("%s: %s", self.play, message)
         self.state.log.append(message)
         del self.state.log[:-LOG_LINES_KEPT]
+
+    async def _before_first_call(self) -> None:
+        """Run ``before_calls`` once, before the first provider call (none in an
+        estimate); concurrent first calls wait for it, so none goes out before it."""
+        if self._before_calls is None or self.options.estimate:
+            return
+        async with self._before_lock:
+            hook = self._before_calls
+            if hook is not None:
+                await hook()
+                self._before_calls = None
 
     # -- controls and visibility -------------------------------------------------
 

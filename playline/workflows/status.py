@@ -333,6 +333,9 @@ def play_current_details(
         elif state.window is not None:
             lines.append(f"- window: at most {state.window} chunks in flight (set_window)")
     lines += _outcome_lines(totals, now)
+    if state.reconciliation:
+        lines += ["", "**reconciliation with the providers' balances**", ""]
+        lines += state.reconciliation
     return "\n".join(lines)
 
 
