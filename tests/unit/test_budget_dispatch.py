@@ -22,7 +22,8 @@ from playline.errors import (
     ProviderRejected,
     ProviderTimeout,
 )
-from playline.stores.budgets import BudgetLine, BudgetState, Refusal
+from playline.stores.budget_ids import BudgetId
+from playline.stores.budgets import BudgetLine, BudgetState, Refusal, check_budget_id
 from playline.workflows.status import budget_wait_message
 
 
@@ -36,22 +37,23 @@ class FakeBudgets:
     async def reserve(
         self, key: str, credits: float, lines: Sequence[BudgetLine], *, run: str | None = None
     ) -> Any:
-        self.calls.append(("reserve", key, credits, [line.budget for line in lines]))
+        self.calls.append(("reserve", key, credits, [line.key for line in lines]))
         if self.in_flight:
-            return Refusal(BudgetState(lines[0].budget, 10.0, 5.0, self.in_flight.pop(0)), credits)
+            return Refusal(BudgetState(lines[0].key, 10.0, 5.0, self.in_flight.pop(0)), credits)
         if self.refuse:
-            return Refusal(BudgetState(lines[0].budget, 10.0, 9.5, 0.0), credits)
+            return Refusal(BudgetState(lines[0].key, 10.0, 9.5, 0.0), credits)
         return None
 
-    async def settle(self, key: str, credits: float, budgets: Sequence[str]) -> None:
-        self.calls.append(("settle", key, credits, list(budgets)))
+    async def settle(self, key: str, credits: float, budgets: Sequence[BudgetId | str]) -> None:
+        self.calls.append(("settle", key, credits, [check_budget_id(b) for b in budgets]))
 
-    async def release(self, key: str, budgets: Sequence[str]) -> None:
-        self.calls.append(("release", key, list(budgets)))
+    async def release(self, key: str, budgets: Sequence[BudgetId | str]) -> None:
+        self.calls.append(("release", key, [check_budget_id(b) for b in budgets]))
 
-    async def state(self, budget: str) -> BudgetState | None:
-        self.calls.append(("state", budget))
-        return BudgetState(budget, 9.0, 0.5, 1.0)  # the row's calls: 0.5 paid, 1 reserved
+    async def state(self, budget: BudgetId | str) -> BudgetState | None:
+        self.calls.append(("state", check_budget_id(budget)))
+        # the row's calls: 0.5 paid, 1 reserved
+        return BudgetState(check_budget_id(budget), 9.0, 0.5, 1.0)
 
 
 class FakeReceipts:
@@ -144,7 +146,7 @@ def test_run_options_name_the_budgets_a_call_draws_on() -> None:
     assert RunBudget.of(RunOptions(), "r") is None
     budget = RunBudget.of(RunOptions(max_credits=5, budget="team-a", budget_run="run-9"), "x")
     assert budget is not None
-    assert [line.budget for line in budget.lines("acme")] == ["run:run-9", "named:team-a"]
+    assert [line.key for line in budget.lines("acme")] == ["run:run-9", "named:team-a"]
     assert budget.lines("acme")[0].limit == 5
 
 
