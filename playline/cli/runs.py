@@ -58,6 +58,7 @@ from playline.contract import (
 )
 from playline.datasets import export_changes, export_run
 from playline.errors import PlaylineError, format_validation_errors
+from playline.money import amount_text
 from playline.services import Services
 from playline.spend import spend_lines
 from playline.stores.backends import open_stores
@@ -253,9 +254,9 @@ async def change_budget(handle: WorkflowHandle[Any, Any], args: argparse.Namespa
         print_json(report)
     elif spend:
         out().print(
-            f"{args.id}: money cap {report.limit:,.2f}, {report.spent:,.2f} spent, "
-            f"{report.reserved:,.2f} reserved (the catalog's currency); rows held for budget "
-            "go on"
+            f"{args.id}: money cap {amount_text(report.limit)}, {amount_text(report.spent)} "
+            f"spent, {amount_text(report.reserved)} reserved (the catalog's currency); rows "
+            "held for budget go on"
         )
     else:
         out().print(

@@ -16,6 +16,7 @@ from playline.calls.provenance import run_spend
 from playline.config import Settings
 from playline.contract import merge_spend
 from playline.errors import PlaylineError
+from playline.money import amount_text
 from playline.stores.backends import open_stores
 from playline.stores.budget_ids import SpendBudgetId
 from playline.stores.sheet import SheetStore
@@ -79,5 +80,8 @@ async def money_cap_line(settings: Settings, run_id: str, currency: str | None) 
     if state is None:
         return None
     unit = f" {currency}" if currency else ""
-    held = f", {state.reserved:,.2f} reserved" if state.reserved > 1e-9 else ""
-    return f"money cap: {state.spent:,.2f} of {state.limit:,.2f}{unit} spent{held} (--max-spend)"
+    held = f", {amount_text(state.reserved)} reserved" if state.reserved > 1e-9 else ""
+    return (
+        f"money cap: {amount_text(state.spent)} of {amount_text(state.limit)}{unit} spent"
+        f"{held} (--max-spend)"
+    )
