@@ -147,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     common(run)
     run_flags(run)
     add_play_flags(run)
+    run.add_argument(
+        "--max-spend",
+        type=float,
+        metavar="AMOUNT",
+        help="spend at most AMOUNT in the catalog's currency (each provider's credits at its "
+        "credit_price; every provider the run may call must have one, in one currency); "
+        "when reached the run waits for `runs budget ID --add-spend N`",
+    )
     run.add_argument("--id", help="workflow id (default PLAY-timestamp-random)")
     run.add_argument(
         "--watch",

@@ -59,6 +59,7 @@ from playline.contract import (
 )
 from playline.datasets import export_changes, export_run
 from playline.errors import PlaylineError, format_validation_errors
+from playline.money import amount_text
 from playline.services import Services
 from playline.spend import spend_lines
 from playline.stores.backends import open_stores
@@ -98,7 +99,7 @@ def add_runs_parser(
         ("window", "change how many chunks may be in flight"),
         ("cancel", "cancel gracefully: settle the chunks in flight, end cancelled"),
         ("stop", "request cancellation without waiting (or --terminate at once)"),
-        ("budget", "raise or set the run's credit cap: held rows go on"),
+        ("budget", "raise or set the run's credit or money cap: held rows go on"),
         ("audit", "check the run's money invariants against the stores (exit 1 if one fails)"),
         (
             "reconcile",
@@ -137,6 +138,15 @@ def add_runs_parser(
                 "--retry",
                 action="store_true",
                 help="try the held rows again (after raising a named budget)",
+            )
+            change.add_argument(
+                "--add-spend",
+                type=float,
+                metavar="N",
+                help="raise the run's money cap (--max-spend) by N, in the catalog's currency",
+            )
+            change.add_argument(
+                "--set-spend", type=float, metavar="N", help="set the run's money cap to N"
             )
             p.add_argument("--provider", help="the capped provider (--max-credits-for)")
         if name in ("get", "cancel", "pause", "resume", "window", "budget", "audit", "reconcile"):
@@ -230,15 +240,31 @@ async def control(handle: WorkflowHandle[Any, Any], args: argparse.Namespace) ->
 
 async def change_budget(handle: WorkflowHandle[Any, Any], args: argparse.Namespace) -> int:
     """The ``budget`` update; a rejection is one line (and nothing entered history)."""
+    add_spend, set_spend = getattr(args, "add_spend", None), getattr(args, "set_spend", None)
+    spend = add_spend is not None or set_spend is not None
     try:
-        change = BudgetChange(add=args.add, set=args.set, retry=args.retry, provider=args.provider)
+        change = BudgetChange(
+            add=add_spend if spend else args.add,
+            set=set_spend if spend else args.set,
+            retry=args.retry,
+            provider=args.provider,
+            spend=spend,
+        )
     except ValidationError as err:
         problems = format_validation_errors(err.errors())
         raise PlaylineError(f"budget refused: {problems}") from None
+    # Only the fields given: a worker from before money caps knows no ``spend``.
+    sent = change.model_dump(exclude_defaults=True)
     with _update_refusals("budget", args.id):
-        report = await handle.execute_update("budget", change, result_type=BudgetReport)
+        report = await handle.execute_update("budget", sent, result_type=BudgetReport)
     if args.json:
         print_json(report)
+    elif spend:
+        out().print(
+            f"{args.id}: money cap {amount_text(report.limit)}, {amount_text(report.spent)} "
+            f"spent, {amount_text(report.reserved)} reserved (the catalog's currency); rows "
+            "held for budget go on"
+        )
     else:
         out().print(
             f"{args.id}: budget {report.limit:g} credits, {report.spent:g} spent, "

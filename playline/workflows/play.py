@@ -299,6 +299,7 @@ class PlayWorkflow(Generic[InputT, OutputT]):
                 "estimate_first": False,
                 "max_credits": None,
                 "max_credits_by_provider": {},
+                "max_spend": None,
                 "budget": None,
                 "budget_run": None,
             }
@@ -416,13 +417,15 @@ class PlayWorkflow(Generic[InputT, OutputT]):
 
     @workflow.update(name="budget")
     async def budget(self, change: BudgetChange) -> BudgetReport:
-        """Raise or set the run's credit cap (or a provider's), or retry after a named
-        budget was raised: rows held for budget run again."""
+        """Raise or set the run's credit cap (or a provider's, or its money cap), or retry
+        after a named budget was raised: rows held for budget run again."""
         options = self._options
         assert options is not None and options.budget_run is not None  # the validator
         cap: float | None
         if change.provider is not None:
             cap = options.max_credits_by_provider[change.provider]
+        elif change.spend:
+            cap = options.max_spend
         else:
             cap = None if change.retry else options.max_credits
         adjust = AdjustBudgetInput(
@@ -432,8 +435,10 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             add=change.add,
             set_to=change.set,
             create_with=cap,
+            spend=change.spend,
         )
-        summary = "budget " + (change.provider or options.budget or "of the run")
+        what = "money cap of the run" if change.spend else "of the run"
+        summary = "budget " + (change.provider or options.budget or what)
         async with self._budget_lock:
             if change.add is not None and workflow.patched(BUDGET_ADD_ONCE_PATCH):
                 # ``--add N`` applied once however often the activity is retried: the
