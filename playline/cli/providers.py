@@ -189,13 +189,8 @@ def _tool_document(tool: ToolSpec) -> dict[str, Any]:
 def _reading(reading: BalanceReading | None) -> dict[str, Any] | None:
     if reading is None:
         return None
-    return {
-        "value": reading.value,
-        "kind": reading.kind,
-        "read_at": datetime.fromtimestamp(reading.read_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "run": reading.run,
-        "phase": reading.phase,
-    }
+    when = datetime.fromtimestamp(reading.read_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return {**reading.as_dict(), "read_at": when}
 
 
 def provider_document(
@@ -263,6 +258,8 @@ def _balance_text(document: dict[str, Any]) -> str:
     said = f"{balance['method']} {balance['path']} ({balance['kind']})"
     if last is None:
         return said + "; never read"
+    if last["value"] is None:
+        return said + f"; last read failed at {last['read_at']}: {last['error']}"
     return said + f"; last read {last['value']:g} {last['kind']} at {last['read_at']}"
 
 

@@ -98,25 +98,14 @@ class ProviderReconciliation:
             "reported_answers": self.reported_answers,
             "rule_answers": self.rule_answers,
             "cells_credits": self.cells,
-            "balance_before": _reading_dict(self.before),
-            "balance_after": _reading_dict(self.after),
+            "balance_before": self.before.as_dict() if self.before else None,
+            "balance_after": self.after.as_dict() if self.after else None,
             "balance_spent": self.spent,
             "difference": self.difference,
             "verdict": self.verdict,
             "calls": list(self.calls),
             "note": self.note,
         }
-
-
-def _reading_dict(reading: BalanceReading | None) -> dict[str, Any] | None:
-    if reading is None:
-        return None
-    return {
-        "kind": reading.kind,
-        "value": reading.value,
-        "error": reading.error,
-        "read_at": reading.read_at,
-    }
 
 
 def _figure(value: float | None) -> str:

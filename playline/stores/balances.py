@@ -71,6 +71,18 @@ class BalanceReading:
     error: str | None = None
     read_at: float = 0.0
 
+    def as_dict(self) -> dict[str, Any]:
+        """The reading as JSON output shows it (``runs reconcile``, ``providers show``)."""
+        return {
+            "run": self.run,
+            "phase": self.phase,
+            "provider": self.provider,
+            "kind": self.kind,
+            "value": self.value,
+            "error": self.error,
+            "read_at": self.read_at,
+        }
+
 
 def _reading(row: tuple[Any, ...]) -> BalanceReading:
     run, run_id, phase, provider, kind, value, error, read_at = row

@@ -37,55 +37,49 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _PERIOD = re.compile(r"\d{4}-\d{2}(-\d{2})?")
 
 
+class _Keyed:
+    """What every budget id has: its stored key (:func:`budget_key`)."""
+
+    __slots__ = ()
+
+    @property
+    def key(self) -> str:
+        return budget_key(self)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, slots=True)
-class RunBudgetId:
+class RunBudgetId(_Keyed):
     """A run's cap over every provider, in credits (``RunOptions(max_credits=...)``)."""
 
     run: str
 
-    @property
-    def key(self) -> str:
-        return budget_key(self)
-
 
 @dataclass(frozen=True, slots=True)
-class ProviderShareId:
+class ProviderShareId(_Keyed):
     """One provider's cap within a run, in credits (``max_credits_by_provider``)."""
 
     run: str
     provider: str
 
-    @property
-    def key(self) -> str:
-        return budget_key(self)
-
 
 @dataclass(frozen=True, slots=True)
-class SpendBudgetId:
+class SpendBudgetId(_Keyed):
     """A run's cap in money (``RunOptions(max_spend=...)``): a call to provider P draws
     its credits times P's credit price on it (the reservation's scale)."""
 
     run: str
 
-    @property
-    def key(self) -> str:
-        return budget_key(self)
-
 
 @dataclass(frozen=True, slots=True)
-class RowBudgetId:
+class RowBudgetId(_Keyed):
     """A row's own budget, limited to its worst case; also the key of the row's
     reservation against the run's budgets."""
 
     payer: str
 
-    @property
-    def key(self) -> str:
-        return budget_key(self)
-
 
 @dataclass(frozen=True, slots=True)
-class NamedBudgetId:
+class NamedBudgetId(_Keyed):
     """A budget runs share by name (``RunOptions(budget="NAME")``); ``period`` names one
     of its periods (``2026-12-04`` or ``2026-12``), ``None`` the current one. A malformed
     name or period is ``InvalidBudget``."""
@@ -98,20 +92,12 @@ class NamedBudgetId:
         if self.period is not None and not _PERIOD.fullmatch(self.period):
             raise InvalidBudget(f"budget period {self.period!r} is not a day or a month")
 
-    @property
-    def key(self) -> str:
-        return budget_key(self)
-
 
 @dataclass(frozen=True, slots=True)
-class OtherBudgetId:
+class OtherBudgetId(_Keyed):
     """A budget id none of the classes above makes (a caller's own), kept as given."""
 
     id: str
-
-    @property
-    def key(self) -> str:
-        return budget_key(self)
 
 
 BudgetId = (
