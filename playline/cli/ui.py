@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from playline.client import not_found_as
 from playline.config import Settings
 from playline.contract import PlayRunResult, PlayState
 from playline.errors import PlaylineError
+from playline.money import money_text
 from playline.stores.backends import open_stores
 from playline.stores.sheet import SheetStore
 from playline.webview import ExportChoice, RunSummary, check_exposure, webview_app
@@ -88,7 +89,7 @@ class CliDesk:
         if state.current is not None:
             run.prices = dict(state.current.stats.prices)
         if state.status not in ENDED and run.running:
-            run.status = state.phase + (" (paused)" if state.paused else "")
+            run.status = state.status + (" (paused)" if state.paused else "")
         return run
 
     async def list_runs(self, limit: int) -> list[RunSummary]:
@@ -161,6 +162,7 @@ class CliDesk:
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             result = await handle.result()
             run.prices = dict(result.stats.prices)
+            run.money = money_text(result.stats.spend.get("by_provider") or {}, run.prices)
             run.run_refs = [d.run_ref for d in result.datasets if d.run_ref] or run.run_refs
             return run
         return self._with_state(run, await self._state(handle))
@@ -206,9 +208,15 @@ def _when(moment: datetime | None) -> str | None:
 
 
 def ui_app(
-    client: Client, settings: Settings, *, token: str | None = None, host: str = "127.0.0.1"
+    client: Client,
+    settings: Settings,
+    *,
+    token: str | None = None,
+    host: str = "127.0.0.1",
+    extra_hosts: Sequence[str] = (),
 ) -> Any:
-    """The sheet view over ``client`` and the workers' store ``settings`` names."""
+    """The sheet view over ``client`` and the workers' store ``settings`` names; it
+    answers requests naming loopback, ``host`` or ``extra_hosts`` (DNS rebinding)."""
 
     @contextlib.asynccontextmanager
     async def open_sheet() -> AsyncIterator[SheetStore]:
@@ -216,7 +224,7 @@ def ui_app(
             yield stores.sheet
 
     return webview_app(
-        CliDesk(client, settings), open_sheet, token=token, hosts=allowed_hosts(host)
+        CliDesk(client, settings), open_sheet, token=token, hosts=allowed_hosts(host, extra_hosts)
     )
 
 
@@ -232,6 +240,14 @@ def add_ui_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="asked of every request from beyond this machine (required to bind another "
         "address than loopback); a browser opens /?token=TOKEN once",
     )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests naming this host (repeatable); loopback and the bound "
+        "host always are",
+    )
 
 
 async def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
@@ -240,7 +256,7 @@ async def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
     async with await open_stores(settings, create=False):
         pass  # no store here: one line now, not a broken page later
     config = uvicorn.Config(
-        ui_app(client, settings, token=args.token, host=args.host),
+        ui_app(client, settings, token=args.token, host=args.host, extra_hosts=args.allowed_host),
         host=args.host,
         port=args.port,
         log_level="warning",
