@@ -5,11 +5,14 @@ needs.
 
 * Unfiltered and in run order, a page is one ``read_run_rows`` range (``seq`` is the
   manifest's primary key): page 2,000 of a million rows costs what page 1 does.
-* Filtered (by a cell outcome or a column's text) or sorted by a column, the store has
-  no index for the question, so the rows are scanned in store pages
-  (:data:`SCAN_ROWS` at a time) and only the page asked for is kept: memory holds
-  one store page plus the page shown (sorted: the ``(value, seq)`` keys up to the
-  page's end), never the run.
+* Filtered by a cell outcome, the run's provenance is scanned in store pages
+  (``read_provenance``, :data:`SCAN_ROWS` at a time: no row data is read), then the
+  page's rows are read by ``seq``.
+* Filtered by a column's text or sorted by a column, the store has no index for the
+  question, so the rows are scanned in store pages and only the page asked for is
+  kept: memory holds one store page plus the page shown (sorted: the ``(value,
+  seq)`` keys up to the page's end), never the run. These views take time in
+  proportion to the run (see ``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from playline.webview.outcomes import cell_outcome
 __all__ = ["SCAN_ROWS", "SheetPage", "SheetQuery", "computed_columns", "read_page"]
 
 #: Rows read per store page while a filtered or sorted view scans a run.
-SCAN_ROWS = 2000
+SCAN_ROWS = 5000
 #: Rows read from the run's start to learn which columns are computed.
 PROBE_ROWS = 500
 
@@ -94,6 +97,28 @@ async def _scan(sheet: SheetStore, run_ref: str, admitted: int) -> AsyncIterator
             yield row
 
 
+async def _scan_outcomes(
+    sheet: SheetStore, run_ref: str, admitted: int
+) -> AsyncIterator[tuple[int, dict[str, Any] | None]]:
+    """``(seq, provenance)`` of every row in run order, ``None`` for a row without any
+    (not finished: its cells are not run yet)."""
+    for start in range(0, admitted, SCAN_ROWS):
+        end = min(admitted, start + SCAN_ROWS)
+        found = dict(await sheet.read_provenance(run_ref, start, end))
+        for seq in range(start, end):
+            yield seq, found.get(seq)
+
+
+def _outcome_matches(
+    provenance: dict[str, Any] | None, query: SheetQuery, computed: list[str]
+) -> bool:
+    """Whether a row with ``provenance`` has a cell of the outcome asked for (a cell
+    without provenance is not run yet)."""
+    found = provenance or {}
+    columns = [query.outcome_column] if query.outcome_column else computed
+    return any(cell_outcome("pending", found.get(c), None) == query.outcome for c in columns)
+
+
 def _matches(row: RunRow, query: SheetQuery, computed: list[str]) -> bool:
     if query.text_column and query.text:
         value = row.data.get(query.text_column)
@@ -132,6 +157,17 @@ async def read_page(sheet: SheetStore, run_ref: str, query: SheetQuery) -> Sheet
         return SheetPage(info, rows, _columns(info, computed), computed, info.admitted, query)
     computed = await computed_columns(sheet, run_ref, [])
     matching = 0
+    if not query.sort and not query.text_column:
+        # By outcome only: the provenance alone tells (no row data read), then the
+        # page's rows by seq.
+        wanted: list[int] = []
+        async for seq, provenance in _scan_outcomes(sheet, run_ref, info.admitted):
+            if _outcome_matches(provenance, query, computed):
+                if start <= matching < start + size:
+                    wanted.append(seq)
+                matching += 1
+        rows = [r for seq in wanted for r in await sheet.read_run_rows(run_ref, seq, seq + 1)]
+        return SheetPage(info, rows, _columns(info, computed), computed, matching, query)
     if not query.sort:
         rows = []
         async for row in _scan(sheet, run_ref, info.admitted):

@@ -35,6 +35,7 @@ from tests.conftest import REPO, new_id
 from tests.e2e.test_budgets import waiting_state
 from tests.e2e.test_crash_recovery import first_rows
 from tests.e2e.test_ui import CHROMIUM, CHROMIUM_FLAGS, wait_for_texts
+from tests.pg import pg_schema
 
 playwright = pytest.importorskip("playwright.async_api")
 
@@ -104,13 +105,23 @@ async def shown_seqs(page: Any) -> list[int]:
     ]
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def store_url(request: Any) -> AsyncIterator[str | None]:
+    """The workers' store: SQLite in the test's home, or a PostgreSQL schema of its own."""
+    if request.param == "sqlite":
+        yield None
+        return
+    async with pg_schema() as url:
+        yield url
+
+
 async def test_the_sheet_view_follows_a_held_run_to_its_end(
-    client, provider, worker, task_queue, home, tmp_path, browser
+    client, provider, worker, task_queue, home, tmp_path, browser, store_url
 ) -> None:
     provider.configure(latency_ms=[20, 40])
     csv_path = first_rows(ROWS, tmp_path / "leads.csv")
     play_id = new_id("sheet")
-    async with worker():
+    async with worker(store_url=store_url):
         handle = await client.start_workflow(
             "t_waterfall",
             args=[{"csv_path": str(csv_path)}, RunOptions(max_credits=CAP, chunk_size=5)],
@@ -120,7 +131,9 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
         )
         await waiting_state(handle)
         settings = Settings.from_env(
-            home=home, temporal_address=client.service_client.config.target_host
+            home=home,
+            temporal_address=client.service_client.config.target_host,
+            store_url=store_url,
         )
         view_client = await connect(settings=settings)
         port = free_port("0.0.0.0")
