@@ -152,6 +152,9 @@ class Desk:
     async def act(self, workflow_id: str, action: str, amount: float | None) -> str:
         return "not in a bench"
 
+    async def budget(self, run: RunSummary) -> float | None:
+        return None
+
     async def export(self, workflow_id: str, path: Path, choice: ExportChoice) -> int:
         return 0
 

@@ -46,6 +46,7 @@ from playline.contract import PlayRunResult, PlayState
 from playline.errors import PlaylineError
 from playline.money import money_text
 from playline.stores.backends import open_stores
+from playline.stores.budget_ids import RunBudgetId
 from playline.stores.sheet import SheetStore
 from playline.webview import ExportChoice, RunSummary, check_exposure, webview_app
 from playline.webview.desk import Action
@@ -191,6 +192,20 @@ class CliDesk:
                     args.no_wait, args.out = True, None
                     await cancel_run(handle, desc, args, self.settings)
         return printed.getvalue().strip()
+
+    async def budget(self, run: RunSummary) -> float | None:
+        """The run's cap from the budget ledger, read where the workers keep it (a run
+        without a cap has no budget there; nothing is created to find out)."""
+        if run.run_id is None:
+            return None
+        if not self.settings.store_is_postgres and not self.settings.budgets_path.is_file():
+            return None
+        try:
+            async with await open_stores(self.settings, create=False) as stores:
+                state = await stores.budgets.state(RunBudgetId(run.run_id))
+        except (PlaylineError, OSError):
+            return None
+        return state.limit if state is not None else None
 
     async def export(self, workflow_id: str, path: Path, choice: ExportChoice) -> int:
         handle = self.client.get_workflow_handle(workflow_id, result_type=PlayRunResult)

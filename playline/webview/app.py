@@ -32,9 +32,10 @@ from starlette.staticfiles import StaticFiles
 
 from playline.errors import PlaylineError
 from playline.request_body import BodyTooLarge, read_capped_body
-from playline.stores.provenance_cells import credits_text
+from playline.stores.provenance_cells import credits_text, iso_utc
 from playline.stores.sheet import SheetStore
 from playline.webview.cells import cell_panel
+from playline.webview.charts import read_charts
 from playline.webview.desk import ACTIONS, ExportChoice, RunDesk, RunSummary
 from playline.webview.guard import Guard
 from playline.webview.notes import Notes
@@ -207,6 +208,27 @@ def webview_app(
             "panel": cell_panel(column, OUTCOMES[outcome], provenance, run.prices),
         }
 
+    async def charts_page(request: Request) -> Response:
+        params = request.query_params
+        workflow_id = params.get("id", "")
+        try:
+            run = await desk.run(workflow_id)
+        except PlaylineError as err:
+            return _render("error.html", 404, message=str(err))
+        refs = run.run_refs
+        ref_index = min(_int(params.get("ref"), len(refs) - 1), max(0, len(refs) - 1))
+        charts = None
+        if refs:
+            charts = await read_charts(held["sheet"], refs[ref_index], await desk.budget(run))
+        return _render(
+            "charts.html",
+            run=run,
+            charts=charts,
+            ref_index=ref_index,
+            when=iso_utc,
+            refresh=refresh_s * 4 if run.running else None,
+        )
+
     async def text_filter(request: Request) -> Response:
         """A typed filter: its text kept here, the page's URL carries its id only."""
         form = await _form(request)
@@ -268,6 +290,7 @@ def webview_app(
         routes=[
             Route("/", runs_page),
             Route("/sheet", sheet_page),
+            Route("/charts", charts_page),
             Route("/filter", text_filter, methods=["POST"]),
             Route("/act", act, methods=["POST"]),
             Route("/export", export),

@@ -70,6 +70,10 @@ class RunDesk(Protocol):
         ``PlaylineError`` with the line it refuses with."""
         ...
 
+    async def budget(self, run: RunSummary) -> float | None:
+        """The run's credit cap as the budget ledger holds it now (``None``: no cap)."""
+        ...
+
     async def export(self, workflow_id: str, path: Path, choice: ExportChoice) -> int:
         """Write what ``playline runs export`` writes to ``path``; the rows written."""
         ...

@@ -92,8 +92,10 @@ async def browser(tmp_path: Path) -> AsyncIterator[Any]:
 
 
 async def shoot(page: Any, name: str) -> None:
+    """The top of the page (the README's pictures are these, copied into docs/)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+    clip = {"x": 0, "y": 0, "width": 1400, "height": 560}
+    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), clip=clip)
 
 
 async def shown_seqs(page: Any) -> list[int]:
@@ -157,6 +159,12 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
             held_done = await page.locator("#sheet td.status-done").count()
             assert 0 < held_done < ROWS
             await shoot(page, "sheet-held")
+
+            # Its charts: the spend so far against the cap it is held at.
+            await page.locator("#charts-link").click()
+            await wait_for_texts(page, "Spend over time", f"cap {CAP}", "mailfox_email")
+            await shoot(page, "charts-held")
+            await page.go_back()
 
             # Raise the budget from the page: the CLI's own line answers.
             await page.fill("input[name=add]", "100000")

@@ -21,6 +21,7 @@ from playline.errors import PlaylineError
 from playline.stores.sheet import RowResult, SheetStore
 from playline.stores.sheet_ledger import SheetLedger
 from playline.webview import ExportChoice, RunSummary, check_exposure, webview_app
+from playline.webview.charts import read_charts
 from playline.webview.outcomes import cell_outcome
 from playline.webview.sheet_pages import SheetQuery, read_page
 
@@ -131,6 +132,9 @@ class Desk:
             raise PlaylineError("resume refused: the run is not paused")
         return f"paused {workflow_id}"
 
+    async def budget(self, run: RunSummary) -> float | None:
+        return None
+
     async def export(self, workflow_id: str, path: Path, choice: ExportChoice) -> int:
         path.write_text("id\nL0000\n")
         return 1
@@ -193,6 +197,21 @@ async def test_pages_filters_and_sorting_read_only_what_they_show(sheet: SheetSt
     assert await read_page(sheet, "nope", SheetQuery()) is None
 
 
+async def test_charts_sum_spend_per_provider_and_each_waterfall_step(sheet: SheetStore) -> None:
+    charts = await read_charts(sheet, RUN, budget=100.0)
+    assert charts is not None
+    totals = {line.provider: line.total for line in charts.lines}
+    hits = len(range(0, ROWS, 5))
+    assert totals == {"findly": hits * 1.0, "mailfox": hits * 1.0}
+    assert charts.budget == 100.0 and charts.budget_y is not None
+    [funnel] = charts.funnels.values()
+    assert [(s.tool, s.answered, s.calls, s.hits) for s in funnel] == [
+        ("findly_email", 0, hits, 0),
+        ("mailfox_email", hits, hits, hits),
+    ]
+    assert funnel[1].per_hit == 1.0
+
+
 def test_the_sheet_page_filters_by_outcome_and_shows_a_waterfall(client: Any) -> None:
     http, _ = client
     page = http.get("/sheet", params={"id": "wf-1", "outcome": "no_match"})
@@ -203,6 +222,8 @@ def test_the_sheet_page_filters_by_outcome_and_shows_a_waterfall(client: Any) ->
     steps = panel[panel.index('id="steps"') :]
     assert "findly_email" in steps and "no_match" in steps and "mailfox_email" in steps
     assert "≈" not in panel  # no prices reported: no money shown
+    charts = http.get("/charts", params={"id": "wf-1"}).text
+    assert "<polyline" in charts and "mailfox_email" in charts
     runs = http.get("/").text
     assert "wf-1" in runs and "104/130" in runs
 
