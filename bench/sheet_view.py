@@ -10,8 +10,8 @@ budget skips and, for the last tenth, rows not run yet. Then serves ``playline u
 app in process (``webview_app`` over the store opened read-only, a desk that knows the
 one run) and times whole HTTP requests, template rendering included: the first page,
 a middle one, the last one, a cell's provenance panel on the last page, and the
-scanning views (a filter by outcome, a sort by a column), which read the whole run in
-store pages. Prints a table and the server process's peak RSS before and after.
+scanning views (a filter by outcome, a sort by a column, the charts), which read the
+whole run in store pages. Prints a table and the server process's peak RSS before and after.
 """
 
 from __future__ import annotations
@@ -161,9 +161,10 @@ class Desk:
 
 def timed(client: TestClient, params: dict[str, str], repeats: int) -> tuple[float, float]:
     times = []
+    path = params.pop("path", "/sheet")
     for _ in range(repeats):
         began = time.perf_counter()
-        response = client.get("/sheet", params=params)
+        response = client.get(path, params=params)
         times.append(time.perf_counter() - began)
         assert response.status_code == 200, response.text[:500]
     return statistics.median(times), max(times)
@@ -223,6 +224,7 @@ def run_views(
         },
         "filter: no match (scan)": {"id": "bench", "outcome": "no_match", "ocol": "email"},
         "sort by last_name (scan)": {"id": "bench", "sort": "last_name"},
+        "charts (two scans)": {"path": "/charts", "id": "bench"},
     }
     before = peak_rss_mib()
     print(f"{'view':32} {'median s':>9} {'max s':>7}")

@@ -28,6 +28,7 @@ from temporalio.service import RPCError
 
 from playline import search_attributes as sa
 from playline.cli.codec_server import allowed_hosts
+from playline.cli.devserver import port_open
 from playline.cli.follow import ENDED, snapshot, wait_lines
 from playline.cli.render import console, ui_url
 from playline.cli.runs import (
@@ -45,6 +46,7 @@ from playline.config import Settings
 from playline.contract import PlayRunResult, PlayState
 from playline.errors import PlaylineError
 from playline.money import money_text
+from playline.sockets import free_port
 from playline.stores.backends import open_stores
 from playline.stores.budget_ids import RunBudgetId
 from playline.stores.sheet import SheetStore
@@ -53,7 +55,15 @@ from playline.webview.desk import Action
 from playline.worker import connect
 from playline.workflows.context import RUN_REFS_MEMO
 
-__all__ = ["DEFAULT_PORT", "CliDesk", "add_ui_parser", "cmd_ui", "ui_app"]
+__all__ = [
+    "DEFAULT_PORT",
+    "CliDesk",
+    "add_ui_parser",
+    "cmd_ui",
+    "serving",
+    "sheet_view_running",
+    "ui_app",
+]
 
 DEFAULT_PORT = 8234
 #: How long a page waits for a worker to answer a run's ``state`` query.
@@ -241,6 +251,45 @@ def ui_app(
     return webview_app(
         CliDesk(client, settings), open_sheet, token=token, hosts=allowed_hosts(host, extra_hosts)
     )
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any, host: str, port: int) -> AsyncIterator[None]:
+    """``app`` on ``host:port`` (uvicorn in this event loop, no access log) while the
+    block runs; one line if it cannot start."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    )
+    running = asyncio.ensure_future(server.serve())
+    for _ in range(500):  # ten seconds at most
+        if server.started or running.done():
+            break
+        await asyncio.sleep(0.02)
+    if not server.started:
+        server.should_exit = True
+        with contextlib.suppress(BaseException):
+            await running
+        raise PlaylineError(f"the sheet view did not start on {host}:{port}")
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(BaseException):
+            await running
+
+
+@contextlib.asynccontextmanager
+async def sheet_view_running(
+    settings: Settings, port: int = DEFAULT_PORT, *, client: Client | None = None
+) -> AsyncIterator[str]:
+    """The sheet view on loopback while the block runs (for ``playline dev`` and
+    ``demo``: their stack's Temporal and store); yields its URL. A taken port gives
+    way to a free one."""
+    if port_open("127.0.0.1", port):
+        port = free_port()
+    client = client or await connect(settings=settings)
+    async with serving(ui_app(client, settings), "127.0.0.1", port):
+        yield f"http://127.0.0.1:{port}"
 
 
 def add_ui_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -226,7 +226,7 @@ def webview_app(
             charts=charts,
             ref_index=ref_index,
             when=iso_utc,
-            refresh=refresh_s * 4 if run.running else None,
+            refresh=refresh_s * 10 if run.running else None,  # the charts scan the run
         )
 
     async def text_filter(request: Request) -> Response:

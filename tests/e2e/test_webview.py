@@ -14,7 +14,6 @@ Screenshots go to ``test-artifacts/webview/`` (git-ignored).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -22,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
-from playline.cli.ui import ui_app
+from playline.cli.ui import serving, sheet_view_running, ui_app
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
 from playline.sockets import free_port
@@ -57,24 +55,6 @@ def outside_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
-@contextlib.asynccontextmanager
-async def serving(app: Any, host: str, port: int) -> AsyncIterator[None]:
-    """The app on a real port (uvicorn in this event loop), as ``playline ui`` runs it."""
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.05)
-    try:
-        yield
-    finally:
-        server.should_exit = True
-        await task
-
-
 @pytest.fixture
 async def browser(tmp_path: Path) -> AsyncIterator[Any]:
     async with playwright.async_playwright() as pw:
@@ -91,10 +71,10 @@ async def browser(tmp_path: Path) -> AsyncIterator[Any]:
             await context.close()
 
 
-async def shoot(page: Any, name: str) -> None:
-    """The top of the page (the README's pictures are these, copied into docs/)."""
+async def shoot(page: Any, name: str, height: int = 560) -> None:
+    """The top of the page (the README's pictures are these, copied into docs/webview/)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    clip = {"x": 0, "y": 0, "width": 1400, "height": 560}
+    clip = {"x": 0, "y": 0, "width": 1400, "height": height}
     await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), clip=clip)
 
 
@@ -212,7 +192,7 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
             for i, step in enumerate(steps):
                 cells = await table.nth(i).locator("td").all_inner_texts()
                 assert cells[1] == step["tool"] and cells[3] == step["outcome"], cells
-            await shoot(page, "sheet-provenance")
+            await shoot(page, "sheet-provenance", height=760)
 
             # Filtering by "no match": exactly those rows.
             await page.goto(f"{base}/sheet?id={play_id}")
@@ -230,3 +210,9 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
                 far = await page.goto(f"http://{outside}:{port}/?token={TOKEN}")
                 assert far is not None and far.status == 200
                 assert TOKEN not in page.url
+
+    # As `playline dev` would run it beside its stack: loopback, the same pages.
+    async with sheet_view_running(settings, free_port(), client=view_client) as url:
+        assert url.startswith("http://127.0.0.1:")
+        await page.goto(url + "/")
+        await wait_for_texts(page, play_id, "completed")
