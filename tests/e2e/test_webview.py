@@ -14,6 +14,7 @@ Screenshots go to ``test-artifacts/webview/`` (git-ignored).
 from __future__ import annotations
 
 import asyncio
+import csv
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -164,6 +165,16 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
             assert shown == pytest.approx(ledger["credits"], abs=1e-9)
             assert shown == pytest.approx(result.stats.credits, abs=1e-9)
 
+            # Its export, as `runs export --provenance` writes it.
+            async with page.expect_download() as download:
+                await page.get_by_role("link", name="CSV with provenance").click()
+            saved = tmp_path / "export.csv"
+            await (await download.value).save_as(saved)
+            with saved.open(newline="") as handle:
+                exported = list(csv.DictReader(handle))
+            assert len(exported) == ROWS
+            assert "verified_email__source" in exported[0]
+
             # What the store holds, to check the page against.
             run_ref = result.datasets[0].run_ref
             async with await open_stores(settings, create=False) as stores:
@@ -191,7 +202,9 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
             assert await table.count() == len(steps)
             for i, step in enumerate(steps):
                 cells = await table.nth(i).locator("td").all_inner_texts()
-                assert cells[1] == step["tool"] and cells[3] == step["outcome"], cells
+                assert cells[1] == step["tool"], cells
+                assert cells[3].split("\n")[0] == step["outcome"], cells
+                assert float(cells[4]) == pytest.approx(step["credits"]), cells
             await shoot(page, "sheet-provenance", height=760)
 
             # Filtering by "no match": exactly those rows.

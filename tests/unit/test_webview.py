@@ -272,6 +272,13 @@ def test_a_request_from_another_address_needs_the_token(client: Any) -> None:
     assert http.get("/", headers={"host": "rebound.example"}).status_code == 400
 
 
+def test_playline_ui_refuses_another_address_without_a_token(capsys: Any) -> None:
+    from playline.cli import main
+
+    assert main(["ui", "--host", "0.0.0.0"]) == 1
+    assert "refusing to serve the sheets on 0.0.0.0 without a token" in capsys.readouterr().err
+
+
 def test_binding_beyond_loopback_needs_a_token() -> None:
     check_exposure("127.0.0.1", None)
     check_exposure("0.0.0.0", "t")
