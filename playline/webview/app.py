@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -44,7 +43,6 @@ from playline.webview.sheet_pages import SheetQuery, read_page
 
 __all__ = ["PAGE_ROWS", "REFRESH_S", "webview_app"]
 
-logger = logging.getLogger("playline.webview")
 
 #: Rows on one sheet page.
 PAGE_ROWS = 50

@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from playline.errors import PlaylineError
 from playline.stores.sheet import RowResult, SheetStore
 from playline.stores.sheet_ledger import SheetLedger
-from playline.webview import ExportChoice, RunSummary, check_exposure, webview_app
+from playline.webview import ExportChoice, RunSummary, check_exposure, sheet_link, webview_app
 from playline.webview.charts import read_charts
 from playline.webview.outcomes import cell_outcome
 from playline.webview.sheet_pages import SheetQuery, read_page
@@ -277,6 +277,13 @@ def test_playline_ui_refuses_another_address_without_a_token(capsys: Any) -> Non
 
     assert main(["ui", "--host", "0.0.0.0"]) == 1
     assert "refusing to serve the sheets on 0.0.0.0 without a token" in capsys.readouterr().err
+
+
+def test_a_runs_sheet_link_names_its_id_only(client: Any) -> None:
+    http, _ = client
+    link = sheet_link("http://127.0.0.1:8234/", "wf-1")
+    assert link == "http://127.0.0.1:8234/sheet?id=wf-1"
+    assert http.get(link.removeprefix("http://127.0.0.1:8234")).status_code == 200
 
 
 def test_binding_beyond_loopback_needs_a_token() -> None:
