@@ -93,6 +93,8 @@ class CliDesk:
         waits = wait_lines(state, state.current, now, run.workflow_id)
         snap = snapshot(state, state.current, waits)
         run.waits = waits
+        current_wait = state.current.budget_wait if state.current is not None else None
+        run.held_for_budget = bool(waits) and bool(current_wait or state.budget_wait)
         run.rows_done, run.rows_total = snap.done, snap.total
         run.rows_failed = state.rows_failed
         run.credits, run.money = snap.credits, snap.money

@@ -132,7 +132,7 @@ def webview_app(
             columns_known = page.columns
             for row in page.rows:
                 outcomes = row_outcomes(row, page.computed)
-                kind, text = row_status(row)
+                kind, text = row_status(row, run.held_for_budget)
                 rows.append(
                     {
                         "seq": row.seq,

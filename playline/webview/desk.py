@@ -40,6 +40,9 @@ class RunSummary:
     run_refs: list[str] = field(default_factory=list)
     #: ``{provider: {"credit_price", "currency"}}`` the workers reported (money of a cell)
     prices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: whether the run holds its rows until its budget is raised (its pending rows
+    #: are held, not merely not started)
+    held_for_budget: bool = False
     #: whether Temporal still runs it (controls apply)
     running: bool = False
 

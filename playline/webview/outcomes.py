@@ -60,14 +60,14 @@ def row_outcomes(row: RunRow, computed: list[str]) -> dict[str, Outcome]:
     return {c: cell_outcome(row.status, found.get(c), row.data.get(c)) for c in computed}
 
 
-def row_status(row: RunRow) -> tuple[str, str]:
+def row_status(row: RunRow, held_for_budget: bool = False) -> tuple[str, str]:
     """``(kind, text)`` of the row's status column: ``done``, ``failed`` (with why),
-    ``skipped`` (budget or cancel), or ``pending`` (not started, or held: the run's
-    page says why it waits)."""
+    ``skipped`` (budget or cancel), ``pending`` (not started) or, while the run holds
+    its rows for budget, ``held`` (nothing moves until the budget is raised)."""
     if row.status == "ok":
         return "done", "done"
     if row.status == "pending":
-        return "pending", "not started"
+        return ("held", "held at budget") if held_for_budget else ("pending", "not started")
     error = row.error or ""
     if error.startswith(("skipped_budget", "not_sent")):
         return "skipped", error.split(":", 1)[0].replace("_", " ")

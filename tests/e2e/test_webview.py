@@ -134,9 +134,9 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
             assert "waiting" in runs
             await shoot(page, "runs")
 
-            # Its sheet: why it waits, and the rows done so far (the others not started).
+            # Its sheet: why it waits, the rows done so far, the others held.
             await page.get_by_role("link", name=play_id).click()
-            await wait_for_texts(page, "budget:", "--add N", "not started")
+            await wait_for_texts(page, "budget:", "--add N", "held at budget")
             held_done = await page.locator("#sheet td.status-done").count()
             assert 0 < held_done < ROWS
             await shoot(page, "sheet-held")

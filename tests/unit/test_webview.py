@@ -18,11 +18,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from playline.errors import PlaylineError
-from playline.stores.sheet import RowResult, SheetStore
+from playline.stores.sheet import RowResult, RunRow, SheetStore
 from playline.stores.sheet_ledger import SheetLedger
 from playline.webview import ExportChoice, RunSummary, check_exposure, sheet_link, webview_app
 from playline.webview.charts import read_charts
-from playline.webview.outcomes import cell_outcome
+from playline.webview.outcomes import cell_outcome, row_status
 from playline.webview.sheet_pages import SheetQuery, read_page
 
 RUN = "run-1"
@@ -176,6 +176,20 @@ def test_cell_outcomes_follow_the_provenance() -> None:
     assert cell_outcome("error", provenance_of(3), None) == "skipped_budget"
     assert cell_outcome("pending", None, None) == "not_run"
     assert cell_outcome("ok", {"miss": "skipped_input"}, None) == "skipped"
+
+
+def test_a_rows_status_says_done_failed_skipped_not_started_or_held() -> None:
+    def row(status: str, error: str | None = None) -> RunRow:
+        return RunRow(0, "k", {}, status, error)  # type: ignore[arg-type]
+
+    assert row_status(row("ok")) == ("done", "done")
+    assert row_status(row("error", "ProviderError: 502")) == (
+        "failed",
+        "failed: ProviderError: 502",
+    )
+    assert row_status(row("error", "skipped_budget: cap")) == ("skipped", "skipped budget")
+    assert row_status(row("pending")) == ("pending", "not started")
+    assert row_status(row("pending"), held_for_budget=True) == ("held", "held at budget")
 
 
 async def test_pages_filters_and_sorting_read_only_what_they_show(sheet: SheetStore) -> None:
