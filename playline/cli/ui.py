@@ -101,6 +101,11 @@ class CliDesk:
         run.run_refs = list(state.run_refs) or run.run_refs
         if state.current is not None:
             run.prices = dict(state.current.stats.prices)
+            run.providers = _providers(state.current.stats.accounts)
+            for pace in state.current.paces:
+                run.providers.setdefault(pace.provider, {}).update(
+                    rate_rps=pace.rate_rps, share_rps=pace.share_rps, paused_s=pace.paused_s
+                )
         if state.status not in ENDED and run.running:
             run.status = state.status + (" (paused)" if state.paused else "")
         return run
@@ -175,6 +180,7 @@ class CliDesk:
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             result = await handle.result()
             run.prices = dict(result.stats.prices)
+            run.providers = _providers(result.stats.accounts)
             run.money = money_text(result.stats.spend.get("by_provider") or {}, run.prices)
             run.run_refs = [d.run_ref for d in result.datasets if d.run_ref] or run.run_refs
             return run
@@ -228,6 +234,11 @@ class CliDesk:
         return await export_done(
             handle, desc, str(path), self.settings, provenance=choice.provenance
         )
+
+
+def _providers(accounts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The accounts' terms per provider (a few numbers each, never a row)."""
+    return {provider: dict(terms) for provider, terms in sorted(accounts.items())}
 
 
 def _when(moment: datetime | None) -> str | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
@@ -55,7 +55,16 @@ _ENV = Environment(
     loader=PackageLoader("playline.webview", "templates"),
     autoescape=select_autoescape(default=True),
 )
-_ENV.filters["credits"] = lambda v: "-" if v is None else (credits_text(v) or "0")
+
+
+def _credits(value: Any) -> str:
+    """A credits figure as the export writes it; ``-`` when there is none."""
+    if value is None or isinstance(value, Undefined):
+        return "-"
+    return credits_text(value) or "0"
+
+
+_ENV.filters["credits"] = _credits
 
 
 def _render(name: str, status: int = 200, **context: Any) -> HTMLResponse:

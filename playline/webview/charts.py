@@ -2,7 +2,8 @@
 
 * **Spend over time per provider**: each paid cell's credits at its ``fetched_at``,
   summed per provider into :data:`BUCKETS` time buckets and drawn cumulative, with
-  the run's budget as a dashed line when the desk knows it.
+  the run's cap as a dashed line when the desk knows it (named beside the chart when it
+  is more than twice the spend, which it would flatten).
 * **Each waterfall's funnel**: per step, the rows it answered, the calls it made,
   its hits and credits, and credits per hit (the figures to order a waterfall by,
   as :class:`~playline.calls.provenance.SpendTally` counts them).
@@ -26,7 +27,7 @@ BUCKETS = 60
 #: Rows of provenance read per store page.
 PAGE = 5000
 #: The drawing's size in SVG units (it scales with the page).
-WIDTH, HEIGHT, PAD = 640, 220, 36
+WIDTH, HEIGHT, PAD = 640, 220, 56
 #: One colour per provider, in order (colour-blind safe).
 COLOURS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442")
 
@@ -108,7 +109,10 @@ async def read_charts(
 
 def _draw_lines(charts: Charts, buckets: dict[str, list[float]], budget: float | None) -> None:
     totals = {p: _cumulative(v) for p, v in sorted(buckets.items())}
-    top = max([v[-1] for v in totals.values()] + [budget or 0.0, 1e-9])
+    spent = max([v[-1] for v in totals.values()] + [1e-9])
+    # A cap far above the spend would flatten every line: drawn only when near.
+    near = budget is not None and budget <= 2 * spent
+    top = max(spent, budget if near and budget is not None else 0.0)
     charts.top = top
     inner_w, inner_h = WIDTH - 2 * PAD, HEIGHT - 2 * PAD
     for i, (provider, values) in enumerate(totals.items()):
@@ -124,8 +128,8 @@ def _draw_lines(charts: Charts, buckets: dict[str, list[float]], budget: float |
                 values[-1],
             )
         )
-    if budget is not None:
-        charts.budget = budget
+    charts.budget = budget
+    if near and budget is not None:
         charts.budget_y = HEIGHT - PAD - inner_h * budget / top
 
 

@@ -40,6 +40,11 @@ class RunSummary:
     run_refs: list[str] = field(default_factory=list)
     #: ``{provider: {"credit_price", "currency"}}`` the workers reported (money of a cell)
     prices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: per provider, what the run's account and the governor say now: ``requests``,
+    #: ``charged``, ``hits``, ``shared``, ``credits``, ``saved`` (the accounts' terms)
+    #: and, while it runs, ``rate_rps`` (in force), ``share_rps`` (this run's calls per
+    #: second), ``paused_s`` (a Retry-After holding its calls)
+    providers: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: whether the run holds its rows until its budget is raised (its pending rows
     #: are held, not merely not started)
     held_for_budget: bool = False

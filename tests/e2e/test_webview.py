@@ -175,6 +175,12 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
             assert len(exported) == ROWS
             assert "verified_email__source" in exported[0]
 
+            # The charts of the finished run: each provider's account.
+            await page.goto(f"{base}/charts?id={play_id}")
+            await wait_for_texts(page, "Providers", "prospectr", "receipt hits")
+            await shoot(page, "charts", height=900)
+            await page.goto(f"{base}/sheet?id={play_id}")
+
             # What the store holds, to check the page against.
             run_ref = result.datasets[0].run_ref
             async with await open_stores(settings, create=False) as stores:

@@ -116,6 +116,7 @@ class Desk:
             credits=3.0,
             run_refs=[RUN],
             running=False,
+            providers={"mailfox": {"requests": 29, "charged": 26, "credits": 26.5}},
         )
 
     async def list_runs(self, limit: int) -> list[RunSummary]:
@@ -212,12 +213,14 @@ async def test_pages_filters_and_sorting_read_only_what_they_show(sheet: SheetSt
 
 
 async def test_charts_sum_spend_per_provider_and_each_waterfall_step(sheet: SheetStore) -> None:
-    charts = await read_charts(sheet, RUN, budget=100.0)
+    charts = await read_charts(sheet, RUN, budget=40.0)
     assert charts is not None
     totals = {line.provider: line.total for line in charts.lines}
     hits = len(range(0, ROWS, 5))
     assert totals == {"findly": hits * 1.0, "mailfox": hits * 1.0}
-    assert charts.budget == 100.0 and charts.budget_y is not None
+    assert charts.budget == 40.0 and charts.budget_y is not None
+    far = await read_charts(sheet, RUN, budget=1000.0)
+    assert far is not None and far.budget_y is None and far.top == hits * 1.0
     [funnel] = charts.funnels.values()
     assert [(s.tool, s.answered, s.calls, s.hits) for s in funnel] == [
         ("findly_email", 0, hits, 0),
@@ -238,6 +241,9 @@ def test_the_sheet_page_filters_by_outcome_and_shows_a_waterfall(client: Any) ->
     assert "≈" not in panel  # no prices reported: no money shown
     charts = http.get("/charts", params={"id": "wf-1"}).text
     assert "<polyline" in charts and "mailfox_email" in charts
+    providers = charts[charts.index('id="providers"') : charts.index('id="funnels"')]
+    assert re.search(r"<td>mailfox</td><td[^>]*>29</td><td[^>]*>26</td>", providers)
+    assert ">26.5<" in providers and ">-<" in providers  # no saved figure: a dash
     runs = http.get("/").text
     assert "wf-1" in runs and "104/130" in runs
 
