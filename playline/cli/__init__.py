@@ -20,6 +20,7 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.replay` - ``replay`` (recorded histories against the current code);
 * :mod:`~playline.cli.codec_server` - ``codec-server`` (the Temporal UI's payload decoder);
 * :mod:`~playline.cli.webhook` - ``webhook`` (asynchronous providers' job callbacks);
+* :mod:`~playline.cli.ui` - ``ui`` (the sheet view: every run, cell by cell, in a browser);
 * :mod:`~playline.cli.starting` - what the commands that start a play share (flags, input, CSV
   upload, the unknown-play guard);
 * :mod:`~playline.cli.flags` - flags several commands declare alike (Temporal, listening);
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.schedule import add_schedule_parser
     from playline.cli.setup import add_setup_parser
     from playline.cli.starting import add_budget_flags, add_play_flags, add_priority_flags
+    from playline.cli.ui import add_ui_parser
     from playline.cli.webhook import add_webhook_parser
 
     parser = argparse.ArgumentParser(
@@ -213,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parser(sub)
     add_codec_server_parser(sub)
     add_webhook_parser(sub)
+    add_ui_parser(sub)
     return parser
 
 
@@ -229,6 +232,7 @@ def _commands() -> dict[str, Command]:
     from playline.cli.schedule import cmd_schedule
     from playline.cli.setup import cmd_setup
     from playline.cli.stack import cmd_demo, cmd_dev, cmd_worker
+    from playline.cli.ui import cmd_ui
     from playline.cli.webhook import cmd_webhook
 
     return {
@@ -247,6 +251,7 @@ def _commands() -> dict[str, Command]:
         "catalog": cmd_catalog,
         "schedule": cmd_schedule,
         "webhook": cmd_webhook,
+        "ui": cmd_ui,
     }
 
 
