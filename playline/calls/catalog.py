@@ -88,6 +88,7 @@ from playline.errors import (
 )
 from playline.freshness import Freshness, dig, freshness_of
 from playline.pacing.policy import PacingPolicy
+from playline.sinks.spec import SinkSpec
 
 _FIELD_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 
@@ -645,6 +646,11 @@ class Catalog(BaseModel):
         default_factory=dict,
         description="named waterfalls: tools tried in order until one gives an accepted value",
     )
+    sinks: dict[str, SinkSpec] = Field(
+        default_factory=dict,
+        description="where `playline sync` writes a run's rows back (a CRM, a warehouse "
+        "table), by name; see playline.sinks",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -677,6 +683,12 @@ class Catalog(BaseModel):
             if unknown:
                 raise ValueError(
                     f"waterfall {name!r} names tool(s) {unknown} the catalog does not declare"
+                )
+        for name, sink in self.sinks.items():
+            if sink.kind == "hubspot" and sink.provider not in self.providers:
+                raise ValueError(
+                    f"sink {name!r} names provider {sink.provider!r}, which the "
+                    "catalog does not declare"
                 )
         return self
 
@@ -750,7 +762,7 @@ class Catalog(BaseModel):
 
 #: The package holding the presets (``include = [...]``).
 PRESETS_PACKAGE = "playline.presets"
-_MERGED_TABLES = ("providers", "tools", "waterfalls")
+_MERGED_TABLES = ("providers", "tools", "waterfalls", "sinks")
 
 
 def preset_names() -> list[str]:
