@@ -639,8 +639,9 @@ class Catalog(BaseModel):
         description="the providers, by name: where they live, their keys, their limits"
     )
     tools: dict[str, ToolSpec] = Field(
+        default_factory=dict,
         description="the tools, by id: one provider endpoint each, with its input, getters "
-        "and billing"
+        "and billing (none in a catalog that only declares sinks)",
     )
     waterfalls: dict[str, WaterfallSpec] = Field(
         default_factory=dict,

@@ -59,16 +59,20 @@ def test_every_preset_loads_and_cites_its_docs(tmp_path: Path) -> None:
     assert set(VENDORS) <= set(preset_names())
     for name in preset_names():
         catalog = load(tmp_path, name)
-        assert catalog.providers and catalog.tools
+        assert catalog.providers and (catalog.tools or catalog.sinks)
         for provider_name, provider in catalog.providers.items():
             assert provider.source and provider.source.startswith("https://")
             assert provider.base_url.startswith("https://")
             assert provider.base_url_env == f"{provider_name.upper()}_BASE_URL"
             assert provider.auth is not None
-            assert provider.auth.envs == (f"{provider_name.upper()}_API_KEY",)
+            # HubSpot calls its private app's key an access token (HUBSPOT_ACCESS_TOKEN).
+            secret = "ACCESS_TOKEN" if catalog.sinks else "API_KEY"
+            assert provider.auth.envs == (f"{provider_name.upper()}_{secret}",)
         for tool in catalog.tools.values():
             assert tool.source and tool.source.startswith("https://"), tool.id
             assert tool.billing.rule != "per_request"  # every vendor here bills by outcome
+        for sink_name, sink in catalog.sinks.items():
+            assert sink.source and sink.source.startswith("https://"), sink_name
 
 
 def test_all_presets_load_together_and_the_catalog_wins_a_name_clash(tmp_path: Path) -> None:
