@@ -82,6 +82,14 @@ def add_sync_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None])
         metavar="S",
         help="how long to wait out a destination's 429s before parking the sync (default 300)",
     )
+    p.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how long a batch being written stays this sync's (renewed while it goes); a "
+        "killed sync's batch is taken over after it (default 60)",
+    )
 
 
 async def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
@@ -106,13 +114,14 @@ async def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
                     receipts=stores.receipts,
                     destination=destination,
                     dry_run=args.dry_run,
+                    lease_ttl_s=args.lease_ttl,
                 )
             finally:
                 await close()
         finally:
             await close_ledger()
     if args.json:
-        print(json.dumps(report.as_json(), default=str))
+        print(json.dumps(report.as_json(), default=str), flush=True)
     else:
         _print(report)
     return EXIT_PARKED if report.parked else 0

@@ -14,7 +14,10 @@ Both need ``Authorization: Bearer <any token>`` (401 without) and are limited as
 HubSpot documents: ``burst`` requests per rolling ``interval_ms`` (429 with
 ``policyName`` ``TEN_SECONDLY_ROLLING``) and ``daily`` per day (429 ``DAILY``), with the
 ``X-HubSpot-RateLimit-*`` headers on every answer; ``storm`` answers the next N
-requests 429 whatever the counts (with ``Retry-After: 1``).
+requests 429 whatever the counts (with ``Retry-After: 1``); ``latency_ms`` holds each
+answer that long *after* the write is applied (``answering`` counts the answers held),
+as a CRM whose answer is slow to come back: a client killed meanwhile never learns
+that its batch was written.
 
 The ledger (``GET /_admin/crm``) is what each record holds and every request
 received (its path and body), so a test can check that a record was written once,
@@ -25,6 +28,7 @@ that a second sync sent nothing, and which fields a request carried.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -59,12 +63,14 @@ class CrmServer:
         self.window: deque[float] = deque()
         self.daily_used = 0
         self.next_id = 1
+        self.answering = 0
         self.config = {
             "burst": 100,
             "interval_ms": 10_000,
             "daily": 250_000,
             "storm": 0,
             "reject_ids": [],
+            "latency_ms": 0,
         }
 
     # ------------------------------------------------------------------ admin
@@ -75,6 +81,7 @@ class CrmServer:
                 "records": self.records,
                 "requests": self.requests,
                 "daily_used": self.daily_used,
+                "answering": self.answering,
                 "config": self.config,
             }
         )
@@ -136,6 +143,12 @@ class CrmServer:
         self.window.append(now)
         self.daily_used += 1
         status, payload = answer(body)
+        if self.config["latency_ms"]:
+            self.answering += 1
+            try:
+                await asyncio.sleep(self.config["latency_ms"] / 1000)
+            finally:
+                self.answering -= 1
         response = JSONResponse(payload, status_code=status)
         self._headers(response)
         return response

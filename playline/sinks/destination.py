@@ -74,9 +74,13 @@ class Destination(Protocol):
     #: requests sent so far (the summary reports them)
     requests: int
 
-    async def write(self, batch: Sequence[RecordPlan]) -> list[RecordOutcome]:
+    async def write(
+        self, batch: Sequence[RecordPlan], *, resent: bool = False
+    ) -> list[RecordOutcome]:
         """Write ``batch``; one outcome per record, in order. Raises
-        :class:`SinkParked` when the destination will not take it now."""
+        :class:`SinkParked` when the destination will not take it now. ``resent``: a
+        sync that stopped before recording the answer sent this batch already (a
+        destination that can tell what it holds need not write it twice)."""
         ...
 
     async def close(self) -> None: ...

@@ -10,9 +10,12 @@ destination's per-record answer before the ledger is written:
 * a sync killed after the destination acknowledged a batch finds, next time, the
   same records pending, hence the same batch, hence a completed receipt: its stored
   answer is applied and nothing is sent again;
-* a sync killed while a batch was in flight finds its receipt's lease expired and
-  sends it again, which an upsert by key makes harmless (the idempotency contract
-  ``natural``: the same record is written, never a duplicate).
+* a sync killed while a batch was in flight (its receipt is marked *sent* just
+  before it goes) finds, once the lease expired, a batch that may have been written:
+  the destination is told so (``resent``) and HubSpot reads the records back first,
+  sending only those that do not hold the batch's values yet; an upsert by key makes
+  a re-send harmless anyway (the idempotency contract ``natural``: the same record,
+  never a duplicate).
 
 The report counts records per outcome: created, updated, unchanged, skipped by
 policy, rejected (with the destination's reason), and the rows that make no record.
@@ -20,10 +23,12 @@ policy, rejected (with the destination's reason), and the rows that make no reco
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,8 +53,9 @@ __all__ = ["SyncReport", "plan_run", "sync_run"]
 PAGE_ROWS = 1000
 #: Rejections a report lists (the counts hold all of them).
 SHOWN_REJECTIONS = 20
-#: How long a batch's receipt lease lasts (renewed before it is sent).
-LEASE_TTL_S = 600.0
+#: How long a batch's receipt lease lasts; renewed while the batch is being written, so
+#: a sync killed mid-batch leaves a lease another sync may take over this soon.
+LEASE_TTL_S = 60.0
 #: The version of a batch's content address (bump when the payload's shape changes).
 BATCH_VERSION = "1"
 
@@ -74,6 +80,8 @@ class SyncReport:
     requests: int = 0
     #: batches whose answer a receipt already held (acknowledged before a crash)
     batches_reused: int = 0
+    #: batches a killed sync had sent without recording the answer, sent again
+    batches_resent: int = 0
     rejections: list[dict[str, str]] = field(default_factory=list)
     not_written_reasons: dict[str, int] = field(default_factory=dict)
     #: the records the sync did not reach because the destination parked it
@@ -148,6 +156,7 @@ async def sync_run(
     receipts: ReceiptStore,
     destination: Destination,
     dry_run: bool = False,
+    lease_ttl_s: float = LEASE_TTL_S,
 ) -> SyncReport:
     """Write the run's changed records to ``destination`` (see the module docstring);
     ``dry_run`` sends nothing and returns the verdicts."""
@@ -170,6 +179,7 @@ async def sync_run(
                 destination=destination,
                 owner=owner,
                 report=report,
+                lease_ttl_s=lease_ttl_s,
             )
         except SinkParked as parked:
             report.parked = str(parked)
@@ -189,6 +199,7 @@ async def _settle_batch(
     destination: Destination,
     owner: str,
     report: SyncReport,
+    lease_ttl_s: float,
 ) -> list[RecordOutcome]:
     """The destination's answer to ``batch``: a completed receipt's, or a fresh one
     (claimed, sent, completed)."""
@@ -196,7 +207,7 @@ async def _settle_batch(
     key = receipt_key(tool, BATCH_VERSION, [p.payload() for p in batch], destination.scope)
     lease = uuid.uuid4().hex
     (claim,) = await receipts.claim(
-        [ClaimRequest(key=key, tool_id=tool)], owner=owner, lease_id=lease, ttl_s=LEASE_TTL_S
+        [ClaimRequest(key=key, tool_id=tool)], owner=owner, lease_id=lease, ttl_s=lease_ttl_s
     )
     if claim.status == ClaimStatus.HIT:
         report.batches_reused += 1
@@ -206,15 +217,43 @@ async def _settle_batch(
             f"sink {sink!r}: a batch is being written by {claim.owner or 'another sync'}; "
             "wait for it to finish"
         )
+    if claim.resent:
+        report.batches_resent += 1
+    # Marked sent before it goes: a sync killed from here on leaves a batch the next
+    # one knows may have been written.
+    if not (await receipts.mark_sent([key], lease_id=lease, ttl_s=lease_ttl_s))[0]:
+        raise PlaylineError(f"sink {sink!r}: lost the lease of a batch before sending it")
     try:
-        outcomes = await destination.write(batch)
-    except BaseException:
-        await receipts.release([key], lease_id=lease)
+        async with _renewing(receipts, key, lease, lease_ttl_s):
+            outcomes = await destination.write(batch, resent=claim.resent)
+    except SinkParked:
+        # Refused before anything was written (a 429 writes nothing): not sent after all.
+        await receipts.fail(key, lease_id=lease, error="parked")
         raise
     answer = {"outcomes": [o.as_json() for o in outcomes]}
     if not await receipts.complete(key, lease_id=lease, result=answer, credits=0.0):
         raise PlaylineError(f"sink {sink!r}: lost the lease of a batch it wrote; sync again")
     return outcomes
+
+
+@contextlib.asynccontextmanager
+async def _renewing(
+    receipts: ReceiptStore, key: str, lease: str, ttl_s: float
+) -> AsyncIterator[None]:
+    """Keep the batch's lease while the destination writes it (429s may be waited out)."""
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(ttl_s / 3)
+            await receipts.renew([key], lease_id=lease, ttl_s=ttl_s)
+
+    task = asyncio.create_task(renew())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _written(outcome: RecordOutcome) -> WrittenRecord:

@@ -7,6 +7,9 @@ inputs, ``{"id": <unique value>, "idProperty": ..., "properties": {...},
 each result and error is mapped back to its record by ``objectWriteTraceId`` (an
 error's ``context``), else by the unique value. ``new`` tells created from updated.
 
+A batch a killed sync had sent (``resent``) is read back first: the records that
+already hold its values are not written twice.
+
 Fields with the ``if_blank`` policy are read first (``POST .../batch/read`` by the
 same ``idProperty``): a field the record already holds is left alone (``kept``).
 
@@ -125,12 +128,36 @@ class HubSpotDestination:
         self._timeout_s = timeout_s
         self._patience_s = patience_s
 
-    async def write(self, batch: Sequence[RecordPlan]) -> list[RecordOutcome]:
-        current = await self._read_if_blank(batch)
+    async def write(
+        self, batch: Sequence[RecordPlan], *, resent: bool = False
+    ) -> list[RecordOutcome]:
+        """See the module docstring. ``resent``: a killed sync sent this batch without
+        recording the answer; every record is read back first and one that already
+        holds the batch's values is not written again."""
+        current = await self._read(batch, every_field=resent)
         outcomes: dict[int, RecordOutcome] = {}
         sent: list[tuple[int, RecordPlan, dict[str, Any], dict[str, str | None]]] = []
         for position, plan in enumerate(batch):
             held = current.get(plan.record.casefold(), {})
+            if (
+                resent
+                and held
+                and all(
+                    cell_text(held.get(name)) == cell_text(value)
+                    for name, value in plan.writes.items()
+                    if name not in plan.if_blank
+                )
+            ):
+                written = {
+                    n: cell_text(v) for n, v in plan.writes.items() if n not in plan.if_blank
+                }
+                outcomes[position] = RecordOutcome(
+                    plan.record,
+                    UPDATED,
+                    written=written,
+                    kept={n: cell_text(v) for n, v in plan.writes.items() if n in plan.if_blank},
+                )
+                continue
             properties: dict[str, Any] = {}
             kept: dict[str, str | None] = {}
             for name, value in plan.writes.items():
@@ -201,12 +228,17 @@ class HubSpotDestination:
                 outcomes.append(RecordOutcome(plan.record, REJECTED, reason=reason))
         return outcomes
 
-    async def _read_if_blank(self, batch: Sequence[RecordPlan]) -> dict[str, dict[str, Any]]:
-        """``{record (casefolded): properties}`` of the records with ``if_blank`` fields."""
-        asking = [plan for plan in batch if plan.if_blank]
+    async def _read(
+        self, batch: Sequence[RecordPlan], *, every_field: bool
+    ) -> dict[str, dict[str, Any]]:
+        """``{record (casefolded): properties}`` of the records with ``if_blank`` fields
+        (``every_field``: of every record, with every field the batch writes)."""
+        asking = [plan for plan in batch if plan.if_blank or every_field]
         if not asking:
             return {}
-        fields = sorted({name for plan in asking for name in plan.if_blank})
+        fields = sorted(
+            {name for plan in asking for name in (plan.writes if every_field else plan.if_blank)}
+        )
         body = read_body(self.spec, [plan.record for plan in asking], fields)
         status, answer = await self._post(
             f"/crm/v3/objects/{self.spec.object_type}/batch/read", body

@@ -58,7 +58,11 @@ class PostgresDestination:
                 f"sink table {self.spec.table}: {str(err).splitlines()[0]}"
             ) from None
 
-    async def write(self, batch: Sequence[RecordPlan]) -> list[RecordOutcome]:
+    async def write(
+        self, batch: Sequence[RecordPlan], *, resent: bool = False
+    ) -> list[RecordOutcome]:
+        """One transaction; a ``resent`` batch is simply upserted again (its first
+        transaction committed whole or not at all)."""
         self.requests += 1
         try:
             return await self._db.write(lambda conn: [self._upsert(conn, p) for p in batch])

@@ -9,7 +9,10 @@ sync's own report).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ import pytest
 
 from playline.package_data import DEMO_CATALOG
 from tests import plays_changes  # noqa: F401  (registers the play with the worker)
-from tests.conftest import new_id
+from tests.conftest import REPO, new_id
 from tests.e2e.test_cli import playline
 from tests.pg import pg_schema
 from tests.plays import lead, read_csv_rows, run, write_csv
@@ -270,3 +273,48 @@ async def test_a_429_storm_and_a_daily_cap_park_and_resume_and_the_warehouse_tab
         )
         for r in with_email
     }
+
+
+async def test_a_sync_killed_mid_batch_writes_every_record_once(
+    client, worker, task_queue, home, temporal_address, tmp_path: Path, provider, sinks_env
+) -> None:
+    rows = [lead(i, domain=f"d{i}.example") for i in range(50)]
+    csv_path = write_csv(tmp_path / "leads.csv", rows)
+    run_id = new_id("sink")
+    common = ("--address", temporal_address, "--task-queue", task_queue)
+    async with worker():
+        await run(client, "t_change_report", {"csv_path": str(csv_path)},
+                  task_queue=task_queue, workflow_id=run_id)  # fmt: skip
+        exported = await export(run_id, tmp_path / "run.csv", common, home)
+        with_email = {r["work_email"] for r in exported if r["work_email"].strip()}
+        assert len(with_email) > 15  # more than three batches of five
+        # The CRM applies each batch, then holds its answer: the sync is killed while
+        # the third batch is written but not yet acknowledged.
+        crm(provider, "POST", "/_admin/crm/config", {"latency_ms": 400})
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "playline", "sync", run_id, "--sink", "small_contacts",
+            "--lease-ttl", "2", *common,
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "PLAYLINE_HOME": str(home)},
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        for _ in range(1500):
+            ledger = crm(provider, "GET", "/_admin/crm")
+            upserts = [r for r in ledger["requests"] if r["path"] == UPSERT]
+            if len(upserts) >= 3 and ledger["answering"]:
+                break
+            await asyncio.sleep(0.02)
+        proc.kill()
+        await proc.wait()
+        assert len(upserts) == 3 and proc.returncode == -9
+        crm(provider, "POST", "/_admin/crm/config", {"latency_ms": 0})
+        await asyncio.sleep(3)  # the killed sync's lease (2 s) runs out
+        resumed = await sync(run_id, "--sink", "small_contacts", "--lease-ttl", "2",
+                             common=common, home=home)  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert report["batches_resent"] == 1  # the batch in flight was read back, not re-sent
+    held = contacts(provider)
+    assert set(held) == with_email
+    assert all(record["writes"] == 1 for record in held.values())
+    sent = [i["id"] for r in requests_to(provider, UPSERT) for i in r["body"]["inputs"]]
+    assert sorted(sent) == sorted(with_email)  # every record in exactly one upsert

@@ -106,7 +106,9 @@ class Crm:
         self.requests = 0
         self.reject: set[str] = set()
 
-    async def write(self, batch: Sequence[RecordPlan]) -> list[RecordOutcome]:
+    async def write(
+        self, batch: Sequence[RecordPlan], *, resent: bool = False
+    ) -> list[RecordOutcome]:
         self.requests += 1
         self.batches.append([p.record for p in batch])
         return [
@@ -190,7 +192,9 @@ async def test_a_parked_destination_stops_the_sync_with_what_is_left(stores: Any
     receipts, tmp_path = stores
 
     class Parked(Crm):
-        async def write(self, batch: Sequence[RecordPlan]) -> list[RecordOutcome]:
+        async def write(
+            self, batch: Sequence[RecordPlan], *, resent: bool = False
+        ) -> list[RecordOutcome]:
             if self.batches:
                 raise SinkParked("daily limit")
             return await super().write(batch)
