@@ -37,6 +37,7 @@ from playline.activities import (
     DatasetActivities,
     EstimateActivities,
     ScalarActivities,
+    SyncActivities,
     VisibilityActivities,
     WidthActivities,
 )
@@ -89,6 +90,7 @@ class PlaylinePlugin(SimplePlugin):
         visibility = VisibilityActivities()
         budgets = BudgetActivities(self.holder)
         estimate = EstimateActivities(self.holder)
+        sync = SyncActivities(self.holder)
         activities: list[Callable[..., Any]] = [
             chunk.run_chunk,
             estimate.estimate_chunk,
@@ -105,6 +107,7 @@ class PlaylinePlugin(SimplePlugin):
             scalar.call_tool,
             scalar.call_waterfall,
             scalar.run_step,
+            sync.sync_dataset,
             width.suggest_width,
             visibility.registered_search_attributes,
         ]

@@ -33,9 +33,8 @@ from playline.pacing.governor import Governor
 from playline.package_data import DEMO_CATALOG
 from playline.sinks.destination import Destination
 from playline.sinks.engine import SyncReport, sync_run
-from playline.sinks.hubspot import HubSpotDestination
+from playline.sinks.open import open_destination, sync_mapping
 from playline.sinks.plan import SyncMapping
-from playline.sinks.postgres import PostgresDestination
 from playline.sinks.spec import HubSpotSinkSpec, PostgresSinkSpec
 from playline.stores.backends import open_stores
 from playline.stores.sync_ledger import open_sync_ledger
@@ -128,30 +127,21 @@ async def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _mapping(spec: HubSpotSinkSpec | PostgresSinkSpec, args: argparse.Namespace) -> SyncMapping:
-    fields = dict(spec.map)
+    extra: dict[str, str] = {}
     for item in args.map:
         column, sep, name = item.partition("=")
         if not sep or not column.strip() or not name.strip():
             raise PlaylineError(f"--map takes COLUMN=FIELD, not {item!r}")
-        fields[column.strip()] = name.strip()
-    policies = dict(spec.policies)
+        extra[column.strip()] = name.strip()
+    policies: dict[str, str] = {}
     for item in args.policy:
         name, sep, policy = item.partition("=")
-        if not sep or policy not in ("always", "if_blank", "if_verified"):
+        if not sep or not name.strip():
             raise PlaylineError(f"--policy takes FIELD=always|if_blank|if_verified, not {item!r}")
-        if policy == "if_verified" and name not in spec.verified:
-            raise PlaylineError(
-                f"--policy {item}: the sink declares no `verified` rule for {name!r}"
-            )
-        policies[name] = policy
-    id_column = args.id_column or spec.id_column
-    if not id_column:
-        raise PlaylineError(f"sink needs --id COLUMN (the sink {args.sink!r} names no id_column)")
-    if not fields:
-        raise PlaylineError(
-            f"nothing to write: give --map COLUMN=FIELD (sink {args.sink!r} maps nothing)"
-        )
-    return SyncMapping(id_column, fields, policies, spec.verified)
+        policies[name.strip()] = policy.strip()
+    return sync_mapping(
+        args.sink, spec, extra_map=extra, id_column=args.id_column, policies=policies
+    )
 
 
 async def _run_ref(run_id: str, settings: Settings) -> str:
@@ -181,46 +171,33 @@ async def _destination(
     args: argparse.Namespace,
     mapping: SyncMapping,
 ) -> tuple[Destination, Callable[[], Any]]:
-    if isinstance(spec, HubSpotSinkSpec):
-        provider = catalog.providers[spec.provider]
-        envs = provider.key_envs()
-        token = settings.environ.get(envs[0], "") if envs else ""
-        if not token and not args.dry_run:
-            raise PlaylineError(
-                f"sink {args.sink!r} needs a token: set ${envs[0] if envs else 'the token'}"
-            )
-        governor = Governor(catalog.pacing_policies())
-        http = make_http_client(transport=settings.http_transport)
-        destination = HubSpotDestination(
+    """The destination, with a governor and an HTTP client of this command's own."""
+    governor = Governor(catalog.pacing_policies())
+    http = make_http_client(transport=settings.http_transport)
+    provider = catalog.providers.get(spec.provider) if isinstance(spec, HubSpotSinkSpec) else None
+    try:
+        destination, close_destination = await open_destination(
+            args.sink,
             spec,
-            base_url=provider.resolved_base_url(settings.environ),
-            token=token,
+            provider=provider,
+            environ=settings.environ,
             http=http,
             pacer=governor,
-            pacing_key=spec.provider,
-            timeout_s=provider.timeout_s,
+            fields=list(mapping.fields.values()),
             patience_s=args.patience,
+            need_token=not args.dry_run,
         )
-
-        async def close() -> None:
-            await http.aclose()
-            await governor.aclose()
-
-        return destination, close
-    from playline.db.postgres import PostgresPool
-    from playline.db.urls import redact_url
-
-    url = settings.environ.get(spec.url_env, "")
-    if not url:
-        raise PlaylineError(f"sink {args.sink!r} needs a database URL: set ${spec.url_env}")
-    pool = await PostgresPool.open(url, max_size=2)
-    table = PostgresDestination(spec, pool, where=redact_url(url))
-    try:
-        await table.check(list(mapping.fields.values()))
     except BaseException:
-        await pool.close()
+        await http.aclose()
+        await governor.aclose()
         raise
-    return table, pool.close
+
+    async def close() -> None:
+        await close_destination()
+        await http.aclose()
+        await governor.aclose()
+
+    return destination, close
 
 
 def _print(report: SyncReport) -> None:

@@ -86,6 +86,8 @@ class SyncReport:
     not_written_reasons: dict[str, int] = field(default_factory=dict)
     #: the records the sync did not reach because the destination parked it
     parked: str | None = None
+    #: when the destination said it takes more (epoch seconds), if it said
+    parked_until: float | None = None
     left: int = 0
     #: dry run: per record, per field, the verdict
     plans: list[dict[str, Any]] = field(default_factory=list)
@@ -183,6 +185,7 @@ async def sync_run(
             )
         except SinkParked as parked:
             report.parked = str(parked)
+            report.parked_until = parked.until_wall
             report.left = len(pending) - start
             break
         await ledger.record(sink, [_written(o) for o in outcomes if o.status != REJECTED])

@@ -19,8 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
+from playline.contract import RunOptions
 from playline.package_data import DEMO_CATALOG
-from tests import plays_changes  # noqa: F401  (registers the play with the worker)
+from tests import plays_changes, plays_sinks  # noqa: F401  (register the plays with the worker)
 from tests.conftest import REPO, new_id
 from tests.e2e.test_cli import playline
 from tests.pg import pg_schema
@@ -318,3 +319,31 @@ async def test_a_sync_killed_mid_batch_writes_every_record_once(
     assert all(record["writes"] == 1 for record in held.values())
     sent = [i["id"] for r in requests_to(provider, UPSERT) for i in r["body"]["inputs"]]
     assert sorted(sent) == sorted(with_email)  # every record in exactly one upsert
+
+
+async def test_a_play_enriches_and_writes_back_in_one_durable_run(
+    client, worker, task_queue, home, temporal_address, tmp_path: Path, provider, sinks_env
+) -> None:
+    rows = [lead(i, domain=f"d{i}.example") for i in range(20)]
+    csv_path = write_csv(tmp_path / "leads.csv", rows)
+    run_id = new_id("sink")
+    common = ("--address", temporal_address, "--task-queue", task_queue)
+    async with worker():
+        result = await run(client, "t_enrich_and_sync", {"csv_path": str(csv_path)},
+                           task_queue=task_queue, workflow_id=run_id,
+                           options=RunOptions(preview_rows=0))  # fmt: skip
+        exported = await export(run_id, tmp_path / "run.csv", common, home)
+        history = (await client.get_workflow_handle(run_id).fetch_history()).to_json()
+    with_email = {r["work_email"]: r for r in exported if r["work_email"].strip()}
+    held = contacts(provider)
+    assert set(held) == set(with_email)
+    for email, record in held.items():
+        row = with_email[email]
+        expected = {"email": email, "firstname": row["first_name"], "lastname": row["last_name"]}
+        if row["company_name"]:
+            expected["company"] = row["company_name"]
+        assert record["properties"] == expected and record["writes"] == 1
+    first, again = result.output["first"], result.output["again"]
+    assert (first["created"], first["requests"]) == (len(with_email), -(-len(with_email) // 5))
+    assert (again["unchanged"], again["requests"]) == (len(with_email), 0)
+    assert not any(email in history for email in with_email)  # no row went through history
