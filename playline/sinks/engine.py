@@ -218,7 +218,8 @@ async def _settle_batch(
     if claim.status != ClaimStatus.CLAIMED:
         raise PlaylineError(
             f"sink {sink!r}: a batch is being written by {claim.owner or 'another sync'}; "
-            "wait for it to finish"
+            "sync again when it is done (a killed sync's batch is taken over once its lease "
+            "runs out: --lease-ttl)"
         )
     if claim.resent:
         report.batches_resent += 1
@@ -233,6 +234,11 @@ async def _settle_batch(
         # Refused before anything was written (a 429 writes nothing): not sent after all.
         await receipts.fail(key, lease_id=lease, error="parked")
         raise
+    if outcomes and all(o.status == REJECTED for o in outcomes):
+        # Nothing was written: no answer worth keeping (the same batch, sent again after
+        # the cause is fixed, must reach the destination, not this refusal).
+        await receipts.fail(key, lease_id=lease, error="every record rejected")
+        return outcomes
     answer = {"outcomes": [o.as_json() for o in outcomes]}
     if not await receipts.complete(key, lease_id=lease, result=answer, credits=0.0):
         raise PlaylineError(f"sink {sink!r}: lost the lease of a batch it wrote; sync again")

@@ -213,3 +213,25 @@ async def test_a_parked_destination_stops_the_sync_with_what_is_left(stores: Any
     )
     assert (report.parked, report.created, report.left) == ("daily limit", 2, 3)
     await ledger.close()
+
+
+async def test_a_batch_rejected_whole_is_sent_again_next_time(stores: Any) -> None:
+    receipts, tmp_path = stores
+    crm = Crm()
+    crm.reject = {"p0@x.io", "p1@x.io"}
+    ledger = SyncLedger.in_file(tmp_path / "sync.db")
+    sheet = Sheet([row(i, email=f"p{i}@x.io", company=f"Co{i}") for i in range(2)])
+    common: dict[str, Any] = {
+        "sink": "crm",
+        "run_ref": "r1",
+        "mapping": SyncMapping("email", {"company": "company"}),
+        "sheet": sheet,
+        "ledger": ledger,
+        "receipts": receipts,
+        "destination": crm,
+    }
+    assert (await sync_run(**common)).rejected == 2
+    crm.reject = set()  # the cause was fixed at the destination
+    assert (await sync_run(**common)).created == 2
+    assert crm.batches == [["p0@x.io", "p1@x.io"]] * 2
+    await ledger.close()
