@@ -19,7 +19,7 @@ from playline.errors import PlaylineError
 from playline.services import HolderActivities
 from playline.sinks.engine import sync_run
 from playline.sinks.open import open_destination, sync_mapping
-from playline.sinks.spec import HubSpotSinkSpec
+from playline.sinks.spec import HubSpotSinkSpec, SalesforceSinkSpec
 from playline.stores.sync_ledger import open_sync_ledger
 
 #: How often the activity heartbeats while a sync runs (429s may be waited out).
@@ -50,7 +50,7 @@ class SyncActivities(HolderActivities):
             raise ApplicationError(str(err), non_retryable=True) from None
         provider = (
             services.catalog.providers.get(spec.provider)
-            if isinstance(spec, HubSpotSinkSpec)
+            if isinstance(spec, HubSpotSinkSpec | SalesforceSinkSpec)
             else None
         )
         beat = asyncio.create_task(_beat())

@@ -686,7 +686,7 @@ class Catalog(BaseModel):
                     f"waterfall {name!r} names tool(s) {unknown} the catalog does not declare"
                 )
         for name, sink in self.sinks.items():
-            if sink.kind == "hubspot" and sink.provider not in self.providers:
+            if sink.kind != "postgres" and sink.provider not in self.providers:
                 raise ValueError(
                     f"sink {name!r} names provider {sink.provider!r}, which the "
                     "catalog does not declare"

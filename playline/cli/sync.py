@@ -35,7 +35,7 @@ from playline.sinks.destination import Destination
 from playline.sinks.engine import SyncReport, sync_run
 from playline.sinks.open import open_destination, sync_mapping
 from playline.sinks.plan import SyncMapping
-from playline.sinks.spec import HubSpotSinkSpec, PostgresSinkSpec
+from playline.sinks.spec import HubSpotSinkSpec, PostgresSinkSpec, SalesforceSinkSpec
 from playline.stores.backends import open_stores
 from playline.stores.sync_ledger import open_sync_ledger
 from playline.worker import connect
@@ -126,7 +126,9 @@ async def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_PARKED if report.parked else 0
 
 
-def _mapping(spec: HubSpotSinkSpec | PostgresSinkSpec, args: argparse.Namespace) -> SyncMapping:
+def _mapping(
+    spec: HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec, args: argparse.Namespace
+) -> SyncMapping:
     extra: dict[str, str] = {}
     for item in args.map:
         column, sep, name = item.partition("=")
@@ -165,7 +167,7 @@ async def _run_ref(run_id: str, settings: Settings) -> str:
 
 
 async def _destination(
-    spec: HubSpotSinkSpec | PostgresSinkSpec,
+    spec: HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec,
     catalog: Catalog,
     settings: Settings,
     args: argparse.Namespace,
@@ -174,7 +176,11 @@ async def _destination(
     """The destination, with a governor and an HTTP client of this command's own."""
     governor = Governor(catalog.pacing_policies())
     http = make_http_client(transport=settings.http_transport)
-    provider = catalog.providers.get(spec.provider) if isinstance(spec, HubSpotSinkSpec) else None
+    provider = (
+        catalog.providers.get(spec.provider)
+        if isinstance(spec, HubSpotSinkSpec | SalesforceSinkSpec)
+        else None
+    )
     try:
         destination, close_destination = await open_destination(
             args.sink,

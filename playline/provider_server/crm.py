@@ -10,7 +10,15 @@ Under ``/hubspot`` (point ``$HUBSPOT_BASE_URL`` at ``<server>/hubspot``):
 * ``POST /crm/v3/objects/{objectType}/batch/read`` by ``idProperty``: the records found,
   with the ``properties`` asked for.
 
-Both need ``Authorization: Bearer <any token>`` (401 without) and are limited as
+Under ``/salesforce`` (point ``$SALESFORCE_INSTANCE_URL`` at ``<server>/salesforce``):
+``PATCH /services/data/{version}/composite/sobjects/{sobject}/{field}``, Salesforce's
+sObject Collections upsert by an External ID: 1 to 200 records, one result per record in
+order (``success``, ``created``, ``id``, ``errors``), ``reject_ids`` refused with
+``FIELD_CUSTOM_VALIDATION_EXCEPTION``; the day's allocation spent is a 403
+``REQUEST_LIMIT_EXCEEDED``; ``Sforce-Limit-Info: api-usage=N/M`` on every answer. Its
+records are kept under ``salesforce:<sobject>``.
+
+All need ``Authorization: Bearer <any token>`` (401 without) and are limited as
 HubSpot documents: ``burst`` requests per rolling ``interval_ms`` (429 with
 ``policyName`` ``TEN_SECONDLY_ROLLING``) and ``daily`` per day (429 ``DAILY``), with the
 ``X-HubSpot-RateLimit-*`` headers on every answer; ``storm`` answers the next N
@@ -119,6 +127,66 @@ class CrmServer:
     async def read(self, request: Request) -> Response:
         object_type = request.path_params["object_type"]
         return await self._limited(request, lambda body: self._batch_read(object_type, body))
+
+    async def salesforce_upsert(self, request: Request) -> Response:
+        auth = request.headers.get("authorization", "")
+        if not auth.startswith("Bearer ") or not auth[len("Bearer ") :].strip():
+            return JSONResponse(
+                [{"message": "Session expired or invalid", "errorCode": "INVALID_SESSION_ID"}],
+                status_code=401,
+            )
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return JSONResponse([{"message": "bad JSON", "errorCode": "JSON_PARSER_ERROR"}], 400)
+        self.requests.append({"path": request.url.path, "body": body})
+        headers = {"Sforce-Limit-Info": f"api-usage={self.daily_used}/{self.config['daily']}"}
+        if self.daily_used >= self.config["daily"]:
+            return JSONResponse(
+                [
+                    {
+                        "message": "TotalRequests Limit exceeded.",
+                        "errorCode": "REQUEST_LIMIT_EXCEEDED",
+                    }
+                ],
+                status_code=403,
+                headers=headers,
+            )
+        self.daily_used += 1
+        sobject = request.path_params["sobject"]
+        field = request.path_params["field"]
+        records = body.get("records") if isinstance(body, dict) else None
+        if not isinstance(records, list) or not 1 <= len(records) <= 200:
+            return JSONResponse(
+                [{"message": "1 to 200 records", "errorCode": "EXCEEDED_ID_LIMIT"}], 400
+            )
+        rejected = {str(r).casefold() for r in self.config["reject_ids"]}
+        results = []
+        for item in records:
+            value = item.get(field) if isinstance(item, dict) else None
+            if not isinstance(value, str) or (item.get("attributes") or {}).get("type") != sobject:
+                return JSONResponse(
+                    [{"message": f"each record needs attributes.type and {field}",
+                      "errorCode": "INVALID_FIELD"}], 400,
+                )  # fmt: skip
+            if value.casefold() in rejected:
+                results.append(
+                    {
+                        "success": False,
+                        "errors": [
+                            {
+                                "statusCode": "FIELD_CUSTOM_VALIDATION_EXCEPTION",
+                                "message": f"{field} {value!r} is not valid",
+                                "fields": [field],
+                            }
+                        ],
+                    }
+                )
+                continue
+            fields = {k: v for k, v in item.items() if k != "attributes"}
+            record, new = self._upsert(f"salesforce:{sobject}", field, value, fields)
+            results.append({"id": record["id"], "success": True, "created": new, "errors": []})
+        return JSONResponse(results, headers=headers)
 
     async def _limited(self, request: Request, answer: Any) -> Response:
         auth = request.headers.get("authorization", "")
@@ -319,12 +387,18 @@ def _error(status: int, message: str, category: str) -> Response:
 
 
 def crm_routes() -> list[Route]:
-    """The CRM mode's routes (the API under ``/hubspot``, its ledger under ``/_admin/crm``)."""
+    """The CRM mode's routes (HubSpot's API under ``/hubspot``, Salesforce's under
+    ``/salesforce``, the ledger under ``/_admin/crm``)."""
     crm = CrmServer()
     base = "/hubspot/crm/v3/objects/{object_type}"
     return [
         Route(f"{base}/batch/upsert", crm.upsert, methods=["POST"]),
         Route(f"{base}/batch/read", crm.read, methods=["POST"]),
+        Route(
+            "/salesforce/services/data/{version}/composite/sobjects/{sobject}/{field}",
+            crm.salesforce_upsert,
+            methods=["PATCH"],
+        ),
         Route("/_admin/crm", crm.admin_ledger, methods=["GET"]),
         Route("/_admin/crm/reset", crm.admin_reset, methods=["POST"]),
         Route("/_admin/crm/config", crm.admin_config, methods=["POST"]),

@@ -6,15 +6,24 @@ shipped in a preset (``include = ["hubspot"]``) and run by ``playline sync RUN_I
 (:mod:`~playline.sinks.plan`: changes only, overwrite policies, never a blank),
 remembered in the sync ledger (:mod:`playline.stores.sync_ledger`), and sent in
 receipted batches (:mod:`~playline.sinks.engine`) to a destination:
-:mod:`~playline.sinks.hubspot` or :mod:`~playline.sinks.postgres`.
+:mod:`~playline.sinks.hubspot`, :mod:`~playline.sinks.salesforce` or
+:mod:`~playline.sinks.postgres`.
 """
 
 from playline.sinks.spec import (
     FieldPolicy,
     HubSpotSinkSpec,
     PostgresSinkSpec,
+    SalesforceSinkSpec,
     SinkSpec,
     VerifiedRule,
 )
 
-__all__ = ["FieldPolicy", "HubSpotSinkSpec", "PostgresSinkSpec", "SinkSpec", "VerifiedRule"]
+__all__ = [
+    "FieldPolicy",
+    "HubSpotSinkSpec",
+    "PostgresSinkSpec",
+    "SalesforceSinkSpec",
+    "SinkSpec",
+    "VerifiedRule",
+]

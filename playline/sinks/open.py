@@ -18,7 +18,13 @@ from playline.sinks.destination import Destination
 from playline.sinks.hubspot import HubSpotDestination
 from playline.sinks.plan import SyncMapping
 from playline.sinks.postgres import PostgresDestination
-from playline.sinks.spec import FieldPolicy, HubSpotSinkSpec, PostgresSinkSpec
+from playline.sinks.salesforce import SalesforceDestination
+from playline.sinks.spec import (
+    FieldPolicy,
+    HubSpotSinkSpec,
+    PostgresSinkSpec,
+    SalesforceSinkSpec,
+)
 
 __all__ = ["POLICIES", "ProviderLike", "open_destination", "sync_mapping"]
 
@@ -39,7 +45,7 @@ class ProviderLike(Protocol):
 
 def sync_mapping(
     name: str,
-    spec: HubSpotSinkSpec | PostgresSinkSpec,
+    spec: HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec,
     *,
     extra_map: Mapping[str, str] | None = None,
     id_column: str | None = None,
@@ -53,6 +59,8 @@ def sync_mapping(
             raise PlaylineError(
                 f"policy for {field_name!r} must be always, if_blank or if_verified, not {policy!r}"
             )
+        if policy == "if_blank" and isinstance(spec, SalesforceSinkSpec):
+            raise PlaylineError(f"sink {name!r}: salesforce sinks do not support if_blank yet")
         if policy == "if_verified" and field_name not in spec.verified:
             raise PlaylineError(
                 f"sink {name!r} declares no `verified` rule for {field_name!r} (if_verified)"
@@ -68,7 +76,7 @@ def sync_mapping(
 
 async def open_destination(
     name: str,
-    spec: HubSpotSinkSpec | PostgresSinkSpec,
+    spec: HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec,
     *,
     provider: ProviderLike | None,
     environ: Mapping[str, str],
@@ -80,7 +88,7 @@ async def open_destination(
 ) -> tuple[Destination, Callable[[], Awaitable[None]]]:
     """The sink's destination, and what closes what it opened (not ``http`` nor
     ``pacer``: the caller's)."""
-    if isinstance(spec, HubSpotSinkSpec):
+    if isinstance(spec, HubSpotSinkSpec | SalesforceSinkSpec):
         if provider is None:
             raise PlaylineError(f"sink {name!r} names provider {spec.provider!r}, unknown")
         envs = provider.key_envs()
@@ -89,6 +97,18 @@ async def open_destination(
             raise PlaylineError(
                 f"sink {name!r} needs a token: set ${envs[0] if envs else 'its auth.env'}"
             )
+        if isinstance(spec, SalesforceSinkSpec):
+            salesforce = SalesforceDestination(
+                spec,
+                base_url=provider.resolved_base_url(environ),
+                token=token,
+                http=http,
+                pacer=pacer,
+                pacing_key=spec.provider,
+                timeout_s=provider.timeout_s,
+                patience_s=patience_s,
+            )
+            return salesforce, salesforce.close
         hubspot = HubSpotDestination(
             spec,
             base_url=provider.resolved_base_url(environ),

@@ -6,6 +6,9 @@ A sink is declared under ``[sinks.NAME]`` (or shipped in a preset, ``include =
 * ``hubspot``: CRM objects upserted by a unique property (``idProperty``) through
   ``POST /crm/v3/objects/{object_type}/batch/upsert``, at most ``max_batch`` inputs per
   request; ``provider`` names the catalog provider giving its base URL, token and pacing;
+* ``salesforce``: sObjects upserted by an External ID field through
+  ``PATCH /services/data/vXX.X/composite/sobjects/{sobject}/{field}`` (sObject
+  Collections, at most 200 records, ``allOrNone`` off, results in order);
 * ``postgres``: rows upserted into an existing table by its key columns (the table and
   a unique index on the keys must exist: a sink creates nothing); the database URL is
   read from ``url_env``.
@@ -29,6 +32,7 @@ __all__ = [
     "FieldPolicy",
     "HubSpotSinkSpec",
     "PostgresSinkSpec",
+    "SalesforceSinkSpec",
     "SinkSpec",
     "VerifiedRule",
 ]
@@ -131,6 +135,42 @@ class HubSpotSinkSpec(_SinkBase):
     )
 
 
+#: Salesforce's documented most records per sObject Collections request.
+SALESFORCE_MAX_BATCH = 200
+
+
+class SalesforceSinkSpec(_SinkBase):
+    """Salesforce sObjects, upserted in collections by an external ID field."""
+
+    kind: Literal["salesforce"] = Field(description='"salesforce"')
+    provider: str = Field(
+        description="the catalog provider giving the instance URL, the token and the pacing"
+    )
+    sobject: str = Field(
+        pattern=r"^[A-Za-z0-9_]+$", description="the sObject type (`Contact`, `Account`, ...)"
+    )
+    external_id_field: str = Field(
+        pattern=r"^[A-Za-z0-9_]+$",
+        description="the External ID field records are upserted by (e.g. `Email__c`); record "
+        "ids are not accepted by this call",
+    )
+    api_version: str = Field(
+        default="v62.0", pattern=r"^v[0-9]+\.[0-9]$", description="the REST API version"
+    )
+    max_batch: int = Field(
+        default=SALESFORCE_MAX_BATCH,
+        ge=1,
+        le=SALESFORCE_MAX_BATCH,
+        description="records per request (Salesforce takes at most 200)",
+    )
+
+    @model_validator(mode="after")
+    def _no_if_blank(self) -> SalesforceSinkSpec:
+        if "if_blank" in self.policies.values():
+            raise ValueError("salesforce sinks do not support the if_blank policy yet")
+        return self
+
+
 class PostgresSinkSpec(_SinkBase):
     """A table of an existing PostgreSQL database, upserted by its key columns."""
 
@@ -161,7 +201,9 @@ class PostgresSinkSpec(_SinkBase):
 
 
 #: One sink, told apart by ``kind``.
-SinkSpec = Annotated[HubSpotSinkSpec | PostgresSinkSpec, Field(discriminator="kind")]
+SinkSpec = Annotated[
+    HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec, Field(discriminator="kind")
+]
 
 
 def check_identifier(name: str) -> str:

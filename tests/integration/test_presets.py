@@ -63,11 +63,16 @@ def test_every_preset_loads_and_cites_its_docs(tmp_path: Path) -> None:
         for provider_name, provider in catalog.providers.items():
             assert provider.source and provider.source.startswith("https://")
             assert provider.base_url.startswith("https://")
-            assert provider.base_url_env == f"{provider_name.upper()}_BASE_URL"
             assert provider.auth is not None
-            # HubSpot calls its private app's key an access token (HUBSPOT_ACCESS_TOKEN).
-            secret = "ACCESS_TOKEN" if catalog.sinks else "API_KEY"
-            assert provider.auth.envs == (f"{provider_name.upper()}_{secret}",)
+            if catalog.sinks:  # CRMs name theirs: an access token, Salesforce's instance URL
+                assert provider.base_url_env in (
+                    f"{provider_name.upper()}_BASE_URL",
+                    f"{provider_name.upper()}_INSTANCE_URL",
+                )
+                assert provider.auth.envs == (f"{provider_name.upper()}_ACCESS_TOKEN",)
+                continue
+            assert provider.base_url_env == f"{provider_name.upper()}_BASE_URL"
+            assert provider.auth.envs == (f"{provider_name.upper()}_API_KEY",)
         for tool in catalog.tools.values():
             assert tool.source and tool.source.startswith("https://"), tool.id
             assert tool.billing.rule != "per_request"  # every vendor here bills by outcome

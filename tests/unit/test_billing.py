@@ -104,6 +104,7 @@ def test_an_unknown_preset_is_refused_naming_the_presets(tmp_path: Any) -> None:
     with pytest.raises(CatalogError, match="unknown preset 'nosuch'") as caught:
         Catalog.from_toml(tmp_path / "c.toml")
     assert str(tmp_path / "c.toml") in str(caught.value)
-    assert "presets: apollo, dropcontact, findymail, fullenrich, hubspot, hunter, prospeo" in str(
-        caught.value
+    assert (
+        "presets: apollo, dropcontact, findymail, fullenrich, hubspot, hunter, prospeo, salesforce"
+        in str(caught.value)
     )

@@ -45,7 +45,7 @@ def test_the_walk_reaches_every_table_of_the_file() -> None:
         "waterfalls.<name>.accept",
         "waterfalls.<name>.steps[].accept",
     }
-    assert len(places) == 17  # with the sinks' HubSpot, PostgreSQL and verified rule
+    assert len(places) == 18  # with the sinks: HubSpot, Salesforce, PostgreSQL, verified rule
 
 
 def test_the_reference_names_every_key_in_a_table_row() -> None:
