@@ -62,7 +62,7 @@ class SyncActivities(HolderActivities):
                 environ=services.settings.environ,
                 http=services.http,
                 pacer=services.governor,
-                fields=list(mapping.fields.values()),
+                fields=mapping.destination_fields(),
                 patience_s=input.patience_s,
             )
             ledger, close_ledger = await open_sync_ledger(services.settings)

@@ -189,7 +189,7 @@ async def _destination(
             environ=settings.environ,
             http=http,
             pacer=governor,
-            fields=list(mapping.fields.values()),
+            fields=mapping.destination_fields(),
             patience_s=args.patience,
             need_token=not args.dry_run,
         )

@@ -42,7 +42,7 @@ from playline.sinks.destination import (
     RecordOutcome,
     SinkParked,
 )
-from playline.sinks.plan import RecordPlan, SkippedRow, SyncMapping, plan_row
+from playline.sinks.plan import RecordPlan, SkippedRow, SyncMapping, cell_text, plan_row
 from playline.stores.receipts import ClaimRequest, ClaimStatus, ReceiptStore, receipt_key
 from playline.stores.sheet import SheetStore
 from playline.stores.sync_ledger import SyncLedger, WrittenRecord
@@ -123,12 +123,11 @@ async def plan_run(
     seen: set[str] = set()
     for start in range(0, info.admitted, PAGE_ROWS):
         rows = await sheet.read_run_rows(run_ref, start, min(start + PAGE_ROWS, info.admitted))
-        ids = {str(r.data.get(mapping.id_column) or "").strip() for r in rows}
-        previous = await ledger.last_written(sink, sorted(i for i in ids if i))
+        ids = {cell_text(r.data.get(mapping.id_column)) for r in rows}
+        previous = await ledger.last_written(sink, sorted(i for i in ids if i is not None))
         for row in rows:
-            plan = plan_row(
-                row, mapping, previous.get(str(row.data.get(mapping.id_column) or "").strip(), {})
-            )
+            record = cell_text(row.data.get(mapping.id_column))
+            plan = plan_row(row, mapping, previous.get(record, {}) if record else {})
             if isinstance(plan, RecordPlan) and plan.record in seen:
                 plan = SkippedRow(row.row_key, "repeats an earlier row's id")
             if isinstance(plan, SkippedRow):

@@ -71,7 +71,7 @@ def sync_mapping(
         raise PlaylineError(f"sink {name!r} names no id_column: give the id column")
     if not fields:
         raise PlaylineError(f"nothing to write: sink {name!r} maps no column (give a map)")
-    return SyncMapping(column, fields, chosen, spec.verified)
+    return SyncMapping(column, fields, chosen, spec.verified, spec.provenance_fields)
 
 
 async def open_destination(

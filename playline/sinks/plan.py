@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from playline.sinks.spec import FieldPolicy, VerifiedRule
@@ -69,9 +70,18 @@ class SyncMapping:
     fields: dict[str, str]
     policies: Mapping[str, FieldPolicy] = field(default_factory=dict)
     verified: Mapping[str, VerifiedRule] = field(default_factory=dict)
+    #: with each field sent, its ``<field>_source`` and ``<field>_fetched_at``
+    provenance_fields: bool = False
 
     def policy(self, destination_field: str) -> FieldPolicy:
         return self.policies.get(destination_field, "always")
+
+    def destination_fields(self) -> list[str]:
+        """Every field a sync may write (provenance fields included)."""
+        names = list(self.fields.values())
+        if self.provenance_fields:
+            names += [f"{n}{suffix}" for n in list(names) for suffix in ("_source", "_fetched_at")]
+        return names
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +186,45 @@ def plan_row(
         verdicts.append(
             FieldVerdict(destination_field, column, value, verdict, previous=last, policy=policy)
         )
+        if mapping.provenance_fields and verdict in SENT:
+            verdicts += _provenance_verdicts(row, column, destination_field, verdict, previous)
     return RecordPlan(record, row.row_key, tuple(verdicts))
+
+
+def _provenance_verdicts(
+    row: RunRow,
+    column: str,
+    destination_field: str,
+    verdict: str,
+    previous: Mapping[str, tuple[Any, str]],
+) -> list[FieldVerdict]:
+    """``<field>_source`` and ``<field>_fetched_at`` of a field being sent (with the
+    field's verdict: an ``if_blank`` field's provenance goes only where it goes)."""
+    cell = (row.provenance or {}).get(column) or {}
+    tool, provider = cell.get("tool"), cell.get("provider")
+    source = f"{tool} ({provider})" if tool and provider else tool
+    fetched = cell.get("fetched_at")
+    when = (
+        datetime.fromtimestamp(fetched, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        if isinstance(fetched, int | float)
+        else None
+    )
+    found = []
+    for suffix, value in (("_source", source), ("_fetched_at", when)):
+        if value is None:
+            continue
+        name = f"{destination_field}{suffix}"
+        before = previous.get(name)
+        found.append(
+            FieldVerdict(
+                name,
+                column,
+                value,
+                verdict,
+                previous=cell_text(before[0]) if before is not None else None,
+            )
+        )
+    return found
 
 
 def _verified(row: RunRow, column: str, rule: VerifiedRule | None) -> bool:

@@ -95,6 +95,12 @@ class _SinkBase(BaseModel):
         description="per destination field with the `if_verified` policy: what makes a cell "
         "verified",
     )
+    provenance_fields: bool = Field(
+        default=False,
+        description="with each field written, also write `<field>_source` (the tool and "
+        "provider that filled the cell) and `<field>_fetched_at` (when, ISO 8601 UTC): only "
+        "for destinations that have those fields",
+    )
     source: str | None = Field(
         default=None,
         description="the documentation the entry was written from (presets cite theirs)",

@@ -65,6 +65,25 @@ def test_blanks_failed_rows_and_rows_without_an_id_are_never_written() -> None:
     assert isinstance(plan_row(row(3, email=" "), MAPPING, {}), SkippedRow)
 
 
+def test_provenance_fields_go_with_the_fields_written() -> None:
+    mapping = SyncMapping("email", {"company": "company", "title": "title"}, provenance_fields=True)
+    found = RunRow(
+        0,
+        "k0",
+        {"email": "a@x.io", "company": "Acme", "title": "CTO"},
+        "ok",
+        None,
+        provenance={"company": {"tool": "company_lookup", "provider": "firmo", "fetched_at": 0.0}},
+    )
+    plan = plan_row(found, mapping, {"title": ("CTO", "written")})
+    assert isinstance(plan, RecordPlan)
+    assert plan.writes == {
+        "company": "Acme",
+        "company_source": "company_lookup (firmo)",
+        "company_fetched_at": "1970-01-01T00:00:00Z",
+    }  # the title is unchanged: no provenance sent for it either
+
+
 def test_if_verified_follows_the_provenance_rule() -> None:
     verified = row(0, email="a@x.io", phone="+1 555", phone_tool="verifly_phone")
     assert verdicts(plan_row(verified, MAPPING, {}))["phone"] == "write"
