@@ -29,8 +29,8 @@ from playline.client import not_found_as
 from playline.config import Settings
 from playline.contract import PlayRunResult
 from playline.errors import PlaylineError
-from playline.pacing.governor import Governor
 from playline.package_data import DEMO_CATALOG
+from playline.services import open_governor
 from playline.sinks.destination import Destination
 from playline.sinks.engine import SyncReport, sync_run
 from playline.sinks.open import open_destination, sync_mapping
@@ -173,9 +173,17 @@ async def _destination(
     args: argparse.Namespace,
     mapping: SyncMapping,
 ) -> tuple[Destination, Callable[[], Any]]:
-    """The destination, with a governor and an HTTP client of this command's own."""
-    governor = Governor(catalog.pacing_policies())
+    """The destination, with an HTTP client of this command's own and a governor
+    (fleet-wide with a PostgreSQL store: the CRM's limits are shared with the workers)."""
+    governor, fleet = await open_governor(settings, catalog)
     http = make_http_client(transport=settings.http_transport)
+
+    async def close_pacing() -> None:
+        await http.aclose()
+        await governor.aclose()
+        if fleet is not None:
+            await fleet.aclose()
+
     provider = (
         catalog.providers.get(spec.provider)
         if isinstance(spec, HubSpotSinkSpec | SalesforceSinkSpec)
@@ -194,14 +202,12 @@ async def _destination(
             need_token=not args.dry_run,
         )
     except BaseException:
-        await http.aclose()
-        await governor.aclose()
+        await close_pacing()
         raise
 
     async def close() -> None:
         await close_destination()
-        await http.aclose()
-        await governor.aclose()
+        await close_pacing()
 
     return destination, close
 
