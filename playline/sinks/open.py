@@ -68,9 +68,13 @@ def sync_mapping(
         chosen[field_name] = policy
     column = id_column or spec.id_column
     if not column:
-        raise PlaylineError(f"sink {name!r} names no id_column: give the id column")
+        raise PlaylineError(
+            f"sink {name!r} names no id_column: give one (--id COLUMN; id= in ctx.sync)"
+        )
     if not fields:
-        raise PlaylineError(f"nothing to write: sink {name!r} maps no column (give a map)")
+        raise PlaylineError(
+            f"nothing to write: sink {name!r} maps no column (--map COLUMN=FIELD; map= in ctx.sync)"
+        )
     return SyncMapping(column, fields, chosen, spec.verified, spec.provenance_fields)
 
 
