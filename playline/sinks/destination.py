@@ -23,7 +23,9 @@ __all__ = [
     "UPDATED",
     "Destination",
     "RecordOutcome",
+    "SinkBusy",
     "SinkParked",
+    "SinkUnavailable",
 ]
 
 CREATED = "created"
@@ -53,6 +55,20 @@ class RecordOutcome:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RecordOutcome:
         return cls(**data)
+
+
+class SinkBusy(PlaylineError):
+    """A batch this sync would write is another sync's (or a killed one's, until its
+    lease runs out), or this sync lost its lease: trying again later settles it."""
+
+    retryable = True
+
+
+class SinkUnavailable(PlaylineError):
+    """The destination could not be reached (after retries): nothing is known written
+    that is not recorded; trying again later is safe."""
+
+    retryable = True
 
 
 class SinkParked(PlaylineError):

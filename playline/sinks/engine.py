@@ -40,6 +40,7 @@ from playline.sinks.destination import (
     UPDATED,
     Destination,
     RecordOutcome,
+    SinkBusy,
     SinkParked,
 )
 from playline.sinks.plan import RecordPlan, SkippedRow, SyncMapping, cell_text, plan_row
@@ -215,7 +216,7 @@ async def _settle_batch(
         report.batches_reused += 1
         return [RecordOutcome.from_json(o) for o in claim.result["outcomes"]]
     if claim.status != ClaimStatus.CLAIMED:
-        raise PlaylineError(
+        raise SinkBusy(
             f"sink {sink!r}: a batch is being written by {claim.owner or 'another sync'}; "
             "sync again when it is done (a killed sync's batch is taken over once its lease "
             "runs out: --lease-ttl)"
@@ -225,7 +226,7 @@ async def _settle_batch(
     # Marked sent before it goes: a sync killed from here on leaves a batch the next
     # one knows may have been written.
     if not (await receipts.mark_sent([key], lease_id=lease, ttl_s=lease_ttl_s))[0]:
-        raise PlaylineError(f"sink {sink!r}: lost the lease of a batch before sending it")
+        raise SinkBusy(f"sink {sink!r}: lost the lease of a batch before sending it")
     try:
         async with _renewing(receipts, key, lease, lease_ttl_s):
             outcomes = await destination.write(batch, resent=claim.resent)
@@ -240,7 +241,7 @@ async def _settle_batch(
         return outcomes
     answer = {"outcomes": [o.as_json() for o in outcomes]}
     if not await receipts.complete(key, lease_id=lease, result=answer, credits=0.0):
-        raise PlaylineError(f"sink {sink!r}: lost the lease of a batch it wrote; sync again")
+        raise SinkBusy(f"sink {sink!r}: lost the lease of a batch it wrote; sync again")
     return outcomes
 
 

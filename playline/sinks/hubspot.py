@@ -39,6 +39,7 @@ from playline.sinks.destination import (
     UPDATED,
     RecordOutcome,
     SinkParked,
+    SinkUnavailable,
 )
 from playline.sinks.plan import RecordPlan, cell_text
 from playline.sinks.spec import HubSpotSinkSpec
@@ -287,7 +288,7 @@ class HubSpotDestination:
                     permit.record_failure(time.monotonic() - started)
                     failures += 1
                     if failures >= TRANSIENT_TRIES:
-                        raise PlaylineError(
+                        raise SinkUnavailable(
                             f"HubSpot unreachable after {failures} tries: {type(err).__name__}"
                         ) from None
                     await asyncio.sleep(min(2.0**failures, 10.0))

@@ -23,10 +23,16 @@ from typing import Any
 
 import httpx
 
-from playline.errors import PlaylineError
 from playline.pacing.headers import parse_retry_after
 from playline.pacing.pacer import KeyBlocked, Pacer
-from playline.sinks.destination import CREATED, REJECTED, UPDATED, RecordOutcome, SinkParked
+from playline.sinks.destination import (
+    CREATED,
+    REJECTED,
+    UPDATED,
+    RecordOutcome,
+    SinkParked,
+    SinkUnavailable,
+)
 from playline.sinks.plan import RecordPlan, cell_text
 from playline.sinks.spec import SalesforceSinkSpec
 
@@ -130,7 +136,7 @@ class SalesforceDestination:
                         permit.record_failure(time.monotonic() - started)
                         failures += 1
                         if failures >= TRANSIENT_TRIES:
-                            raise PlaylineError(
+                            raise SinkUnavailable(
                                 f"Salesforce unreachable after {failures} tries: "
                                 f"{type(err).__name__}"
                             ) from None
