@@ -491,11 +491,18 @@ class PlayContext:
                 wait = max(until, timedelta(seconds=1))
             self.log(f"sync to {sink} parked ({done.parked}); going on in {wait}")
             await workflow.sleep(wait)
-        return done.model_copy(
+        summary = done.model_copy(
             update={
                 k: getattr(written, k) for k in ("created", "updated", "fields_written", "requests")
             }
         )
+        self.log(
+            f"sync to {sink}: {summary.created} created, {summary.updated} updated, "
+            f"{summary.unchanged} unchanged, {summary.skipped_by_policy} skipped by policy, "
+            f"{summary.rejected} rejected"
+            + (f"; parked ({summary.parked}), {summary.left} left" if summary.parked else "")
+        )
+        return summary
 
     async def run_play(
         self, play: str | type, input: Any, *, options: RunOptions | None = None

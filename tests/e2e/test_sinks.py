@@ -333,7 +333,9 @@ async def test_a_play_enriches_and_writes_back_in_one_durable_run(
                            task_queue=task_queue, workflow_id=run_id,
                            options=RunOptions(preview_rows=0))  # fmt: skip
         exported = await export(run_id, tmp_path / "run.csv", common, home)
-        history = (await client.get_workflow_handle(run_id).fetch_history()).to_json()
+        handle = client.get_workflow_handle(run_id)
+        history = (await handle.fetch_history()).to_json()
+        got = await playline("runs", "get", run_id, "--state", *common, home=home)
     with_email = {r["work_email"]: r for r in exported if r["work_email"].strip()}
     held = contacts(provider)
     assert set(held) == set(with_email)
@@ -347,3 +349,5 @@ async def test_a_play_enriches_and_writes_back_in_one_durable_run(
     assert (first["created"], first["requests"]) == (len(with_email), -(-len(with_email) // 5))
     assert (again["unchanged"], again["requests"]) == (len(with_email), 0)
     assert not any(email in history for email in with_email)  # no row went through history
+    assert got.returncode == 0, got.stderr
+    assert f"sync to small_contacts: {len(with_email)} created, 0 updated" in got.stdout
