@@ -674,6 +674,8 @@ class SyncInput(BaseModel):
     policies: dict[str, str] = Field(default_factory=dict)
     #: how long 429s are waited out before the step parks
     patience_s: float = 300.0
+    #: a batch's lease: how soon another attempt takes over a dead worker's batch
+    lease_ttl_s: float = Field(default=60.0, gt=0)
 
 
 class SyncSummary(BaseModel):

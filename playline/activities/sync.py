@@ -22,7 +22,8 @@ from playline.sinks.open import open_destination, sync_mapping
 from playline.sinks.spec import HubSpotSinkSpec, SalesforceSinkSpec
 from playline.stores.sync_ledger import open_sync_ledger
 
-#: How often the activity heartbeats while a sync runs (429s may be waited out).
+#: How often the activity heartbeats while a sync runs (429s may be waited out), at
+#: most: a third of the batch lease when that is shorter.
 BEAT_S = 5.0
 
 
@@ -53,7 +54,7 @@ class SyncActivities(HolderActivities):
             if isinstance(spec, HubSpotSinkSpec | SalesforceSinkSpec)
             else None
         )
-        beat = asyncio.create_task(_beat())
+        beat = asyncio.create_task(_beat(min(BEAT_S, input.lease_ttl_s / 3)))
         try:
             destination, close = await open_destination(
                 input.sink,
@@ -75,6 +76,7 @@ class SyncActivities(HolderActivities):
                     ledger=ledger,
                     receipts=services.receipts,
                     destination=destination,
+                    lease_ttl_s=input.lease_ttl_s,
                 )
             finally:
                 await close_ledger()
@@ -99,7 +101,7 @@ class SyncActivities(HolderActivities):
         )
 
 
-async def _beat() -> None:
+async def _beat(every_s: float) -> None:
     while True:
         activity.heartbeat()
-        await asyncio.sleep(BEAT_S)
+        await asyncio.sleep(every_s)

@@ -435,6 +435,7 @@ class PlayContext:
         policies: Mapping[str, str] | None = None,
         park_wait: timedelta = timedelta(hours=1),
         max_parks: int = 48,
+        takeover_after: timedelta = timedelta(minutes=1),
     ) -> SyncSummary:
         """Write a dataset run's rows back to the catalog's sink ``sink`` (a CRM, a
         table; see :mod:`playline.sinks`): changes only, the sink's overwrite policies
@@ -442,8 +443,10 @@ class PlayContext:
         ``id`` the column identifying the record. A destination that parks the sync
         (its daily limit) is waited out on a durable timer (until it says, else
         ``park_wait``) and the sync goes on, at most ``max_parks`` times; counts of
-        writes are summed over the attempts, the others are the last attempt's. An
-        estimate skips it (a write is a side effect)."""
+        writes are summed over the attempts, the others are the last attempt's. A
+        worker that dies mid-sync is taken over by another after ``takeover_after``
+        (the activity's heartbeat timeout and the batch's lease). An estimate skips it
+        (a write is a side effect)."""
         await self.dispatch_allowed()
         if self.options.estimate:
             self.log(f"estimate: sync to {sink} skipped")
@@ -461,6 +464,7 @@ class PlayContext:
             map=dict(map or {}),
             id_column=id,
             policies=dict(policies or {}),
+            lease_ttl_s=takeover_after.total_seconds(),
         )
         written = SyncSummary(sink=sink)
         done = written
@@ -470,7 +474,7 @@ class PlayContext:
                     SyncActivities.sync_dataset,
                     call,
                     start_to_close_timeout=SYNC_TIMEOUT,
-                    heartbeat_timeout=timedelta(minutes=1),
+                    heartbeat_timeout=takeover_after,
                     retry_policy=SETUP_RETRY,
                     summary=f"sync {sink}",
                     priority=self._priority(),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 from playline.contract import RunOptions
 from playline.package_data import DEMO_CATALOG
 from tests import plays_changes, plays_sinks  # noqa: F401  (register the plays with the worker)
-from tests.conftest import REPO, new_id
+from tests.conftest import REPO, new_id, start_worker_process
 from tests.e2e.test_cli import playline
 from tests.pg import pg_schema
 from tests.plays import lead, read_csv_rows, run, write_csv
@@ -294,7 +295,7 @@ async def test_a_sync_killed_mid_batch_writes_every_record_once(
         crm(provider, "POST", "/_admin/crm/config", {"latency_ms": 400})
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "playline", "sync", run_id, "--sink", "small_contacts",
-            "--lease-ttl", "2", *common,
+            "--lease-ttl", "1", *common,
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "PLAYLINE_HOME": str(home)},
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
@@ -308,8 +309,8 @@ async def test_a_sync_killed_mid_batch_writes_every_record_once(
         await proc.wait()
         assert len(upserts) == 3 and proc.returncode == -9
         crm(provider, "POST", "/_admin/crm/config", {"latency_ms": 0})
-        await asyncio.sleep(3)  # the killed sync's lease (2 s) runs out
-        resumed = await sync(run_id, "--sink", "small_contacts", "--lease-ttl", "2",
+        await asyncio.sleep(1.5)  # the killed sync's lease (1 s) runs out
+        resumed = await sync(run_id, "--sink", "small_contacts", "--lease-ttl", "1",
                              common=common, home=home)  # fmt: skip
         assert resumed.returncode == 0, resumed.stderr
     report = json.loads(resumed.stdout)
@@ -351,3 +352,51 @@ async def test_a_play_enriches_and_writes_back_in_one_durable_run(
     assert not any(email in history for email in with_email)  # no row went through history
     assert got.returncode == 0, got.stderr
     assert f"sync to small_contacts: {len(with_email)} created, 0 updated" in got.stdout
+
+
+async def test_a_worker_killed_mid_sync_is_taken_over_and_writes_every_record_once(
+    client, task_queue, home, temporal_address, tmp_path: Path, provider, sinks_env
+) -> None:
+    rows = [lead(i, domain=f"d{i}.example") for i in range(40)]
+    csv_path = write_csv(tmp_path / "leads.csv", rows)
+    log = tmp_path / "worker.log"
+    crm(provider, "POST", "/_admin/crm/config", {"latency_ms": 400})
+    first = start_worker_process(temporal_address, task_queue, home, log, plays="tests.plays_sinks")
+    handle = await client.start_workflow(
+        "t_sync_takeover",
+        {"csv_path": str(csv_path), "takeover_s": 2},
+        id=new_id("sink"),
+        task_queue=task_queue,
+    )
+    try:
+        for _ in range(3000):  # a bound for a stuck run, not a timing assertion
+            ledger = crm(provider, "GET", "/_admin/crm")
+            upserts = [r for r in ledger["requests"] if r["path"] == UPSERT]
+            if len(upserts) >= 2 and ledger["answering"]:
+                break
+            await asyncio.sleep(0.02)
+        first.send_signal(signal.SIGKILL)  # the second batch is written, not acknowledged
+        first.wait(timeout=10)
+        assert len(upserts) == 2, log.read_text()
+        crm(provider, "POST", "/_admin/crm/config", {"latency_ms": 0})
+        second = start_worker_process(
+            temporal_address, task_queue, home, log, plays="tests.plays_sinks"
+        )
+        try:
+            summary = await asyncio.wait_for(handle.result(), 120)  # a bound, not a timing
+        finally:
+            second.terminate()
+            second.wait(timeout=10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=10)
+    held = contacts(provider)
+    sent = [i["id"] for r in requests_to(provider, UPSERT) for i in r["body"]["inputs"]]
+    assert sorted(sent) == sorted(held)  # every record in exactly one upsert
+    assert all(record["writes"] == 1 for record in held.values())
+    # The attempt that took over found the first batch recorded and read the second back.
+    output = summary["output"]
+    assert len(held) > 10 and output["rejected"] == 0
+    assert output["unchanged"] == 5 and output["updated"] == 5
+    assert output["created"] == len(held) - 10
