@@ -682,3 +682,39 @@ class PlayRunResult(BaseModel, Generic[OutputT]):
     #: a budget was reached and rows were skipped (``on_budget="stop"``;
     #: ``stats.rows_skipped_budget`` counts them)
     budget_exhausted: bool = False
+
+
+class SyncInput(BaseModel):
+    """``ctx.sync(...)``: one dataset run's rows written to a catalog sink (see
+    :mod:`playline.sinks`). Column names and policies only: no row travels here."""
+
+    run_ref: str
+    sink: str
+    map: dict[str, str] = Field(default_factory=dict)
+    id_column: str | None = None
+    policies: dict[str, str] = Field(default_factory=dict)
+    #: how long 429s are waited out before the step parks
+    patience_s: float = 300.0
+    #: a batch's lease: how soon another attempt takes over a dead worker's batch
+    lease_ttl_s: float = Field(default=60.0, gt=0)
+
+
+class SyncSummary(BaseModel):
+    """What a sync did, in counts (record ids and the destination's reasons stay out
+    of history: ``playline sync RUN_ID --sink NAME --dry-run`` shows them)."""
+
+    sink: str
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped_by_policy: int = 0
+    rejected: int = 0
+    not_written: int = 0
+    fields_written: int = 0
+    requests: int = 0
+    #: why the destination parked the sync (its daily limit), ``None`` when it did not
+    parked: str | None = None
+    #: records left when it parked
+    left: int = 0
+    #: epoch seconds the destination can take more (when it said)
+    retry_at: float | None = None

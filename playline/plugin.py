@@ -38,6 +38,7 @@ from playline.activities import (
     DatasetActivities,
     EstimateActivities,
     ScalarActivities,
+    SyncActivities,
     VisibilityActivities,
     WidthActivities,
 )
@@ -91,6 +92,7 @@ class PlaylinePlugin(SimplePlugin):
         budgets = BudgetActivities(self.holder)
         estimate = EstimateActivities(self.holder)
         balances = BalanceActivities(self.holder)
+        sync = SyncActivities(self.holder)
         activities: list[Callable[..., Any]] = [
             chunk.run_chunk,
             estimate.estimate_chunk,
@@ -108,6 +110,7 @@ class PlaylinePlugin(SimplePlugin):
             scalar.call_tool,
             scalar.call_waterfall,
             scalar.run_step,
+            sync.sync_dataset,
             width.suggest_width,
             visibility.registered_search_attributes,
         ]

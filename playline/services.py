@@ -117,7 +117,7 @@ class Services:
         catalog = Catalog.from_toml(settings.catalog_path or DEMO_CATALOG)
         stores = await open_stores(settings, create=True)
         try:
-            governor, fleet = await _open_governor(settings, catalog)
+            governor, fleet = await open_governor(settings, catalog)
         except BaseException:
             await stores.close()
             raise
@@ -215,9 +215,10 @@ def _fixture_key(paths: list[str]) -> tuple[tuple[str, int, int], ...]:
     return tuple(key)
 
 
-async def _open_governor(settings: Settings, catalog: Catalog) -> tuple[Pacer, FleetPacer | None]:
-    """The worker's governor, sharing pacing through PostgreSQL when the store is there
-    (or the deprecated ``PLAYLINE_PG_DSN`` is set)."""
+async def open_governor(settings: Settings, catalog: Catalog) -> tuple[Pacer, FleetPacer | None]:
+    """The governor of a worker (or of a command that calls providers itself, ``playline
+    sync``), sharing pacing through PostgreSQL when the store is there (or the
+    deprecated ``PLAYLINE_PG_DSN`` is set). Close the fleet after the governor."""
     if settings.pacing not in PACING_MODES:
         raise CatalogError(f"PLAYLINE_PACING must be 'governor' or 'off', not {settings.pacing!r}")
     if settings.pacing == "off":

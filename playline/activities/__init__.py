@@ -9,6 +9,8 @@
   balance before and after a run (``playline runs reconcile``);
 * :mod:`~playline.activities.estimate` - ``playline.estimate_chunk`` (and scalar calls):
   what a run would cost, counted from receipts, nothing sent;
+* :mod:`~playline.activities.sync` - ``playline.sync_dataset``: ``ctx.sync``, a run written
+  back to a sink;
 * :mod:`~playline.activities.width` - the governor's dispatch width (a local activity);
 * :mod:`~playline.activities.visibility` - which search attributes the namespace has (local).
 
@@ -25,6 +27,7 @@ from playline.activities.chunk import ChunkActivities
 from playline.activities.datasets import DatasetActivities
 from playline.activities.estimate import EstimateActivities
 from playline.activities.scalar import ScalarActivities
+from playline.activities.sync import SyncActivities
 from playline.activities.visibility import VisibilityActivities
 from playline.activities.width import WidthActivities
 
@@ -35,6 +38,7 @@ __all__ = [
     "DatasetActivities",
     "EstimateActivities",
     "ScalarActivities",
+    "SyncActivities",
     "VisibilityActivities",
     "WidthActivities",
 ]

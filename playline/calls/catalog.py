@@ -100,6 +100,7 @@ from playline.errors import (
 )
 from playline.freshness import Freshness, dig, freshness_of
 from playline.pacing.policy import PacingPolicy
+from playline.sinks.spec import SinkSpec
 
 _FIELD_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 
@@ -745,12 +746,18 @@ class Catalog(BaseModel):
         description="the providers, by name: where they live, their keys, their limits"
     )
     tools: dict[str, ToolSpec] = Field(
+        default_factory=dict,
         description="the tools, by id: one provider endpoint each, with its input, getters "
-        "and billing"
+        "and billing (none in a catalog that only declares sinks)",
     )
     waterfalls: dict[str, WaterfallSpec] = Field(
         default_factory=dict,
         description="named waterfalls: tools tried in order until one gives an accepted value",
+    )
+    sinks: dict[str, SinkSpec] = Field(
+        default_factory=dict,
+        description="where `playline sync` writes a run's rows back (a CRM, a warehouse "
+        "table), by name; see playline.sinks",
     )
 
     @model_validator(mode="before")
@@ -784,6 +791,12 @@ class Catalog(BaseModel):
             if unknown:
                 raise ValueError(
                     f"waterfall {name!r} names tool(s) {unknown} the catalog does not declare"
+                )
+        for name, sink in self.sinks.items():
+            if sink.kind != "postgres" and sink.provider not in self.providers:
+                raise ValueError(
+                    f"sink {name!r} names provider {sink.provider!r}, which the "
+                    "catalog does not declare"
                 )
         return self
 
@@ -857,7 +870,7 @@ class Catalog(BaseModel):
 
 #: The package holding the presets (``include = [...]``).
 PRESETS_PACKAGE = "playline.presets"
-_MERGED_TABLES = ("providers", "tools", "waterfalls")
+_MERGED_TABLES = ("providers", "tools", "waterfalls", "sinks")
 
 
 def preset_names() -> list[str]:

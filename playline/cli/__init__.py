@@ -21,6 +21,7 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.codec_server` - ``codec-server`` (the Temporal UI's payload decoder);
 * :mod:`~playline.cli.webhook` - ``webhook`` (asynchronous providers' job callbacks);
 * :mod:`~playline.cli.ui` - ``ui`` (the sheet view: every run, cell by cell, in a browser);
+* :mod:`~playline.cli.sync` - ``sync`` (a run's rows written back to a CRM or a table);
 * :mod:`~playline.cli.starting` - what the commands that start a play share (flags, input, CSV
   upload, the unknown-play guard);
 * :mod:`~playline.cli.flags` - flags several commands declare alike (Temporal, listening);
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.schedule import add_schedule_parser
     from playline.cli.setup import add_setup_parser
     from playline.cli.starting import add_budget_flags, add_play_flags, add_priority_flags
+    from playline.cli.sync import add_sync_parser
     from playline.cli.ui import add_ui_parser
     from playline.cli.webhook import add_webhook_parser
 
@@ -207,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_providers_parser(sub)
     add_setup_parser(sub, common)
     add_schedule_parser(sub, common)
+    add_sync_parser(sub, common)
 
     sub.add_parser("provider-server", help="run the local provider server", add_help=False)
     add_limits_parser(sub)
@@ -232,6 +235,7 @@ def _commands() -> dict[str, Command]:
     from playline.cli.schedule import cmd_schedule
     from playline.cli.setup import cmd_setup
     from playline.cli.stack import cmd_demo, cmd_dev, cmd_worker
+    from playline.cli.sync import cmd_sync
     from playline.cli.ui import cmd_ui
     from playline.cli.webhook import cmd_webhook
 
@@ -252,6 +256,7 @@ def _commands() -> dict[str, Command]:
         "schedule": cmd_schedule,
         "webhook": cmd_webhook,
         "ui": cmd_ui,
+        "sync": cmd_sync,
     }
 
 

@@ -106,6 +106,7 @@ from playline.provider_server.config import (
     ServerConfig,
     key_digest,
 )
+from playline.provider_server.crm import crm_routes
 from playline.provider_server.jobs import JOB_ROUTES, JobBadRequest, JobEngine, JobRoute
 from playline.provider_server.ledger import Charge, Ledger, idem_digest
 from playline.provider_server.limiters import Decision, Limiter, build_limiter
@@ -1157,6 +1158,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
     routes = [_provider_route(server, ep) for ep in ENDPOINTS]
     routes += [_job_route(server, route) for route in JOB_ROUTES]
     routes += [_balance_route(server, route) for route in BALANCE_ROUTES]
+    routes += crm_routes()  # the CRM mode (sinks): see crm.py
     routes += [
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/_admin/ledger", server.admin_ledger, methods=["GET"]),

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from playline.activities.datasets import DatasetActivities
     from playline.activities.estimate import EstimateActivities
     from playline.activities.scalar import ScalarActivities
+    from playline.activities.sync import SyncActivities
     from playline.contract import (
         ESTIMATE_DATASET_SUFFIX,
         JOB_PENDING_ERROR,
@@ -54,6 +55,8 @@ with workflow.unsafe.imports_passed_through():
         RunOptions,
         RunStatus,
         StepInput,
+        SyncInput,
+        SyncSummary,
         ToolCallInput,
         WaterfallCallInput,
     )
@@ -66,6 +69,8 @@ with workflow.unsafe.imports_passed_through():
     from playline.workflows.status import dataset_static, play_current_details
 
 LOG_LINES_KEPT = 50
+#: How long one ``ctx.sync`` attempt may take (429s are waited out inside it).
+SYNC_TIMEOUT = timedelta(hours=1)
 #: The memo key listing the run references of a play's dataset runs (``runs export``).
 RUN_REFS_MEMO = "playline_run_refs"
 
@@ -444,6 +449,89 @@ class PlayContext:
             )
         except ActivityError as err:
             raise _failure_or_cancel(err) from err
+
+    async def sync(
+        self,
+        result: DatasetHandle | DatasetResult,
+        sink: str,
+        *,
+        map: Mapping[str, str] | None = None,
+        id: str | None = None,
+        policies: Mapping[str, str] | None = None,
+        park_wait: timedelta = timedelta(hours=1),
+        max_parks: int = 48,
+        takeover_after: timedelta = timedelta(minutes=1),
+    ) -> SyncSummary:
+        """Write a dataset run's rows back to the catalog's sink ``sink`` (a CRM, a
+        table; see :mod:`playline.sinks`): changes only, the sink's overwrite policies
+        (``policies`` override them), ``map`` columns to fields on top of the sink's,
+        ``id`` the column identifying the record. A destination that parks the sync
+        (its daily limit) is waited out on a durable timer (until it says, else
+        ``park_wait``) and the sync goes on, at most ``max_parks`` times; counts of
+        writes are summed over the attempts, the others are the last attempt's. A
+        worker that dies mid-sync is taken over by another after ``takeover_after``
+        (the activity's heartbeat timeout and the batch's lease). An estimate skips it
+        (a write is a side effect)."""
+        await self.dispatch_allowed()
+        if self.options.estimate:
+            self.log(f"estimate: sync to {sink} skipped")
+            return SyncSummary(sink=sink)
+        ran = result.result if isinstance(result, DatasetHandle) else result
+        if ran is None:
+            raise ApplicationError(
+                "ctx.sync needs a dataset run's result (`await ctx.dataset(...).run(...)`), "
+                "not a loaded source",
+                non_retryable=True,
+            )
+        call = SyncInput(
+            run_ref=ran.run_ref,
+            sink=sink,
+            map=dict(map or {}),
+            id_column=id,
+            policies=dict(policies or {}),
+            lease_ttl_s=takeover_after.total_seconds(),
+        )
+        written = SyncSummary(sink=sink)
+        done = written
+        for _ in range(max_parks + 1):
+            try:
+                done = await workflow.execute_activity_method(
+                    SyncActivities.sync_dataset,
+                    call,
+                    start_to_close_timeout=SYNC_TIMEOUT,
+                    heartbeat_timeout=takeover_after,
+                    retry_policy=SETUP_RETRY,
+                    summary=f"sync {sink}",
+                    priority=self._priority(),
+                )
+            except ActivityError as err:
+                raise _failure_or_cancel(err) from err
+            written = written.model_copy(
+                update={
+                    k: getattr(written, k) + getattr(done, k)
+                    for k in ("created", "updated", "fields_written", "requests")
+                }
+            )
+            if done.parked is None:
+                break
+            wait = park_wait
+            if done.retry_at is not None:
+                until = datetime.fromtimestamp(done.retry_at, UTC) - workflow.now()
+                wait = max(until, timedelta(seconds=1))
+            self.log(f"sync to {sink} parked ({done.parked}); going on in {wait}")
+            await workflow.sleep(wait)
+        summary = done.model_copy(
+            update={
+                k: getattr(written, k) for k in ("created", "updated", "fields_written", "requests")
+            }
+        )
+        self.log(
+            f"sync to {sink}: {summary.created} created, {summary.updated} updated, "
+            f"{summary.unchanged} unchanged, {summary.skipped_by_policy} skipped by policy, "
+            f"{summary.rejected} rejected"
+            + (f"; parked ({summary.parked}), {summary.left} left" if summary.parked else "")
+        )
+        return summary
 
     async def run_play(
         self, play: str | type, input: Any, *, options: RunOptions | None = None
