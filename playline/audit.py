@@ -29,7 +29,8 @@ from typing import Any
 
 from playline.calls.provenance import run_spend
 from playline.stores.backends import Stores
-from playline.stores.budgets import TOLERANCE, run_budget_id
+from playline.stores.budget_ids import RunBudgetId
+from playline.stores.budgets import TOLERANCE
 from playline.stores.receipts import ToolReceipts
 
 __all__ = ["Check", "RunAudit", "audit_run"]
@@ -177,7 +178,7 @@ async def _credits(
         detail += f" (+ {outside:g} paid by the play's own calls)"
     items = [f"{t.tool_id}: {t.paid} answers paid, {t.credits:g} credits" for t in tools]
     ok = abs(cells - in_rows) <= CREDIT_TOLERANCE
-    state = await stores.budgets.state(run_budget_id(run))
+    state = await stores.budgets.state(RunBudgetId(run))
     if state is not None:
         detail += f"; the run's budget spent {state.spent:g}"
         ok = ok and abs(state.spent - paid) <= max(CREDIT_TOLERANCE, TOLERANCE)

@@ -168,6 +168,7 @@ def estimate_options(options: RunOptions | None = None) -> RunOptions:
             "estimate": True,
             "max_credits": None,
             "max_credits_by_provider": {},
+            "max_spend": None,
             "budget": None,
             "budget_run": None,
         }

@@ -263,6 +263,12 @@ class Settings:
         return (self.sqlite_dir or self.home) / "budgets.db"
 
     @property
+    def balances_path(self) -> Path:
+        """The SQLite file of the balance readings, next to the other stores (see
+        :mod:`~playline.stores.balances`: created by its first use)."""
+        return (self.sqlite_dir or self.home) / "balances.db"
+
+    @property
     def jobs_path(self) -> Path:
         """The SQLite job ledger's file, next to the other stores (see
         :mod:`~playline.stores.jobs_ledger`: created by its first use)."""

@@ -73,6 +73,13 @@ class RunOptions(BaseModel):
     max_credits: float | None = Field(default=None, gt=0)
     #: Caps per provider, reserved the same way (``{"acme": 100}``).
     max_credits_by_provider: dict[str, float] = Field(default_factory=dict)
+    #: The most money this play run may spend, in the catalog's currency: a call to a
+    #: provider reserves its worst case times the provider's ``credit_price`` against
+    #: it (every provider the run calls must have a price, in one currency). None: no cap.
+    max_spend: float | None = Field(default=None, gt=0)
+    #: The currency ``max_spend`` is in (``playline run --max-spend`` sets it from the
+    #: catalog's prices); None: the one currency of the catalog's priced providers.
+    spend_currency: str | None = None
     #: A named budget in the store (``playline budgets set NAME``) the run also draws on.
     budget: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     #: When a budget is reached: ``wait`` (rows left pending, the run waits durably for
@@ -112,7 +119,12 @@ class RunOptions(BaseModel):
     @property
     def budgeted(self) -> bool:
         """Whether paid calls of this run reserve against a budget."""
-        return bool(self.max_credits is not None or self.max_credits_by_provider or self.budget)
+        return bool(
+            self.max_credits is not None
+            or self.max_credits_by_provider
+            or self.budget
+            or self.max_spend is not None
+        )
 
 
 class DatasetRef(BaseModel):
@@ -253,6 +265,8 @@ class BudgetHold(BaseModel):
     provider: str | None = None
     #: a named budget's period ends then (epoch seconds): the run goes on by itself
     resets_at: float | None = None
+    #: the figures are money in this currency: the run's money cap (``--add-spend``)
+    currency: str | None = None
 
 
 def merge_holds(a: BudgetHold | None, b: BudgetHold | None) -> BudgetHold | None:
@@ -567,7 +581,7 @@ class DatasetRunState(BaseModel):
 
 class BudgetChange(BaseModel):
     """The ``budget`` update: raise (``add``) or set (``set``) the run's credit cap, or
-    a provider's (``provider``)."""
+    a provider's (``provider``), or its money cap (``spend``: the amounts are money)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -576,6 +590,8 @@ class BudgetChange(BaseModel):
     provider: str | None = None
     #: neither: try the held rows again (a named budget was raised in the store)
     retry: bool = False
+    #: the change is to the run's money cap (``max_spend``): ``add``/``set`` are money
+    spend: bool = False
 
 
 class AdjustBudgetInput(BaseModel):
@@ -589,6 +605,8 @@ class AdjustBudgetInput(BaseModel):
     set_to: float | None = None
     #: the limit a budget no call has touched yet starts from
     create_with: float | None = None
+    #: the run's money cap (``max_spend``), not its credit cap
+    spend: bool = False
 
 
 class BudgetReport(BaseModel):
@@ -643,6 +661,9 @@ class PlayState(BaseModel):
     #: ``{"cells_due", "cells_fresh", "calls", "worst_case", "estimate_id"}``
     due: dict[str, Any] | None = None
     log: list[str] = Field(default_factory=list)
+    #: after the run: its reconciliation with the providers' balances, in Markdown
+    #: (``playline runs reconcile`` prints it in full)
+    reconciliation: list[str] = Field(default_factory=list)
 
 
 class PlayRunResult(BaseModel, Generic[OutputT]):
@@ -661,3 +682,39 @@ class PlayRunResult(BaseModel, Generic[OutputT]):
     #: a budget was reached and rows were skipped (``on_budget="stop"``;
     #: ``stats.rows_skipped_budget`` counts them)
     budget_exhausted: bool = False
+
+
+class SyncInput(BaseModel):
+    """``ctx.sync(...)``: one dataset run's rows written to a catalog sink (see
+    :mod:`playline.sinks`). Column names and policies only: no row travels here."""
+
+    run_ref: str
+    sink: str
+    map: dict[str, str] = Field(default_factory=dict)
+    id_column: str | None = None
+    policies: dict[str, str] = Field(default_factory=dict)
+    #: how long 429s are waited out before the step parks
+    patience_s: float = 300.0
+    #: a batch's lease: how soon another attempt takes over a dead worker's batch
+    lease_ttl_s: float = Field(default=60.0, gt=0)
+
+
+class SyncSummary(BaseModel):
+    """What a sync did, in counts (record ids and the destination's reasons stay out
+    of history: ``playline sync RUN_ID --sink NAME --dry-run`` shows them)."""
+
+    sink: str
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped_by_policy: int = 0
+    rejected: int = 0
+    not_written: int = 0
+    fields_written: int = 0
+    requests: int = 0
+    #: why the destination parked the sync (its daily limit), ``None`` when it did not
+    parked: str | None = None
+    #: records left when it parked
+    left: int = 0
+    #: epoch seconds the destination can take more (when it said)
+    retry_at: float | None = None

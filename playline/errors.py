@@ -252,9 +252,11 @@ class BudgetReached(PlaylineError):
         provider: str | None = None,
         resets_at: float | None = None,
         spent: float | None = None,
+        currency: str | None = None,
     ) -> None:
+        unit = currency or "credits"
         super().__init__(
-            f"budget {budget} reached: {used:g} of {limit:g} credits spent or reserved, "
+            f"budget {budget} reached: {used:g} of {limit:g} {unit} spent or reserved, "
             f"{tool_id or 'the call'} may cost {needed:g}"
         )
         self.budget = budget
@@ -268,6 +270,17 @@ class BudgetReached(PlaylineError):
         self.resets_at = resets_at
         #: of ``used``, what is settled (the rest is reserved by calls and rows in flight)
         self.spent = used if spent is None else spent
+        #: the figures are money in this currency (a run's money cap), not credits
+        self.currency = currency
+
+
+class SpendUnpriced(PlaylineError):
+    """A run capped in money (``max_spend``) is about to call a provider whose credits
+    have no price in the run's currency (no ``credit_price`` in the catalog, or another
+    ``currency``): its cost cannot be counted against the cap, so nothing is sent. About
+    the play, not one row."""
+
+    chunk_fatal = True
 
 
 class NotSentCancelled(PlaylineError):

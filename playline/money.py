@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["money_text", "prices_of"]
+__all__ = ["amount_text", "money_text", "prices_of"]
 
 
 def prices_of(catalog: Any, providers: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -49,3 +49,13 @@ def money_text(
     shown = " + ".join(f"{amount:,.2f} {currency}" for currency, amount in sorted(amounts.items()))
     rest = f" (no price for {', '.join(unpriced)})" if unpriced else ""
     return f"≈ {shown}{rest}"
+
+
+def amount_text(amount: float) -> str:
+    """An amount of money as a cap and its spend are shown: two decimals (``12.30``),
+    more when it has them (``0.048``: a credit price times a few credits), never an
+    exponent."""
+    text = f"{amount:,.2f}"
+    if abs(float(text.replace(",", "")) - amount) < 1e-9:
+        return text
+    return f"{amount:,.6f}".rstrip("0")

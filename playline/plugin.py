@@ -32,11 +32,13 @@ from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from playline.activities import (
+    BalanceActivities,
     BudgetActivities,
     ChunkActivities,
     DatasetActivities,
     EstimateActivities,
     ScalarActivities,
+    SyncActivities,
     VisibilityActivities,
     WidthActivities,
 )
@@ -89,6 +91,8 @@ class PlaylinePlugin(SimplePlugin):
         visibility = VisibilityActivities()
         budgets = BudgetActivities(self.holder)
         estimate = EstimateActivities(self.holder)
+        balances = BalanceActivities(self.holder)
+        sync = SyncActivities(self.holder)
         activities: list[Callable[..., Any]] = [
             chunk.run_chunk,
             estimate.estimate_chunk,
@@ -96,6 +100,7 @@ class PlaylinePlugin(SimplePlugin):
             estimate.estimate_waterfall,
             budgets.adjust_budget,
             budgets.end_run_budgets,
+            balances.read_balances,
             datasets.load_csv,
             datasets.load_rows,
             datasets.prepare_run,
@@ -105,6 +110,7 @@ class PlaylinePlugin(SimplePlugin):
             scalar.call_tool,
             scalar.call_waterfall,
             scalar.run_step,
+            sync.sync_dataset,
             width.suggest_width,
             visibility.registered_search_attributes,
         ]

@@ -28,6 +28,7 @@ from playline.pacing.pacer import Pacer
 from playline.pacing.unpaced import UnpacedGovernor
 from playline.package_data import DEMO_CATALOG
 from playline.stores.backends import Stores, open_stores
+from playline.stores.balances import BalanceLedger
 from playline.stores.budgets import BudgetStore
 from playline.stores.budgets_ledger import BudgetLedger
 from playline.stores.jobs import JobStore
@@ -91,6 +92,12 @@ class Services:
             stores.jobs if stores is not None else None,
             lambda: JobLedger.in_file(settings.jobs_path),
         )
+        #: the providers' balance readings (``playline.reconcile``), opened by first use
+        self.balances: BalanceLedger = (
+            stores.balances
+            if stores is not None and stores.balances is not None
+            else BalanceLedger.in_file(settings.balances_path)
+        )
         self.http = http
         #: every secret of this worker (API keys, store passwords, codec keys): error
         #: texts that leave the worker pass through it
@@ -110,7 +117,7 @@ class Services:
         catalog = Catalog.from_toml(settings.catalog_path or DEMO_CATALOG)
         stores = await open_stores(settings, create=True)
         try:
-            governor, fleet = await _open_governor(settings, catalog)
+            governor, fleet = await open_governor(settings, catalog)
         except BaseException:
             await stores.close()
             raise
@@ -188,6 +195,8 @@ class Services:
             await self.sheet.close()
             await self.budgets.close()
             await self.jobs.close()
+        if self._stores is None or self._stores.balances is not self.balances:
+            await self.balances.close()
 
 
 def _fixture_key(paths: list[str]) -> tuple[tuple[str, int, int], ...]:
@@ -206,9 +215,10 @@ def _fixture_key(paths: list[str]) -> tuple[tuple[str, int, int], ...]:
     return tuple(key)
 
 
-async def _open_governor(settings: Settings, catalog: Catalog) -> tuple[Pacer, FleetPacer | None]:
-    """The worker's governor, sharing pacing through PostgreSQL when the store is there
-    (or the deprecated ``PLAYLINE_PG_DSN`` is set)."""
+async def open_governor(settings: Settings, catalog: Catalog) -> tuple[Pacer, FleetPacer | None]:
+    """The governor of a worker (or of a command that calls providers itself, ``playline
+    sync``), sharing pacing through PostgreSQL when the store is there (or the
+    deprecated ``PLAYLINE_PG_DSN`` is set). Close the fleet after the governor."""
     if settings.pacing not in PACING_MODES:
         raise CatalogError(f"PLAYLINE_PACING must be 'governor' or 'off', not {settings.pacing!r}")
     if settings.pacing == "off":

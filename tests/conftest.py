@@ -128,6 +128,7 @@ def provider(provider_server: ProviderServerProcess) -> ProviderServerProcess:
         webhook_retry_s={},
         answer_epoch=0,
         changed_fraction=0.0,
+        starting_balance={},
     )
     return provider_server
 

@@ -18,7 +18,15 @@ from temporalio import activity
 from playline.calls.budget import end_run_budgets
 from playline.contract import AdjustBudgetInput, BudgetReport
 from playline.services import HolderActivities
-from playline.stores.budgets import named_budget_ref, provider_budget_id, run_budget_id
+from playline.stores.budget_ids import (
+    BudgetId,
+    NamedBudgetId,
+    ProviderShareId,
+    RunBudgetId,
+    SpendBudgetId,
+    budget_key,
+    check_name,
+)
 
 __all__ = ["BudgetActivities", "EndRunBudgetsInput", "RunBudgetsEnded"]
 
@@ -53,17 +61,20 @@ class BudgetActivities(HolderActivities):
     async def adjust_budget(self, input: AdjustBudgetInput) -> BudgetReport:
         """Raise or set the cap (or only read it, with neither); the budget as it now is."""
         store = self._holder.services.budgets
+        budget: BudgetId
         if input.named is not None:
-            budget = named_budget_ref(input.named)
+            budget = NamedBudgetId(check_name(input.named))
         elif input.provider is not None:
-            budget = provider_budget_id(input.run, input.provider)
+            budget = ProviderShareId(input.run, input.provider)
+        elif input.spend:
+            budget = SpendBudgetId(input.run)
         else:
-            budget = run_budget_id(input.run)
+            budget = RunBudgetId(input.run)
         if input.add is None and input.set_to is None:
             state = await store.state(budget)
             if state is None:
                 limit = input.create_with or 0.0
-                return BudgetReport(budget=budget, limit=limit, spent=0.0, reserved=0.0)
+                return BudgetReport(budget=budget_key(budget), limit=limit, spent=0.0, reserved=0.0)
         else:
             state = await store.adjust(
                 budget, add=input.add, set_to=input.set_to, create_with=input.create_with

@@ -251,7 +251,7 @@ def make_runner(
             webhook_base=services.settings.webhook_url,
         )
         dispatcher = LiveDispatcher(attempt, sender, jobs)
-        budget = RunBudget.of(options, info.workflow_id or info.activity_id)
+        budget = RunBudget.of(options, info.workflow_id or info.activity_id, services.catalog)
         if budget is not None:
             # Paid calls reserve their worst case first (fixture answers cost nothing).
             dispatcher = BudgetedDispatcher(dispatcher, attempt, services.budgets, budget)
@@ -711,6 +711,7 @@ class ChunkRun:
                 provider=fullest.provider,
                 resets_at=fullest.resets_at,
                 spent=fullest.spent,
+                currency=fullest.currency,
             )
             activity.logger.info(
                 "chunk %s-%s: %d row(s) wait for budget (%s)",

@@ -23,6 +23,16 @@ the window half paid for. A call past the row's worst case (a tool its resolver 
 not declare) reserves against the run's budgets directly; a row whose reservation is
 refused runs that way throughout (it may cost nothing: receipts).
 
+A money cap (``RunOptions(max_spend=...)``) is a line of its own
+(:class:`~playline.stores.budget_ids.SpendBudgetId`) whose scale is the called
+provider's ``credit_price``: a call reserves its worst case times the price, and settles
+at its charge times the same price (the reservation stores its scale). It is checked
+call by call: rows do not reserve on it (a row's worst case in money depends on which
+providers its calls reach), so a row may stop half paid at a money cap and run again,
+its paid calls answered by their receipts, when the cap is raised. A call to a provider
+without a price in the run's currency is refused before anything is reserved
+(:class:`~playline.errors.SpendUnpriced`).
+
 Every reservation is keyed by the call's receipt and generation (a row's by the row),
 so a retried attempt, a SIGKILLed worker's successor or a replayed chunk of the same
 run reserves the same call once: N workers, retries and crashes never take spend past
@@ -42,10 +52,9 @@ import random
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from playline.calls.attempt import Attempt
-from playline.calls.catalog import Catalog, ToolSpec
+from playline.calls.catalog import Catalog, ProviderSpec, ToolSpec
 from playline.calls.dispatch import ClaimedCall, Dispatcher, Settled
 from playline.calls.job_status import MISSING, member_results
 from playline.contract import RunOptions
@@ -55,19 +64,24 @@ from playline.errors import (
     LeaseLost,
     ProviderError,
     ProviderQuotaExhausted,
+    SpendUnpriced,
+)
+from playline.stores.budget_ids import (
+    BudgetId,
+    NamedBudgetId,
+    ProviderShareId,
+    RowBudgetId,
+    RunBudgetId,
+    SpendBudgetId,
+    check_name,
 )
 from playline.stores.budgets import (
     TOLERANCE,
     BudgetLine,
     BudgetStore,
-    Period,
     Refusal,
     RunEnd,
-    named_budget_ref,
-    period_end,
-    provider_budget_id,
-    row_budget_id,
-    run_budget_id,
+    period_bounds,
 )
 from playline.stores.jobs import Job, JobStore, member_ref
 from playline.stores.receipts import Receipt, ReceiptStore
@@ -88,6 +102,14 @@ log = logging.getLogger(__name__)
 RESERVATION_PATIENCE_S = 15.0
 
 
+@dataclass(frozen=True, slots=True)
+class CreditPrice:
+    """What one credit of a provider costs, and in which currency (the catalog's)."""
+
+    price: float
+    currency: str
+
+
 @dataclass(frozen=True)
 class RunBudget:
     """The budgets a play run's paid calls draw on (see ``RunOptions``).
@@ -97,40 +119,88 @@ class RunBudget:
         max_credits: the run's cap over every provider (None: none).
         by_provider: caps per provider.
         named: a named budget of the store (a team's per-day or per-month cap).
+        max_spend: the run's cap in money (None: none), in ``currency``.
+        prices: each priced provider's credit price (the catalog's).
+        currency: the currency ``max_spend`` is in (None: the prices' one currency).
     """
 
     run: str
     max_credits: float | None = None
     by_provider: Mapping[str, float] = field(default_factory=dict)
     named: str | None = None
+    max_spend: float | None = None
+    prices: Mapping[str, CreditPrice] = field(default_factory=dict)
+    currency: str | None = None
 
     @classmethod
-    def of(cls, options: RunOptions, run: str) -> RunBudget | None:
-        """The run's budgets, or None when it has none."""
+    def of(cls, options: RunOptions, run: str, catalog: Catalog | None = None) -> RunBudget | None:
+        """The run's budgets, or None when it has none (``catalog``: the providers'
+        credit prices, for a money cap)."""
         if not options.budgeted:
             return None
+        prices = {} if catalog is None else credit_prices(catalog.providers)
+        currency = options.spend_currency
+        if currency is None:
+            found = {p.currency for p in prices.values()}
+            currency = found.pop() if len(found) == 1 else None
         return cls(
             run=options.budget_run or run,
             max_credits=options.max_credits,
             by_provider=dict(options.max_credits_by_provider),
             named=options.budget,
+            max_spend=options.max_spend,
+            prices=prices,
+            currency=currency,
         )
 
     def lines(self, provider: str | None) -> list[BudgetLine]:
         """What a call to ``provider`` reserves against, in refusal order (``None``:
-        the lines every provider shares)."""
+        the lines every provider shares, which a row's worst case reserves on: the
+        money cap is not one of them, see the module docstring)."""
         lines: list[BudgetLine] = []
         if self.max_credits is not None:
-            lines.append(BudgetLine(run_budget_id(self.run), self.max_credits))
+            lines.append(BudgetLine(RunBudgetId(self.run), self.max_credits))
         cap = None if provider is None else self.by_provider.get(provider)
         if provider is not None and cap is not None:
-            lines.append(BudgetLine(provider_budget_id(self.run, provider), cap))
+            lines.append(BudgetLine(ProviderShareId(self.run, provider), cap))
+        if provider is not None and self.max_spend is not None:
+            lines.append(
+                BudgetLine(SpendBudgetId(self.run), self.max_spend, scale=self.price(provider))
+            )
         if self.named is not None:
-            lines.append(BudgetLine(named_budget_ref(self.named)))
+            lines.append(BudgetLine(NamedBudgetId(check_name(self.named))))
         return lines
 
-    def refs(self, provider: str | None) -> list[str]:
+    def refs(self, provider: str | None) -> list[BudgetId]:
         return [line.budget for line in self.lines(provider)]
+
+    def price(self, provider: str) -> float:
+        """What one of ``provider``'s credits counts on the money cap; a provider with
+        no price in the cap's currency is :class:`SpendUnpriced` (nothing is sent)."""
+        found = self.prices.get(provider)
+        if found is None:
+            raise SpendUnpriced(
+                f"the run has a money cap (--max-spend {self.max_spend:g}) but provider "
+                f"{provider!r} has no credit_price in the catalog; state its price or cap "
+                "the run in credits (--max-credits)"
+            )
+        if self.currency is None or found.currency != self.currency:
+            priced = ", ".join(sorted({p.currency for p in self.prices.values()}))
+            raise SpendUnpriced(
+                f"the run has a money cap (--max-spend {self.max_spend:g}) in "
+                f"{self.currency or 'no single currency'} but provider {provider!r} prices "
+                f"its credits in {found.currency} (the catalog's currencies: {priced})"
+            )
+        return found.price
+
+
+def credit_prices(providers: Mapping[str, ProviderSpec]) -> dict[str, CreditPrice]:
+    """The credit price of each provider whose catalog entry states one."""
+    return {
+        name: CreditPrice(spec.credit_price, spec.currency)
+        for name, spec in sorted(providers.items())
+        if spec.credit_price is not None
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +263,10 @@ class BudgetedDispatcher:
         lines = self.budget.lines(None)
         if worst <= 0 or not lines:
             return False
-        key = row_budget_id(payer)
-        if await self._reserve(key, worst, lines) is not None:
+        row = RowBudgetId(payer)
+        if await self._reserve(row.key, worst, lines) is not None:
             return False
-        self._rows[payer] = BudgetLine(key, worst)
+        self._rows[payer] = BudgetLine(row, worst)
         return True
 
     async def adopt_row(self, payer: str) -> bool:
@@ -204,13 +274,13 @@ class BudgetedDispatcher:
         pending keeps it), reserving nothing new; whether there was one. A cancelled
         run reading its jobs does this instead of :meth:`open_row`: the row's calls
         draw on what it reserved then, and a row that never had one gets none."""
-        key = row_budget_id(payer)
+        row = RowBudgetId(payer)
         state = await self._attempt.durably(
-            lambda: self._store.state(key), what=f"budget of row {payer}"
+            lambda: self._store.state(row), what=f"budget of row {payer}"
         )
         if state is None:
             return False
-        self._rows[payer] = BudgetLine(key, state.limit)
+        self._rows[payer] = BudgetLine(row, state.limit)
         return True
 
     async def close_row(self, payer: str, *, pending: bool = False) -> None:
@@ -231,16 +301,16 @@ class BudgetedDispatcher:
             await self._settle_row(payer)
 
     async def _settle_row(self, payer: str) -> None:
-        budget = row_budget_id(payer)
+        row = RowBudgetId(payer)
         # Read and settled with retries: a transient store error must not leave the
         # row's worst case reserved for good.
         state = await self._attempt.durably(
-            lambda: self._store.state(budget), what=f"budget of row {payer}"
+            lambda: self._store.state(row), what=f"budget of row {payer}"
         )
         used = 0.0 if state is None else state.used
         refs = self.budget.refs(None)
         await self._attempt.durably(
-            lambda: self._store.settle(budget, used, refs), what=f"budget of row {payer}"
+            lambda: self._store.settle(row.key, used, refs), what=f"budget of row {payer}"
         )
 
     def auth_scope(self, tool: ToolSpec) -> str:
@@ -252,9 +322,13 @@ class BudgetedDispatcher:
         if worst <= 0:
             return await self._inner.settle(call)
         worst = max(worst, self._observed.get(tool.id, 0.0))
-        key = f"{call.key}#{call.generation}"
-        lines = self.budget.lines(tool.provider)
+        key = call_reservation_key(call.key, call.generation)
         attempt = self._attempt
+        try:
+            lines = self.budget.lines(tool.provider)
+        except SpendUnpriced:
+            await self._release_receipt(call)
+            raise
         refusal: Refusal | None = None
         row = self._rows.get(call.payer) if call.payer is not None else None
         if row is not None:
@@ -265,24 +339,23 @@ class BudgetedDispatcher:
             refusal = await self._reserve(key, worst, in_row)
             if refusal is None:
                 lines = in_row
-        if row is None or (refusal is not None and refusal.state.budget == row.budget):
+        if row is None or (refusal is not None and refusal.state.budget == row.key):
             refusal = await self._reserve(key, worst, lines)
         refs = [line.budget for line in lines]
         if refusal is not None:
-            await attempt.best_effort(
-                lambda: attempt.receipts.release([call.key], lease_id=attempt.lease_id),
-                what=f"release of {call.key}",
-            )
+            await self._release_receipt(call)
             state = refusal.state
+            ref = state.ref
             raise BudgetReached(
-                _shown(state.budget),
+                _shown(ref),
                 limit=state.limit,
                 used=state.used,
                 needed=refusal.needed,
                 tool_id=tool.id,
-                provider=tool.provider if "/provider:" in state.budget else None,
-                resets_at=_period_end(state.budget),
+                provider=ref.provider if isinstance(ref, ProviderShareId) else None,
+                resets_at=_period_end(ref),
                 spent=state.spent,
+                currency=self.budget.currency if isinstance(ref, SpendBudgetId) else None,
             )
         try:
             settled = await self._inner.settle(call)
@@ -308,7 +381,15 @@ class BudgetedDispatcher:
                 self._overshot(Overshoot(tool.id, call.key, worst, credits), refs)
         return settled
 
-    def _overshot(self, over: Overshoot, refs: list[str]) -> None:
+    async def _release_receipt(self, call: ClaimedCall) -> None:
+        """Nothing was sent: the call's receipt is given back for a later attempt."""
+        attempt = self._attempt
+        await attempt.best_effort(
+            lambda: attempt.receipts.release([call.key], lease_id=attempt.lease_id),
+            what=f"release of {call.key}",
+        )
+
+    def _overshot(self, over: Overshoot, refs: list[BudgetId]) -> None:
         """A charge above its reservation: say so, count it, and reserve the tool at
         that figure from now on (its budgets already count it as spent)."""
         self.overshoots.append(over)
@@ -320,7 +401,7 @@ class BudgetedDispatcher:
             over.charged,
             over.key,
             over.reserved,
-            ", ".join(refs),
+            ", ".join(ref.key for ref in refs),
             over.charged,
         )
         self._attempt.metrics.overshoot(over.tool_id)
@@ -358,7 +439,7 @@ class BudgetedDispatcher:
             attempt.check_before_dispatch()
             await asyncio.sleep(0.2 + random.random() * 0.3)
 
-    async def _release(self, key: str, refs: list[str]) -> None:
+    async def _release(self, key: str, refs: list[BudgetId]) -> None:
         await self._attempt.best_effort(
             lambda: self._store.release(key, refs), what=f"budget release of {key}"
         )
@@ -370,24 +451,27 @@ class BudgetedDispatcher:
         self._inner.abort()
 
 
-def _shown(budget: str) -> str:
-    """A budget id as a person reads it: ``run``, ``acme``, ``team-a (2026-12-04)``."""
-    if budget.startswith("named:"):
-        name, _, period = budget.removeprefix("named:").partition("@")
-        return f"{name} ({period})" if period else name
-    if "/provider:" in budget:
-        return f"{budget.rpartition('/provider:')[2]} (provider cap)"
+def _shown(budget: BudgetId) -> str:
+    """A budget as a person reads it: ``run``, ``spend``, ``acme (provider cap)``,
+    ``team-a (2026-12-04)``."""
+    match budget:
+        case NamedBudgetId(name, None):
+            return name
+        case NamedBudgetId(name, period):
+            return f"{name} ({period})"
+        case ProviderShareId(_, provider):
+            return f"{provider} (provider cap)"
+        case SpendBudgetId():
+            return "spend"
     return "run"
 
 
-def _period_end(budget: str) -> float | None:
+def _period_end(budget: BudgetId) -> float | None:
     """When a named budget's period (``named:NAME@2026-12-04`` or ``@2026-12``) ends."""
-    if not budget.startswith("named:") or "@" not in budget:
+    if not isinstance(budget, NamedBudgetId):
         return None
-    stamp = budget.rpartition("@")[2]
-    period: Period = "day" if stamp.count("-") == 2 else "month"
-    start = datetime.strptime(stamp if period == "day" else f"{stamp}-01", "%Y-%m-%d")
-    return period_end(period, start.replace(tzinfo=UTC).timestamp())
+    bounds = period_bounds(budget)
+    return None if bounds is None else bounds[1]
 
 
 def call_reservation_key(receipt_key: str, generation: int) -> str:

@@ -91,6 +91,7 @@ from pydantic import (
 )
 
 from playline.calls.answer_errors import ErrorFieldSpec
+from playline.calls.balance_spec import BalanceSpec
 from playline.calls.billing import BillingSpec, Charge, bulk_charges, single_charge
 from playline.calls.waterfall_spec import WaterfallSpec
 from playline.errors import (
@@ -102,6 +103,7 @@ from playline.errors import (
 )
 from playline.freshness import Freshness, dig, freshness_of
 from playline.pacing.policy import PacingPolicy
+from playline.sinks.spec import SinkSpec
 
 _FIELD_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 
@@ -286,6 +288,12 @@ class ProviderSpec(BaseModel):
         default="USD",
         pattern=r"^[A-Z]{3}$",
         description="the ISO 4217 code `credit_price` is in",
+    )
+    balance: BalanceSpec | None = Field(
+        default=None,
+        description="where the provider reports the account's credits left or used (see "
+        "`playline runs reconcile`): read before and after each run and compared with what "
+        "playline says the run cost; unset: no balance is read",
     )
     plan: str | None = Field(
         default=None,
@@ -843,12 +851,18 @@ class Catalog(BaseModel):
         description="the providers, by name: where they live, their keys, their limits"
     )
     tools: dict[str, ToolSpec] = Field(
+        default_factory=dict,
         description="the tools, by id: one provider endpoint each, with its input, getters "
-        "and billing"
+        "and billing (none in a catalog that only declares sinks)",
     )
     waterfalls: dict[str, WaterfallSpec] = Field(
         default_factory=dict,
         description="named waterfalls: tools tried in order until one gives an accepted value",
+    )
+    sinks: dict[str, SinkSpec] = Field(
+        default_factory=dict,
+        description="where `playline sync` writes a run's rows back (a CRM, a warehouse "
+        "table), by name; see playline.sinks",
     )
 
     @model_validator(mode="before")
@@ -888,6 +902,12 @@ class Catalog(BaseModel):
             if unknown:
                 raise ValueError(
                     f"waterfall {name!r} names tool(s) {unknown} the catalog does not declare"
+                )
+        for name, sink in self.sinks.items():
+            if sink.kind != "postgres" and sink.provider not in self.providers:
+                raise ValueError(
+                    f"sink {name!r} names provider {sink.provider!r}, which the "
+                    "catalog does not declare"
                 )
         return self
 
@@ -967,7 +987,7 @@ class Catalog(BaseModel):
 
 #: The package holding the presets (``include = [...]``).
 PRESETS_PACKAGE = "playline.presets"
-_MERGED_TABLES = ("providers", "tools", "waterfalls")
+_MERGED_TABLES = ("providers", "tools", "waterfalls", "sinks")
 
 
 def preset_names() -> list[str]:

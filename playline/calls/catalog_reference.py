@@ -21,7 +21,7 @@ import re
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
 from pydantic import BaseModel
@@ -57,7 +57,8 @@ def sections(root: type[BaseModel] = Catalog) -> list[Section]:
     def visit(model: type[BaseModel], place: str) -> None:
         section = found.get(model)
         if section is not None:
-            section.places.append(place)
+            if place not in section.places:  # two kinds of one table share a key
+                section.places.append(place)
             return
         found[model] = Section(model, [place])
         for name, info in model.model_fields.items():
@@ -81,7 +82,9 @@ def _nested_models(annotation: Any, suffix: str = "") -> Iterator[tuple[type[Bas
         return
     origin = get_origin(annotation)
     args = get_args(annotation)
-    if origin is dict:
+    if origin is Annotated:  # a discriminated union: its models
+        yield from _nested_models(args[0], suffix)
+    elif origin is dict:
         yield from _nested_models(args[1], f"{suffix}.<name>")
     elif origin in (list, tuple):
         yield from _nested_models(args[0], f"{suffix}[]")
@@ -229,6 +232,8 @@ def _type_words(annotation: Any) -> str:
         return simple[annotation]
     origin = get_origin(annotation)
     args = get_args(annotation)
+    if origin is Annotated:
+        return _type_words(args[0])
     if origin is Literal:
         return " or ".join(_toml(arg) for arg in args)
     if origin is dict:

@@ -6,17 +6,22 @@ message and exits 1; nothing prints a traceback a user did not ask for.
 * :mod:`~playline.cli.stack` - ``demo``, ``dev``, ``worker``;
 * :mod:`~playline.cli.run` - ``run``;
 * :mod:`~playline.cli.estimate` - ``estimate`` (what a run would cost; nothing is sent);
-* :mod:`~playline.cli.runs` - ``runs get|export|list|pause|resume|window|cancel|stop``;
+* :mod:`~playline.cli.runs` - ``runs get|export|list|pause|resume|window|cancel|stop|audit|
+  reconcile``;
 * :mod:`~playline.cli.plays` - ``plays list``;
 * :mod:`~playline.cli.setup` - ``setup`` (playline's search attributes in a namespace);
 * :mod:`~playline.cli.limits` - ``limits show|set``;
 * :mod:`~playline.cli.budgets` - ``budgets set|list|get`` (named budgets shared by runs);
+* :mod:`~playline.cli.providers` - ``providers list|show`` (plan, limits, price, contract,
+  last balance);
 * :mod:`~playline.cli.catalog` - ``catalog reference`` (every key of a provider catalog);
 * :mod:`~playline.cli.schedule` - ``schedule create|list|describe|pause|unpause|trigger|delete``
   (plays re-run on a Temporal Schedule);
 * :mod:`~playline.cli.replay` - ``replay`` (recorded histories against the current code);
 * :mod:`~playline.cli.codec_server` - ``codec-server`` (the Temporal UI's payload decoder);
 * :mod:`~playline.cli.webhook` - ``webhook`` (asynchronous providers' job callbacks);
+* :mod:`~playline.cli.ui` - ``ui`` (the sheet view: every run, cell by cell, in a browser);
+* :mod:`~playline.cli.sync` - ``sync`` (a run's rows written back to a CRM or a table);
 * :mod:`~playline.cli.starting` - what the commands that start a play share (flags, input, CSV
   upload, the unknown-play guard);
 * :mod:`~playline.cli.flags` - flags several commands declare alike (Temporal, listening);
@@ -53,12 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     from playline.cli.flags import add_temporal_flags
     from playline.cli.limits import add_limits_parser
     from playline.cli.plays import add_plays_parser
+    from playline.cli.providers import add_providers_parser
     from playline.cli.replay import add_replay_parser
     from playline.cli.run import PROVENANCE_HELP, RAW_HELP
     from playline.cli.runs import add_runs_parser
     from playline.cli.schedule import add_schedule_parser
     from playline.cli.setup import add_setup_parser
     from playline.cli.starting import add_budget_flags, add_play_flags, add_priority_flags
+    from playline.cli.sync import add_sync_parser
+    from playline.cli.ui import add_ui_parser
     from playline.cli.webhook import add_webhook_parser
 
     parser = argparse.ArgumentParser(
@@ -143,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     common(run)
     run_flags(run)
     add_play_flags(run)
+    run.add_argument(
+        "--max-spend",
+        type=float,
+        metavar="AMOUNT",
+        help="spend at most AMOUNT in the catalog's currency (each provider's credits at its "
+        "credit_price; every provider the run may call must have one, in one currency); "
+        "when reached the run waits for `runs budget ID --add-spend N`",
+    )
     run.add_argument("--id", help="workflow id (default PLAY-timestamp-random)")
     run.add_argument(
         "--watch",
@@ -190,8 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_runs_parser(sub, common)
     add_estimate_parser(sub, common)
     add_plays_parser(sub, common)
+    add_providers_parser(sub)
     add_setup_parser(sub, common)
     add_schedule_parser(sub, common)
+    add_sync_parser(sub, common)
 
     sub.add_parser("provider-server", help="run the local provider server", add_help=False)
     add_limits_parser(sub)
@@ -200,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parser(sub)
     add_codec_server_parser(sub)
     add_webhook_parser(sub)
+    add_ui_parser(sub)
     return parser
 
 
@@ -209,12 +228,15 @@ def _commands() -> dict[str, Command]:
     from playline.cli.codec_server import cmd_codec_server
     from playline.cli.estimate import cmd_estimate
     from playline.cli.plays import cmd_plays
+    from playline.cli.providers import cmd_providers
     from playline.cli.replay import cmd_replay
     from playline.cli.run import cmd_run
     from playline.cli.runs import cmd_runs
     from playline.cli.schedule import cmd_schedule
     from playline.cli.setup import cmd_setup
     from playline.cli.stack import cmd_demo, cmd_dev, cmd_worker
+    from playline.cli.sync import cmd_sync
+    from playline.cli.ui import cmd_ui
     from playline.cli.webhook import cmd_webhook
 
     return {
@@ -224,6 +246,7 @@ def _commands() -> dict[str, Command]:
         "run": cmd_run,
         "runs": cmd_runs,
         "plays": cmd_plays,
+        "providers": cmd_providers,
         "setup": cmd_setup,
         "replay": cmd_replay,
         "codec-server": cmd_codec_server,
@@ -232,6 +255,8 @@ def _commands() -> dict[str, Command]:
         "catalog": cmd_catalog,
         "schedule": cmd_schedule,
         "webhook": cmd_webhook,
+        "ui": cmd_ui,
+        "sync": cmd_sync,
     }
 
 

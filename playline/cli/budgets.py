@@ -30,14 +30,14 @@ from playline.cli.render import print_json
 from playline.config import Settings
 from playline.errors import InvalidBudget, PlaylineError, UnknownBudget
 from playline.stores.backends import open_stores
+from playline.stores.budget_ids import BudgetId, NamedBudgetId
 from playline.stores.budgets import (
     BudgetState,
     BudgetStore,
     NamedBudget,
     Period,
     check_name,
-    named_budget_ref,
-    period_end,
+    period_bounds,
 )
 
 __all__ = ["add_budgets_parser", "cmd_budgets"]
@@ -170,7 +170,7 @@ async def _shown(budgets: BudgetStore, definitions: list[NamedBudget]) -> list[d
     """Each definition with its current period's figures, as printed (and as JSON)."""
     shown = []
     for definition in definitions:
-        state: BudgetState | None = await budgets.state(named_budget_ref(definition.name))
+        state: BudgetState | None = await budgets.state(NamedBudgetId(definition.name))
         assert state is not None  # defined, so its current period is known
         shown.append(
             {
@@ -182,18 +182,19 @@ async def _shown(budgets: BudgetStore, definitions: list[NamedBudget]) -> list[d
                 "spent": state.spent,
                 "reserved": state.reserved,
                 "remaining": state.remaining,
-                "renews_at": _renewal(definition.period, state.budget),
+                "renews_at": _renewal(state.ref),
             }
         )
     return shown
 
 
-def _renewal(period: Period, current: str) -> str:
+def _renewal(current: BudgetId) -> str:
     """When the current period ends (UTC), read from its id (``named:NAME@2026-12-04``)
     so it agrees with the store's clock, not this machine's."""
-    stamp = current.rsplit("@", 1)[1] + ("-01" if period == "month" else "")
-    start = datetime.strptime(stamp, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
-    return datetime.fromtimestamp(period_end(period, start), UTC).strftime("%Y-%m-%d %H:%M UTC")
+    bounds = period_bounds(current) if isinstance(current, NamedBudgetId) else None
+    if bounds is None:
+        return "?"
+    return datetime.fromtimestamp(bounds[1], UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _print(args: argparse.Namespace, budget: dict[str, Any]) -> int:

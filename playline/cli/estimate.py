@@ -39,6 +39,7 @@ __all__ = [
     "credits_text",
     "estimate",
     "refusal",
+    "spend_currency",
     "within",
 ]
 
@@ -104,6 +105,28 @@ def refusal(found: Estimate, over: float) -> str | None:
         f"{credits_text(found.total.expected_credits)}) is over --confirm-over "
         f"{credits_text(over)}; add --yes to run anyway"
     )
+
+
+def spend_currency(found: Estimate, amount: float) -> tuple[str | None, str | None]:
+    """``run --max-spend``: the currency the money cap is in (that of every provider the
+    estimate says the run may call), or the one line the run is refused with: a provider
+    with no ``credit_price``, or providers priced in different currencies. ``(None,
+    None)`` when the run calls no provider."""
+    unpriced = [p for p in found.by_provider if p not in found.prices]
+    if unpriced:
+        return None, (
+            f"--max-spend {amount:g}: provider {', '.join(sorted(unpriced))} has no "
+            "credit_price in the catalog, so its calls cannot be counted in money; state "
+            "its price or cap the run with --max-credits"
+        )
+    currencies = sorted({str(found.prices[p].get("currency") or "USD") for p in found.by_provider})
+    if len(currencies) > 1:
+        return None, (
+            f"--max-spend {amount:g}: the providers this run may call price their credits in "
+            f"different currencies ({', '.join(currencies)}); cap it with --max-credits "
+            "(or --max-credits-for PROVIDER=N) instead"
+        )
+    return (currencies[0] if currencies else None), None
 
 
 HEADINGS = (

@@ -190,6 +190,9 @@ class RunDocument(BaseModel):
     changes: dict[str, Any] | None = None
     #: the run's money invariants (``playline runs audit``), when the store is reachable
     audit: dict[str, Any] | None = None
+    #: what the run paid against what its providers' balances say they took
+    #: (``playline runs reconcile``), when the store is reachable
+    reconciliation: dict[str, Any] | None = None
 
     def completed(self, result: PlayRunResult) -> RunDocument:
         return self.model_copy(update={"status": "COMPLETED", "result": result})

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import time
 import uuid
 from pathlib import Path
@@ -35,9 +36,10 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from playline.cli.audit import read_audit
-from playline.cli.estimate import estimate, refusal, within
+from playline.cli.estimate import estimate, refusal, spend_currency, within
 from playline.cli.follow import follow
 from playline.cli.input_columns import check_input_columns
+from playline.cli.reconcile import read_reconciliation
 from playline.cli.render import (
     RunDocument,
     console,
@@ -46,7 +48,7 @@ from playline.cli.render import (
     print_summary,
     ui_url,
 )
-from playline.cli.spend import store_spend
+from playline.cli.spend import money_cap_line, store_spend
 from playline.cli.starting import (
     EXIT_REFUSED,
     Launch,
@@ -255,10 +257,19 @@ async def execute(
     document.spend = await store_spend(settings, [d.run_ref for d in result.datasets])
     report = await read_audit(handle, await handle.describe(), settings)
     document.audit = report.as_dict() if report is not None else None
+    reconciled = await read_reconciliation(await handle.describe(), settings, document.spend)
+    document.reconciliation = reconciled.as_dict() if reconciled is not None else None
     if not json_out:
         print_summary(result, settings, workflow_id, handle.result_run_id, document.spend)
+        if options.max_spend is not None and handle.result_run_id is not None:
+            capped = await money_cap_line(settings, handle.result_run_id, options.spend_currency)
+            if capped is not None:
+                out().print(f"  {capped}", markup=False, highlight=False)
         for line in report.lines() if report is not None else []:
             out().print(f"  {line}", markup=False, highlight=False)
+        if reconciled is not None and reconciled.balances_read:
+            for line in reconciled.lines():
+                out().print(f"  {line}", markup=False, highlight=False)
     if out_path:
         count = await export_result(result, out_path, settings, raw=raw, provenance=provenance)
         document.exported = {"path": out_path, "rows": count}
@@ -305,6 +316,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             return EXIT_REFUSED
         input["csv_path"] = await upload_input_csv(args.csv, settings)
     launch = Launch(client, settings, args.play, input, options, args.task_queue)
+    found = None
     if getattr(args, "confirm_over", None) is not None and not args.yes:
         found = await estimate(launch, quiet=True)
         refused = refusal(found, args.confirm_over)
@@ -312,6 +324,16 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
             console.print(refused, markup=False, highlight=False)
             return EXIT_REFUSED
         console.print(within(found, args.confirm_over), markup=False, highlight=False)
+    if options.max_spend is not None:
+        # The providers the run may call, and their prices, are the workers' (the
+        # catalog): the estimate says both, before anything is paid for.
+        found = found or await estimate(launch, quiet=True)
+        currency, refused = spend_currency(found, options.max_spend)
+        if refused is not None:
+            console.print(f"[red]error:[/] {escape(refused)}", highlight=False)
+            return EXIT_REFUSED
+        options = options.model_copy(update={"spend_currency": currency})
+        launch = dataclasses.replace(launch, options=options)
     workflow_id = args.id or new_workflow_id(args.play)
     result = await execute(
         launch,

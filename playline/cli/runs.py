@@ -1,4 +1,4 @@
-"""``playline runs get|export|list|pause|resume|window|budget|cancel|stop|audit``: runs.
+"""``playline runs get|export|list|pause|resume|window|budget|cancel|stop|audit|reconcile``.
 
 Controls are the play's Temporal updates (``pause``, ``resume``, ``set_window``): a
 request the play's validators reject (resume a play that is not paused, a window
@@ -33,6 +33,7 @@ from temporalio.service import RPCError
 from playline import search_attributes as sa
 from playline.cli.audit import read_audit
 from playline.cli.follow import wait_lines
+from playline.cli.reconcile import read_reconciliation, reconcile_command
 from playline.cli.render import (
     RunDocument,
     console,
@@ -58,6 +59,7 @@ from playline.contract import (
 )
 from playline.datasets import export_changes, export_run
 from playline.errors import PlaylineError, format_validation_errors
+from playline.money import amount_text
 from playline.services import Services
 from playline.spend import spend_lines
 from playline.stores.backends import open_stores
@@ -97,8 +99,12 @@ def add_runs_parser(
         ("window", "change how many chunks may be in flight"),
         ("cancel", "cancel gracefully: settle the chunks in flight, end cancelled"),
         ("stop", "request cancellation without waiting (or --terminate at once)"),
-        ("budget", "raise or set the run's credit cap: held rows go on"),
+        ("budget", "raise or set the run's credit or money cap: held rows go on"),
         ("audit", "check the run's money invariants against the stores (exit 1 if one fails)"),
+        (
+            "reconcile",
+            "compare what the run paid with its providers' balances (exit 1 if one differs)",
+        ),
     ):
         p = runs_sub.add_parser(name, help=text)
         common(p)
@@ -133,8 +139,17 @@ def add_runs_parser(
                 action="store_true",
                 help="try the held rows again (after raising a named budget)",
             )
+            change.add_argument(
+                "--add-spend",
+                type=float,
+                metavar="N",
+                help="raise the run's money cap (--max-spend) by N, in the catalog's currency",
+            )
+            change.add_argument(
+                "--set-spend", type=float, metavar="N", help="set the run's money cap to N"
+            )
             p.add_argument("--provider", help="the capped provider (--max-credits-for)")
-        if name in ("get", "cancel", "pause", "resume", "window", "budget", "audit"):
+        if name in ("get", "cancel", "pause", "resume", "window", "budget", "audit", "reconcile"):
             p.add_argument("--json", action="store_true", help="print one JSON document")
         if name == "get":
             p.add_argument(
@@ -168,6 +183,8 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
         return await get_run(handle, desc, args, settings)
     if command == "audit":
         return await audit(handle, desc, args, settings)
+    if command == "reconcile":
+        return await reconcile_command(desc, settings, json_out=args.json)
     if command == "export":
         if args.changes:
             if args.provenance:
@@ -223,15 +240,31 @@ async def control(handle: WorkflowHandle[Any, Any], args: argparse.Namespace) ->
 
 async def change_budget(handle: WorkflowHandle[Any, Any], args: argparse.Namespace) -> int:
     """The ``budget`` update; a rejection is one line (and nothing entered history)."""
+    add_spend, set_spend = getattr(args, "add_spend", None), getattr(args, "set_spend", None)
+    spend = add_spend is not None or set_spend is not None
     try:
-        change = BudgetChange(add=args.add, set=args.set, retry=args.retry, provider=args.provider)
+        change = BudgetChange(
+            add=add_spend if spend else args.add,
+            set=set_spend if spend else args.set,
+            retry=args.retry,
+            provider=args.provider,
+            spend=spend,
+        )
     except ValidationError as err:
         problems = format_validation_errors(err.errors())
         raise PlaylineError(f"budget refused: {problems}") from None
+    # Only the fields given: a worker from before money caps knows no ``spend``.
+    sent = change.model_dump(exclude_defaults=True)
     with _update_refusals("budget", args.id):
-        report = await handle.execute_update("budget", change, result_type=BudgetReport)
+        report = await handle.execute_update("budget", sent, result_type=BudgetReport)
     if args.json:
         print_json(report)
+    elif spend:
+        out().print(
+            f"{args.id}: money cap {amount_text(report.limit)}, {amount_text(report.spent)} "
+            f"spent, {amount_text(report.reserved)} reserved (the catalog's currency); rows "
+            "held for budget go on"
+        )
     else:
         out().print(
             f"{args.id}: budget {report.limit:g} credits, {report.spent:g} spent, "
@@ -302,6 +335,9 @@ async def get_run(
         )
         if desc.status in _SETTLED:
             document = await _settled(document, handle)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            reconciled = await read_reconciliation(desc, settings, spend)
+            document.reconciliation = reconciled.as_dict() if reconciled is not None else None
         print_json(document)
         return 0
     failure: WorkflowFailureError | None = None
@@ -336,6 +372,10 @@ async def get_run(
         report = await read_audit(handle, desc, settings)
         for line in report.lines() if report is not None else []:
             out().print(f"  {line}", markup=False, highlight=False)
+        reconciled = await read_reconciliation(desc, settings, spend)
+        if reconciled is not None and reconciled.balances_read:
+            for line in reconciled.lines():
+                out().print(f"  {line}", markup=False, highlight=False)
     if getattr(args, "state", False) and state is not None:
         out().print_json(state.model_dump_json())
     return 0

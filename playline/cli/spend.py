@@ -16,10 +16,12 @@ from playline.calls.provenance import run_spend
 from playline.config import Settings
 from playline.contract import merge_spend
 from playline.errors import PlaylineError
+from playline.money import amount_text
 from playline.stores.backends import open_stores
+from playline.stores.budget_ids import SpendBudgetId
 from playline.stores.sheet import SheetStore
 
-__all__ = ["store_changes", "store_spend", "summed_from_store"]
+__all__ = ["money_cap_line", "store_changes", "store_spend", "summed_from_store"]
 
 logger = logging.getLogger("playline.cli")
 
@@ -63,3 +65,23 @@ async def summed_from_store(
     except (PlaylineError, OSError) as err:
         logger.debug("the %s is read from the play's result: %s", what, err)
         return None
+
+
+async def money_cap_line(settings: Settings, run_id: str, currency: str | None) -> str | None:
+    """``money cap: 12.40 of 30.00 USD spent (--max-spend)``, the run's money cap as the
+    budget ledger holds it; ``None`` when the store cannot be opened from here or no
+    call drew on the cap."""
+    try:
+        async with await open_stores(settings, create=False) as stores:
+            state = await stores.budgets.state(SpendBudgetId(run_id))
+    except (PlaylineError, OSError) as err:
+        logger.debug("the money cap is not shown: %s", err)
+        return None
+    if state is None:
+        return None
+    unit = f" {currency}" if currency else ""
+    held = f", {amount_text(state.reserved)} reserved" if state.reserved > 1e-9 else ""
+    return (
+        f"money cap: {amount_text(state.spent)} of {amount_text(state.limit)}{unit} spent"
+        f"{held} (--max-spend)"
+    )

@@ -225,6 +225,8 @@ def budget_options(args: argparse.Namespace) -> dict[str, Any]:
             raise PlaylineError(f"--max-credits-for wants PROVIDER=N, not {given!r}")
     if caps:
         fields["max_credits_by_provider"] = caps
+    if getattr(args, "max_spend", None) is not None:
+        fields["max_spend"] = args.max_spend
     if getattr(args, "budget", None):
         fields["budget"] = args.budget
     if getattr(args, "on_budget", None):

@@ -32,6 +32,11 @@ the ledger), as real enrichment APIs do:
   finished job to a webhook (FullEnrich's signed with HMAC-SHA1). Their polls are
   rate-limited under ``"<provider>:poll"``, their submits under the provider's name.
 
+Each provider's account has a balance, reported by its vendor's balance endpoint
+(``balances``: Hunter's ``/v2/account``, FullEnrich's ``/account/credits``, ...): the
+config's ``starting_balance`` less what the ledger billed. A charged fault ("charged
+then dropped": ``drop_after_charge``, ``500_after_charge``, ...) shows in it.
+
 Whether an input is found is a digest of it against ``ServerConfig.hit_rates`` (see
 ``fake_data``), so tests compute every answer and its price without the server.
 ``X-Credits-Charged`` on a replayed answer repeats the original charge (the replay
@@ -93,6 +98,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from playline.provider_server import epochs, fake_data
+from playline.provider_server.balances import BALANCE_ROUTES, BalanceRoute
 from playline.provider_server.config import (
     CHARGED_FAULTS,
     DEFAULT_HIT_RATES,
@@ -100,6 +106,7 @@ from playline.provider_server.config import (
     ServerConfig,
     key_digest,
 )
+from playline.provider_server.crm import crm_routes
 from playline.provider_server.jobs import JOB_ROUTES, JobBadRequest, JobEngine, JobRoute
 from playline.provider_server.ledger import Charge, Ledger, idem_digest
 from playline.provider_server.limiters import Decision, Limiter, build_limiter
@@ -1050,6 +1057,21 @@ class ProviderServer:
             return Outcome(response, items=items, unanswered=fault)
         return Outcome(Response(body, media_type=JSON_TYPE), items=items)
 
+    # -- balances (see ``balances``) ------------------------------------------
+
+    async def handle_balance(self, request: Request, route: BalanceRoute) -> Response:
+        """The provider's balance: its starting balance less what the ledger billed.
+
+        Authenticated like its calls; free, never rate-limited, and not a call (the
+        ledger counts it in ``balance_reads_by_provider`` only)."""
+        key = self._authenticate(request, route.provider)
+        if isinstance(key, Response):
+            return key
+        started = self.config.balance_for(route.provider)
+        used = self.ledger.used(route.provider)
+        self.ledger.note_balance_read(route.provider)
+        return JSONResponse(route.shape(started - used, used, started))
+
     # -- admin ----------------------------------------------------------------
 
     async def admin_ledger(self, request: Request) -> Response:
@@ -1122,12 +1144,21 @@ def _job_route(server: ProviderServer, route: JobRoute) -> Route:
     return Route(route.path, endpoint_fn, methods=[route.method], name=route.path)
 
 
+def _balance_route(server: ProviderServer, route: BalanceRoute) -> Route:
+    async def endpoint_fn(request: Request) -> Response:
+        return await server.handle_balance(request, route)
+
+    return Route(route.path, endpoint_fn, methods=["GET"], name=route.path)
+
+
 def create_app(config: ServerConfig | None = None) -> Starlette:
     """The ASGI app; its ``ProviderServer`` state is ``app.state.provider_server``."""
     server = ProviderServer(config)
     _install_quiet_drops()
     routes = [_provider_route(server, ep) for ep in ENDPOINTS]
     routes += [_job_route(server, route) for route in JOB_ROUTES]
+    routes += [_balance_route(server, route) for route in BALANCE_ROUTES]
+    routes += crm_routes()  # the CRM mode (sinks): see crm.py
     routes += [
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/_admin/ledger", server.admin_ledger, methods=["GET"]),

@@ -12,7 +12,7 @@ Faults come in two families, and the difference is the whole point of them:
 * **uncharged, definitive**: ``"429"``, ``"5xx"`` (a ``503``: "not processed, retry
   later") and ``"timeout"`` (a slow ``504`` after ``timeout_sleep_s``) happen before the
   charge; re-sending costs nothing.
-* **charged, ambiguous**: ``"malformed"`` (a ``200`` with a broken body),
+* **charged, ambiguous** ("charged then dropped"): ``"malformed"`` (a ``200`` with a broken body),
   ``"500_after_charge"`` (a ``500``), ``"drop_after_charge"`` (the connection dies
   mid-body: a transport error on the client) and ``"timeout_after_charge"`` (the answer
   is held ``timeout_sleep_s``, then a ``504``) all charge first. A client cannot tell
@@ -83,6 +83,10 @@ DEFAULT_HIT_RATES: dict[str, float] = {
     "fullenrich": 0.7,
     "dropcontact": 0.6,
 }
+
+#: The credits each provider's account starts with, unless ``starting_balance`` says
+#: otherwise: its balance endpoint reports this less what the ledger billed.
+DEFAULT_BALANCE = 10_000.0
 
 #: How long one contact of an asynchronous job takes (seconds), unless
 #: ``job_latency_s`` says otherwise for its provider.
@@ -209,6 +213,10 @@ class ServerConfig(BaseModel):
     #: how many times each delivery is sent (default 1)
     webhook_duplicates: dict[str, int] = Field(default_factory=dict)
 
+    #: per provider, the credits its account starts with (``DEFAULT_BALANCE``); its
+    #: balance endpoint reports this less what the ledger billed since the last reset
+    starting_balance: dict[str, float] = Field(default_factory=dict)
+
     @model_validator(mode="after")
     def _check_values(self) -> ServerConfig:
         _check_range("latency_ms", self.latency_ms)
@@ -270,6 +278,10 @@ class ServerConfig(BaseModel):
             ("drop_after_charge", self.fault_rate_drop_after_charge),
             ("timeout_after_charge", self.fault_rate_timeout_after_charge),
         )
+
+    def balance_for(self, provider: str) -> float:
+        """The credits ``provider``'s account started with (since the last reset)."""
+        return self.starting_balance.get(provider, DEFAULT_BALANCE)
 
     def job_latency_for(self, provider: str) -> LatencyRange:
         """The range (seconds) one contact of ``provider``'s jobs takes."""

@@ -20,6 +20,10 @@ would have been answered. Each call record says ``answered`` and carries
 digests of the requests in flight, so a test that kills a client can name the
 exact call it cut off.
 
+Each provider's account also has a balance: its ``starting_balance`` (config) less
+its ``credits_by_provider``, which its balance endpoint reports (see ``balances``);
+those requests are free and counted apart, in ``balance_reads_by_provider``.
+
 Every charged call also has a price: ``credits`` is what the provider billed in all
 (``credits_by_provider``, ``credits_by_path``), net of refunds. A provider that
 charges up front and refunds a miss adds the charge and subtracts the refund, and
@@ -179,6 +183,8 @@ class Ledger:
         self.max_in_flight_by_provider: Counter[str] = Counter(+self.in_flight_by_provider)
         self.key_digests_by_provider: dict[str, set[str]] = {}
         self.jobs_by_provider: dict[str, Counter[str]] = {}
+        #: balance requests answered (free, not counted in ``received``)
+        self.balance_reads_by_provider: Counter[str] = Counter()
         self._charged_inputs: set[tuple[str, bytes]] = set()
         self._charged_items: set[bytes] = set()
         self.records: deque[CallRecord] = deque(maxlen=self.max_records)
@@ -230,6 +236,14 @@ class Ledger:
         if counter not in JOB_COUNTERS:
             raise ValueError(f"unknown job counter {counter!r}")
         self.jobs_by_provider.setdefault(provider, Counter())[counter] += count
+
+    def note_balance_read(self, provider: str) -> None:
+        """A balance request was answered (free; not a call: ``received`` skips it)."""
+        self.balance_reads_by_provider[provider] += 1
+
+    def used(self, provider: str) -> float:
+        """The credits billed to ``provider`` since the last reset, net of refunds."""
+        return self.credits_by_provider.get(provider, 0.0)
 
     def note_fault(self, kind: str) -> None:
         self.faults += 1
@@ -342,6 +356,7 @@ class Ledger:
                 p: {name: counts[name] for name in JOB_COUNTERS}
                 for p, counts in self.jobs_by_provider.items()
             },
+            "balance_reads_by_provider": dict(self.balance_reads_by_provider),
             "calls_recorded": len(self.records),
             "started_at": self.started_at,
             "now_monotonic": time.monotonic(),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from playline.config import Settings
 from playline.db.errors import InvalidStoreUrl, StoreNotFound
 from playline.db.urls import redact_url
+from playline.stores.balances import BalanceLedger
 from playline.stores.budgets import BudgetStore
 from playline.stores.jobs import JobStore
 from playline.stores.receipts import ReceiptStore
@@ -51,6 +52,9 @@ class Stores:
     where: str
     #: what the stores share and is closed after them (PostgreSQL: the pool)
     shared: list[Callable[[], Awaitable[None]]] = field(default_factory=list, repr=False)
+    #: the providers' balance readings (``playline runs reconcile``); opened (SQLite:
+    #: created) by its first use, like the job ledger; ``None``: stores assembled by hand
+    balances: BalanceLedger | None = None
     _closed: bool = field(default=False, repr=False)
 
     async def close(self) -> None:
@@ -62,6 +66,8 @@ class Stores:
             await self.sheet.close()
             await self.budgets.close()
             await self.jobs.close()
+            if self.balances is not None:
+                await self.balances.close()
         finally:
             for close in self.shared:
                 await close()
@@ -123,7 +129,8 @@ async def _open_sqlite(settings: Settings, *, create: bool, clock: Callable[[], 
         raise
     budgets = BudgetLedger.in_file(settings.budgets_path, clock=clock)  # opened by its first use
     jobs = JobLedger.in_file(settings.jobs_path, clock=clock)  # opened by its first use
-    return Stores(receipts, sheet, budgets, jobs, where=str(settings.sqlite_dir))
+    balances = BalanceLedger.in_file(settings.balances_path, clock=clock)  # opened by first use
+    return Stores(receipts, sheet, budgets, jobs, where=str(settings.sqlite_dir), balances=balances)
 
 
 async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] | None) -> Stores:
@@ -148,4 +155,5 @@ async def _open_postgres(url: str, *, create: bool, clock: Callable[[], float] |
         JobLedger.in_database(pool, clock=clock),
         where=pool.where,
         shared=[pool.close],
+        balances=BalanceLedger.in_database(pool, clock=clock),
     )

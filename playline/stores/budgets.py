@@ -16,13 +16,22 @@ A reservation is identified by ``(key, budget)``: the call's key (its receipt ke
 the budget as the caller names it. Reserving twice under one key draws once, so a
 retried or re-run attempt of the same call is not charged twice against a budget.
 
-Budget ids: ``run:<id>`` and ``run:<id>/provider:<name>`` (created by their first
-reservation with the limit the run gives) and ``named:<NAME>``, a budget shared by
-runs and defined with ``playline budgets set`` (:class:`NamedBudget`). A named budget
+Budget ids are typed values (:mod:`~playline.stores.budget_ids`): a run's cap
+(``run:<id>``), a provider's share of it (``run:<id>/provider:<name>``), a run's cap in
+money (``run:<id>/spend``), all created by their first reservation with the limit the
+run gives, a row's own budget (``row:<payer>``) and ``named:<NAME>``, a budget shared
+by runs and defined with ``playline budgets set`` (:class:`NamedBudget`). A named budget
 is per day or per month: the store draws on the current period's budget
 (``named:NAME@2026-12-04``, ``named:NAME@2026-12``, UTC, by the store's clock), created
 with the definition's limit when first used, and a reservation remembers the period it
-drew on, so it settles there even after midnight.
+drew on, so it settles there even after midnight. The store takes a typed id or its
+stored key; what it returns names budgets by their stored key (``BudgetState.ref``
+reads it back).
+
+Scale: a line may count each credit at ``scale`` units of its budget (a money cap: the
+provider's credit price). The reservation stores its scale, so the call's settlement,
+release and the run's end move the same amount; reservations, charges and
+:class:`RunEnd` figures stay in credits, the budget's totals are in its own unit.
 
 This module holds the contract and the pure rules of the ledger
 (:mod:`~playline.stores.budgets_ledger`, one implementation for both databases).
@@ -32,16 +41,23 @@ Amounts are floats compared with a tolerance of :data:`TOLERANCE`.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol, get_args
 
 from playline.errors import InvalidBudget, UnknownBudget
+from playline.stores.budget_ids import (
+    BudgetId,
+    NamedBudgetId,
+    RowBudgetId,
+    as_budget_id,
+    budget_key,
+    check_name,
+    parse_budget_key,
+)
 
 __all__ = [
-    "NAMED_PREFIX",
     "PERIODS",
     "TOLERANCE",
     "BudgetLine",
@@ -64,15 +80,12 @@ __all__ = [
     "creation_limit",
     "ended",
     "first_refusal",
-    "named_budget_ref",
-    "named_name",
+    "period_bounds",
+    "period_budget",
     "period_end",
     "period_id",
     "period_start",
-    "provider_budget_id",
     "reservation_kind",
-    "row_budget_id",
-    "run_budget_id",
     "tidy",
     "unique",
     "unique_lines",
@@ -86,8 +99,6 @@ PERIODS: tuple[str, ...] = get_args(Period)
 #: ``used + credits <= limit + TOLERANCE``, and a residue of float arithmetic below it
 #: is zero.
 TOLERANCE = 1e-9
-NAMED_PREFIX = "named:"
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,23 +106,41 @@ class BudgetLine:
     """One budget a reservation draws on.
 
     ``limit`` creates the budget with this limit when it does not exist yet and is
-    ignored when it exists (a limit changed by ``adjust`` wins). For ``named:<NAME>`` it
+    ignored when it exists (a limit changed by ``adjust`` wins). For a named budget it
     is ignored: the store draws on the named budget's current period, created with the
     definition's limit; a named budget with no definition raises ``UnknownBudget``.
+    ``scale``: what one credit counts in this budget (1 for credits; a provider's
+    credit price on a money cap). ``budget`` may be given as a stored key (read back
+    with :func:`~playline.stores.budget_ids.parse_budget_key`).
     """
 
-    budget: str  # "run:<id>", "run:<id>/provider:<name>" or "named:<NAME>"
+    budget: BudgetId
     limit: float | None = None
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "budget", as_budget_id(self.budget))
+
+    @property
+    def key(self) -> str:
+        """The stored key of the budget."""
+        return budget_key(self.budget)
 
 
 @dataclass(frozen=True, slots=True)
 class BudgetState:
-    """A budget as stored (for a named budget: its current period)."""
+    """A budget as stored (for a named budget: its current period), in its own unit
+    (credits; money for a money cap)."""
 
-    budget: str
+    budget: str  # the stored key; ``ref`` reads it back
     limit: float
     spent: float  # settled charges
     reserved: float  # open reservations (worst case of calls not settled yet)
+
+    @property
+    def ref(self) -> BudgetId:
+        """The budget as a typed id."""
+        return parse_budget_key(self.budget)
 
     @property
     def used(self) -> float:
@@ -126,7 +155,8 @@ class BudgetState:
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """Why a reservation was refused: the first budget (in the order given) that
-    could not cover it, as it stood, and the credits asked for."""
+    could not cover it, as it stood, and what was asked of it (in its unit: credits
+    times the line's scale)."""
 
     state: BudgetState
     needed: float
@@ -231,13 +261,12 @@ def carried(periods: Iterable[tuple[float, float, float]]) -> float:
     return tidy(sum(max(0.0, spent - carry) + reserved for spent, carry, reserved in periods))
 
 
-def row_budget_id(payer: str) -> str:
-    """A row's own budget, and the key of its reservation against the run's."""
-    return f"row:{payer}"
-
-
 def reservation_kind(key: str) -> Literal["row", "call"]:
-    return "row" if key.startswith("row:") else "call"
+    """A row's reservation is keyed by the row's own budget; any other key is a call's."""
+    try:
+        return "row" if isinstance(parse_budget_key(key), RowBudgetId) else "call"
+    except InvalidBudget:
+        return "call"
 
 
 class BudgetStore(Protocol):
@@ -252,9 +281,10 @@ class BudgetStore(Protocol):
         run: str | None = None,
     ) -> Refusal | None:
         """All or nothing: for each line whose budget has no reservation under ``key``
-        yet, check ``used + credits <= limit`` (tolerance :data:`TOLERANCE`); if every
-        such line can cover it, record a reservation ``(key, line.budget)`` of
-        ``credits`` and add it to each budget's ``reserved``; else record nothing and
+        yet, check ``used + credits * line.scale <= limit`` (tolerance
+        :data:`TOLERANCE`); if every such line can cover it, record a reservation
+        ``(key, line.budget)`` of ``credits`` at the line's scale and add
+        ``credits * line.scale`` to each budget's ``reserved``; else record nothing and
         return the :class:`Refusal`. A line already reserved (or settled) under ``key``
         is not drawn again. A line whose budget does not exist is created with
         ``line.limit`` (``None`` and not named: ``UnknownBudget``). ``run``: the play
@@ -275,21 +305,21 @@ class BudgetStore(Protocol):
         (no run) are not found."""
         ...
 
-    async def settle(self, key: str, credits: float, budgets: Sequence[str]) -> None:
+    async def settle(self, key: str, credits: float, budgets: Sequence[BudgetId | str]) -> None:
         """The call under ``key`` settled at ``credits``: each open reservation
         ``(key, b)`` for ``b`` in ``budgets`` (as given to reserve) moves from reserved
-        to spent at ``credits``; settled ones are left alone; a budget with no
-        reservation under ``key`` is untouched."""
+        to spent at ``credits`` times the reservation's scale; settled ones are left
+        alone; a budget with no reservation under ``key`` is untouched."""
         ...
 
-    async def release(self, key: str, budgets: Sequence[str]) -> None:
+    async def release(self, key: str, budgets: Sequence[BudgetId | str]) -> None:
         """The call was not sent: its open reservations are removed and give their
         credits back, so a later attempt may reserve again."""
         ...
 
     async def adjust(
         self,
-        budget: str,
+        budget: BudgetId | str,
         *,
         add: float | None = None,
         set_to: float | None = None,
@@ -300,7 +330,7 @@ class BudgetStore(Protocol):
         ``named:NAME`` it changes the definition's limit and the current period's."""
         ...
 
-    async def state(self, budget: str) -> BudgetState | None:
+    async def state(self, budget: BudgetId | str) -> BudgetState | None:
         """The budget as stored, ``None`` if it does not exist. ``named:NAME``: its
         current period (with nothing spent if no run drew on it yet);
         ``named:NAME@PERIOD``: that period's budget."""
@@ -320,31 +350,6 @@ class BudgetStore(Protocol):
 # --------------------------------------------------------------------------- ids
 
 
-def run_budget_id(run: str) -> str:
-    """The budget of one run (``RunOptions(max_credits=...)``)."""
-    return f"run:{run}"
-
-
-def provider_budget_id(run: str, provider: str) -> str:
-    """One provider's share of a run (``RunOptions(max_credits_by_provider=...)``)."""
-    return f"run:{run}/provider:{provider}"
-
-
-def named_budget_ref(name: str) -> str:
-    """How a reservation names a shared budget (``RunOptions(budget="NAME")``)."""
-    return NAMED_PREFIX + check_name(name)
-
-
-def check_name(name: str) -> str:
-    """``name`` if it may name a budget (``[A-Za-z0-9_.-]{1,64}``), else ``InvalidBudget``."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InvalidBudget(
-            f"budget name {str(name)[:80]!r} is not allowed: use 1 to 64 letters, digits, "
-            "'_', '.' or '-'"
-        )
-    return name
-
-
 def check_period(period: str) -> Period:
     if period == "day":
         return "day"
@@ -353,19 +358,10 @@ def check_period(period: str) -> Period:
     raise InvalidBudget(f"budget period {period!r} is not 'day' or 'month'")
 
 
-def named_name(budget: str) -> str | None:
-    """The name of a ``named:NAME`` reference (checked), ``None`` for another budget."""
-    if not budget.startswith(NAMED_PREFIX):
-        return None
-    return check_name(budget[len(NAMED_PREFIX) :])
-
-
-def check_budget_id(budget: str) -> str:
-    """``budget`` if a reservation may name it: a non-empty id or ``named:NAME``."""
-    if not isinstance(budget, str) or not budget or budget != budget.strip():
-        raise InvalidBudget(f"budget id {str(budget)[:80]!r} is empty or padded with spaces")
-    named_name(budget)
-    return budget
+def check_budget_id(budget: BudgetId | str) -> str:
+    """The stored key of ``budget`` if a reservation may name it (a typed id, or a
+    non-empty key that reads back), else ``InvalidBudget``."""
+    return budget_key(as_budget_id(budget))
 
 
 def check_amount(what: str, value: float) -> float:
@@ -378,14 +374,16 @@ def check_amount(what: str, value: float) -> float:
     return amount
 
 
-def unknown_budget(budget: str) -> UnknownBudget:
-    name = named_name(budget)
-    if name is not None:
+def unknown_budget(budget: BudgetId | str) -> UnknownBudget:
+    ref = as_budget_id(budget)
+    if isinstance(ref, NamedBudgetId):
         return UnknownBudget(
-            f"no budget named {name!r}; define it with "
-            f"`playline budgets set {name} --per-day N` (or --per-month N)"
+            f"no budget named {ref.name!r}; define it with "
+            f"`playline budgets set {ref.name} --per-day N` (or --per-month N)"
         )
-    return UnknownBudget(f"budget {budget!r} does not exist and no limit was given to create it")
+    return UnknownBudget(
+        f"budget {budget_key(ref)!r} does not exist and no limit was given to create it"
+    )
 
 
 # ----------------------------------------------------------------------- periods
@@ -398,8 +396,24 @@ def _utc(now_epoch: float) -> datetime:
 def period_id(name: str, period: Period, now_epoch: float) -> str:
     """The id of the named budget's period that holds ``now_epoch`` (UTC):
     ``named:NAME@YYYY-MM-DD`` per day, ``named:NAME@YYYY-MM`` per month."""
+    return budget_key(period_budget(name, period, now_epoch))
+
+
+def period_budget(name: str, period: Period, now_epoch: float) -> NamedBudgetId:
+    """The named budget's period that holds ``now_epoch`` (UTC), as a typed id."""
     stamp = _utc(now_epoch).strftime("%Y-%m-%d" if check_period(period) == "day" else "%Y-%m")
-    return f"{NAMED_PREFIX}{check_name(name)}@{stamp}"
+    return NamedBudgetId(check_name(name), stamp)
+
+
+def period_bounds(budget: NamedBudgetId) -> tuple[Period, float] | None:
+    """A named budget's period (``NAME@2026-12-04`` or ``NAME@2026-12``): its length and
+    when it ends (epoch seconds); ``None`` for the current one (no period named)."""
+    if budget.period is None:
+        return None
+    period: Period = "day" if budget.period.count("-") == 2 else "month"
+    stamp = budget.period if period == "day" else f"{budget.period}-01"
+    start = datetime.strptime(stamp, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
+    return period, period_end(period, start)
 
 
 def period_start(period: Period, now_epoch: float) -> float:
@@ -435,13 +449,17 @@ class Draw:
     drawn_on: str
     state: BudgetState
     new: bool = False
+    #: what one credit counts in this budget (the line's scale)
+    scale: float = 1.0
 
 
 def first_refusal(draws: Iterable[Draw], credits: float) -> Refusal | None:
-    """The refusal of the first draw whose budget cannot cover ``credits``, else ``None``."""
+    """The refusal of the first draw whose budget cannot cover ``credits`` (times the
+    draw's scale), else ``None``."""
     for draw in draws:
-        if draw.state.used + credits > draw.state.limit + TOLERANCE:
-            return Refusal(draw.state, credits)
+        needed = credits * draw.scale
+        if draw.state.used + needed > draw.state.limit + TOLERANCE:
+            return Refusal(draw.state, needed)
     return None
 
 
@@ -454,13 +472,14 @@ def unique_lines(lines: Iterable[BudgetLine]) -> list[BudgetLine]:
     """``lines`` checked, the first of each budget kept, in order."""
     kept: dict[str, BudgetLine] = {}
     for line in lines:
+        check_amount(f"the scale of {line.key}", line.scale)
         kept.setdefault(check_budget_id(line.budget), line)
     return list(kept.values())
 
 
 def creation_limit(line: BudgetLine) -> float | None:
     """The limit a plain line creates its budget with (checked), ``None`` if it has none."""
-    return None if line.limit is None else check_amount(f"the limit of {line.budget}", line.limit)
+    return None if line.limit is None else check_amount(f"the limit of {line.key}", line.limit)
 
 
 def tidy(amount: float) -> float:
@@ -480,11 +499,14 @@ def check_adjustment(add: float | None, set_to: float | None) -> None:
         check_amount("the budget's new limit", set_to)
 
 
-def adjusted_limit(budget: str, limit: float, *, add: float | None, set_to: float | None) -> float:
+def adjusted_limit(
+    budget: BudgetId | str, limit: float, *, add: float | None, set_to: float | None
+) -> float:
     """The limit ``adjust`` leaves: ``limit + add`` or ``set_to``, never below 0."""
     new = float(set_to) if set_to is not None else limit + float(add or 0.0)
     if new < -TOLERANCE:
         raise InvalidBudget(
-            f"budget {budget}: its limit {limit:g} cannot be lowered by {-float(add or 0):g}"
+            f"budget {check_budget_id(budget)}: its limit {limit:g} cannot be lowered "
+            f"by {-float(add or 0):g}"
         )
     return max(0.0, new)

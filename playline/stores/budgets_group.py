@@ -8,6 +8,11 @@ transactions would in that order (a later call sees an earlier one's reservation
 and says what to write back. Pure: no I/O, so
 the same rules are unit-testable and a transaction retried after a deadlock simply
 starts a new ``GroupLedger``.
+
+It works on the stored form: budgets by their stored keys
+(:func:`~playline.stores.budget_ids.budget_key`), reservations by ``(key, budget key)``.
+A reservation holds its credits and its line's scale; the budget row moves by their
+product when it is reserved, settled (at the charge times the same scale) or released.
 """
 
 from __future__ import annotations
@@ -46,14 +51,15 @@ class LedgerOp:
     run: str | None = None
 
     def pairs(self) -> list[Pair]:
-        names = [line.budget for line in self.lines] if self.kind == "reserve" else self.budgets
+        names = [line.key for line in self.lines] if self.kind == "reserve" else self.budgets
         return [(self.key, budget) for budget in names]
 
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A reservation as stored: the budget row it counts in, its worst case, and once
-    settled what was charged."""
+    """A reservation as stored: the budget row it counts in, its worst case (credits),
+    and once settled what was charged (credits); ``scale``: what one credit counts in
+    that budget."""
 
     drawn_on: str
     credits: float
@@ -62,6 +68,12 @@ class Held:
     charged: float | None = None
     settled_at: float | None = None
     run: str | None = None
+    scale: float = 1.0
+
+    @property
+    def amount(self) -> float:
+        """What the reservation holds in its budget's unit."""
+        return self.credits * self.scale
 
 
 class GroupLedger:
@@ -82,37 +94,39 @@ class GroupLedger:
         self._touched: set[Pair] = set()
 
     def reserve(self, op: LedgerOp, targets: dict[str, str]) -> Refusal | None:
-        """Apply a reservation; ``targets`` maps each line's budget to the row it draws
-        on (a named budget's period). A line already held under the key is skipped."""
+        """Apply a reservation; ``targets`` maps each line's budget (its stored key) to
+        the row it draws on (a named budget's period). A line already held under the key
+        is skipped."""
         draws: list[Draw] = []
         for line in op.lines:
-            if (op.key, line.budget) in self._held:
+            if (op.key, line.key) in self._held:
                 continue
-            drawn_on = targets[line.budget]
+            drawn_on = targets[line.key]
             state = self._states.get(drawn_on)
             if state is None:
                 raise unknown_budget(line.budget)
-            draws.append(Draw(line.budget, drawn_on, state))
+            draws.append(Draw(line.key, drawn_on, state, scale=line.scale))
         refusal = first_refusal(draws, op.credits)
         if refusal is not None:
             return refusal
         for draw in draws:
             state = self._states[draw.drawn_on]
-            self._put_state(replace(state, reserved=state.reserved + op.credits))
+            self._put_state(replace(state, reserved=state.reserved + op.credits * draw.scale))
             self._put_held(
                 (op.key, draw.budget),
-                Held(draw.drawn_on, op.credits, "open", self._now, run=op.run),
+                Held(draw.drawn_on, op.credits, "open", self._now, run=op.run, scale=draw.scale),
             )
         return None
 
     def settle(self, op: LedgerOp) -> None:
-        """Move each open reservation of ``op.budgets`` to spent at ``op.credits``."""
+        """Move each open reservation of ``op.budgets`` to spent at ``op.credits``
+        (times the reservation's scale)."""
         for pair, held, state in self._open_holds(op):
             self._put_state(
                 replace(
                     state,
-                    reserved=tidy(state.reserved - held.credits),
-                    spent=state.spent + op.credits,
+                    reserved=tidy(state.reserved - held.amount),
+                    spent=state.spent + op.credits * held.scale,
                 )
             )
             self._put_held(
@@ -122,7 +136,7 @@ class GroupLedger:
     def release(self, op: LedgerOp) -> None:
         """Remove each open reservation of ``op.budgets`` and give its credits back."""
         for pair, held, state in self._open_holds(op):
-            self._put_state(replace(state, reserved=tidy(state.reserved - held.credits)))
+            self._put_state(replace(state, reserved=tidy(state.reserved - held.amount)))
             del self._held[pair]
             self._touched.add(pair)
 

@@ -35,6 +35,7 @@ from playline.db.migrations import Migration, Schema
 from playline.db.ready import ReadyOnFirstUse
 from playline.db.store import LedgerStore
 from playline.errors import UnknownBudget
+from playline.stores.budget_ids import BudgetId, NamedBudgetId, as_budget_id, budget_key
 from playline.stores.budgets import (
     BudgetLine,
     BudgetState,
@@ -53,7 +54,6 @@ from playline.stores.budgets import (
     check_period,
     creation_limit,
     ended,
-    named_name,
     period_id,
     period_start,
     reservation_kind,
@@ -126,11 +126,23 @@ SCHEMA = Schema(
             ),
             postgres=(),
         ),
+        Migration(
+            4,
+            "what one credit of a reservation counts in its budget (1 before: credits; a "
+            "provider's credit price on a run's money cap)",
+            sqlite=(
+                "ALTER TABLE playline_budget_reservations ADD COLUMN scale REAL NOT NULL DEFAULT 1",
+            ),
+            postgres=(
+                "ALTER TABLE playline_budget_reservations"
+                " ADD COLUMN scale float8 NOT NULL DEFAULT 1",
+            ),
+        ),
     ),
 )
 
 _RESERVATION_COLUMNS = (
-    "key, budget, drawn_on, credits, status, created_at, charged, settled_at, run"
+    "key, budget, drawn_on, credits, status, created_at, charged, settled_at, run, scale"
 )
 
 
@@ -164,12 +176,12 @@ class BudgetLedger(LedgerStore):
         op = LedgerOp("reserve", key, amount, lines=tuple(unique_lines(lines)), run=run)
         return await self._ops.submit(op)
 
-    async def settle(self, key: str, credits: float, budgets: Sequence[str]) -> None:
+    async def settle(self, key: str, credits: float, budgets: Sequence[BudgetId | str]) -> None:
         charged = check_amount("the credits charged", credits)
         names = tuple(unique(check_budget_id(b) for b in budgets))
         await self._ops.submit(LedgerOp("settle", key, charged, budgets=names))
 
-    async def release(self, key: str, budgets: Sequence[str]) -> None:
+    async def release(self, key: str, budgets: Sequence[BudgetId | str]) -> None:
         names = tuple(unique(check_budget_id(b) for b in budgets))
         await self._ops.submit(LedgerOp("release", key, budgets=names))
 
@@ -268,38 +280,37 @@ class BudgetLedger(LedgerStore):
 
     async def adjust(
         self,
-        budget: str,
+        budget: BudgetId | str,
         *,
         add: float | None = None,
         set_to: float | None = None,
         create_with: float | None = None,
     ) -> BudgetState:
-        check_budget_id(budget)
+        ref = as_budget_id(budget)
         check_adjustment(add, set_to)
         initial = None if create_with is None else check_amount("create_with", create_with)
 
         def tx(conn: Conn) -> BudgetState:
             now = self._now(conn)
-            name = named_name(budget)
-            if name is not None:
-                definition = _definition(conn, name, lock=True)
+            if isinstance(ref, NamedBudgetId):
+                definition = _definition(conn, ref.name, lock=True)
                 if definition is None:
-                    raise unknown_budget(budget)
+                    raise unknown_budget(ref)
                 conn.execute(
                     "UPDATE playline_named_budgets SET credit_limit = ?, updated_at = ?"
                     " WHERE name = ?",
-                    [adjusted_limit(budget, definition.limit, add=add, set_to=set_to), now, name],
+                    [adjusted_limit(ref, definition.limit, add=add, set_to=set_to), now, ref.name],
                 )
-                drawn_on = period_id(name, definition.period, now)
+                drawn_on = period_id(ref.name, definition.period, now)
                 initial_limit: float | None = definition.limit
             else:
-                drawn_on, initial_limit = budget, initial
+                drawn_on, initial_limit = budget_key(ref), initial
             if initial_limit is not None:
                 _create_rows(conn, {drawn_on: initial_limit}, now)
             current = _lock(conn, [drawn_on]).get(drawn_on)
             if current is None:
-                raise unknown_budget(budget)
-            limit = adjusted_limit(budget, current.limit, add=add, set_to=set_to)
+                raise unknown_budget(ref)
+            limit = adjusted_limit(ref, current.limit, add=add, set_to=set_to)
             conn.execute(
                 "UPDATE playline_budgets SET credit_limit = ?, updated_at = ? WHERE id = ?",
                 [limit, now, drawn_on],
@@ -342,17 +353,17 @@ class BudgetLedger(LedgerStore):
 
     # --------------------------------------------------------------------- reads
 
-    async def state(self, budget: str) -> BudgetState | None:
-        check_budget_id(budget.partition("@")[0])
+    async def state(self, budget: BudgetId | str) -> BudgetState | None:
+        ref = as_budget_id(budget)
 
         def read(conn: Conn) -> BudgetState | None:
-            name = named_name(budget) if "@" not in budget else None
-            if name is None:
-                return _states(conn, [budget]).get(budget)
-            definition = _definition(conn, name)
+            if not isinstance(ref, NamedBudgetId) or ref.period is not None:
+                key = budget_key(ref)
+                return _states(conn, [key]).get(key)
+            definition = _definition(conn, ref.name)
             if definition is None:
                 return None
-            drawn_on = period_id(name, definition.period, self._now(conn))
+            drawn_on = period_id(ref.name, definition.period, self._now(conn))
             found = _states(conn, [drawn_on]).get(drawn_on)
             return found or BudgetState(drawn_on, definition.limit, 0.0, 0.0)
 
@@ -412,7 +423,12 @@ def _targets(
     limit); an undefined named budget is that call's ``UnknownBudget``. Settlements and
     releases get no targets."""
     names = sorted(
-        {name for op in ops for line in op.lines if (name := named_name(line.budget)) is not None}
+        {
+            ref.name
+            for op in ops
+            for line in op.lines
+            if isinstance(ref := line.budget, NamedBudgetId) and ref.period is None
+        }
     )
     definitions: dict[str, NamedBudget] = {}
     for batch in chunks(names, conn.dialect.max_params):
@@ -427,14 +443,14 @@ def _targets(
         mine: dict[str, tuple[str, float | None]] = {}
         try:
             for line in op.lines:
-                name = named_name(line.budget)
-                if name is None:
-                    mine[line.budget] = (line.budget, creation_limit(line))
+                ref = line.budget
+                if not isinstance(ref, NamedBudgetId) or ref.period is not None:
+                    mine[line.key] = (line.key, creation_limit(line))
                     continue
-                definition = definitions.get(name)
+                definition = definitions.get(ref.name)
                 if definition is None:
-                    raise unknown_budget(line.budget)
-                mine[line.budget] = (period_id(name, definition.period, now), definition.limit)
+                    raise unknown_budget(ref)
+                mine[line.key] = (period_id(ref.name, definition.period, now), definition.limit)
         except UnknownBudget as err:
             targets.append(err)
             continue
@@ -447,13 +463,16 @@ def _held(conn: Conn, pairs: Sequence[Pair]) -> dict[Pair, Held]:
     wanted = set(pairs)
     found: dict[Pair, Held] = {}
     for batch in chunks(sorted({key for key, _ in wanted}), conn.dialect.max_params):
-        for key, budget, drawn_on, credits, status, created, charged, settled, run in conn.all(
+        for row in conn.all(
             f"SELECT {_RESERVATION_COLUMNS} FROM playline_budget_reservations"
             f" WHERE key IN ({marks(len(batch))})",
             batch,
         ):
+            key, budget, drawn_on, credits, status, created, charged, settled, run, scale = row
             if (key, budget) in wanted:
-                found[key, budget] = Held(drawn_on, credits, status, created, charged, settled, run)
+                found[key, budget] = Held(
+                    drawn_on, credits, status, created, charged, settled, run, scale
+                )
     return found
 
 
@@ -482,8 +501,8 @@ def _carry(conn: Conn, name: str, period: Period, now: float) -> float:
         )
         return carried((r[0], r[1], r[2]) for r in rows)
     row = conn.one(
-        "SELECT COALESCE(SUM(CASE WHEN status = 'open' THEN credits ELSE 0 END), 0),"
-        " COALESCE(SUM(CASE WHEN status = 'settled' AND settled_at >= ? THEN charged"
+        "SELECT COALESCE(SUM(CASE WHEN status = 'open' THEN credits * scale ELSE 0 END), 0),"
+        " COALESCE(SUM(CASE WHEN status = 'settled' AND settled_at >= ? THEN charged * scale"
         " ELSE 0 END), 0) FROM playline_budget_reservations WHERE drawn_on = ?",
         [period_start("day", now), period_id(name, "month", now)],
     )
@@ -507,7 +526,7 @@ def _write(conn: Conn, ledger: GroupLedger, now: float) -> None:
         ledger.stale_pairs(),
     )
     conn.many(
-        f"INSERT INTO playline_budget_reservations ({_RESERVATION_COLUMNS}) VALUES ({marks(9)})",
+        f"INSERT INTO playline_budget_reservations ({_RESERVATION_COLUMNS}) VALUES ({marks(10)})",
         [
             (
                 key,
@@ -519,6 +538,7 @@ def _write(conn: Conn, ledger: GroupLedger, now: float) -> None:
                 h.charged,
                 h.settled_at,
                 h.run,
+                h.scale,
             )
             for (key, budget), h in ledger.new_rows()
         ],

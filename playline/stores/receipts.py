@@ -248,6 +248,30 @@ class ToolReceipts:
     outside_rows: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class RunCall:
+    """One receipt of a play run, as the reconciliation names a call (see
+    :meth:`ReceiptStore.run_calls`): never the answer, never an API key.
+
+    Attributes:
+        key: the receipt key (the call's content address).
+        tool_id: the tool.
+        status: the receipt's status (``completed``, ``ambiguous``, ...).
+        credits: what the run paid for its answer (0 unless the run's rows paid it).
+        credits_source: ``"provider"`` (reported) or ``"rule"``; ``None`` if unknown.
+        paid_by: the row that paid (``{run_ref}#{seq}``), else ``None``.
+        owner: the attempt that last sent it (``{workflow id}/{activity}#{attempt}``).
+    """
+
+    key: str
+    tool_id: str
+    status: str
+    credits: float
+    credits_source: str | None
+    paid_by: str | None
+    owner: str | None
+
+
 class ReceiptStore(Protocol):
     """What the tool runner needs from a receipt backend. All methods are atomic."""
 
@@ -386,6 +410,11 @@ class ReceiptStore(Protocol):
         """Per tool, the receipts paid for (``paid_by``) or last sent (``owner``) by
         rows and attempts whose id starts with ``prefix`` (a play run's workflow id and
         ``/``): what the run paid, left ambiguous and re-sent."""
+        ...
+
+    async def run_calls(self, prefix: str) -> list[RunCall]:
+        """Each receipt paid for or last sent by the run ``prefix`` names (as
+        :meth:`run_receipts`, call by call), in key order."""
         ...
 
     async def close(self) -> None: ...

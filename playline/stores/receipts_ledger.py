@@ -57,6 +57,7 @@ from playline.stores.receipts import (
     ClaimRequest,
     ClaimStatus,
     Receipt,
+    RunCall,
     StoredState,
     ToolReceipts,
     batch_sent_reason,
@@ -254,6 +255,14 @@ _RUN_RECEIPTS = (
     " FROM playline_receipts"
     " WHERE (substr(paid_by, 1, ?) = ? OR substr(owner, 1, ?) = ?)"
     " AND tool_id NOT LIKE '%#batch' GROUP BY tool_id ORDER BY tool_id"
+)
+#: A run's receipts call by call (batches left out: their members are the calls).
+_RUN_CALLS = (
+    "SELECT key, tool_id, status,"
+    f" CASE WHEN {_PAID} THEN COALESCE(paid_credits, credits) ELSE 0 END,"
+    " credits_source, paid_by, owner FROM playline_receipts"
+    " WHERE (substr(paid_by, 1, ?) = ? OR substr(owner, 1, ?) = ?)"
+    " AND tool_id NOT LIKE '%#batch' ORDER BY key"
 )
 #: how many (length, prefix) pairs ``_RUN_RECEIPTS`` takes
 _RUN_PARAMS = _RUN_RECEIPTS.count("?") // 2
@@ -713,6 +722,16 @@ class ReceiptLedger(LedgerStore):
             ]
 
         result: list[ToolReceipts] = await self._read(read)
+        return result
+
+    async def run_calls(self, prefix: str) -> list[RunCall]:
+        def read(conn: Conn) -> list[RunCall]:
+            return [
+                RunCall(row[0], row[1], row[2], float(row[3] or 0), row[4], row[5], row[6])
+                for row in conn.all(_RUN_CALLS, [len(prefix), prefix] * 3)
+            ]
+
+        result: list[RunCall] = await self._read(read)
         return result
 
     # ------------------------------------------------------------------ bulk endpoints

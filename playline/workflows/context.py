@@ -13,7 +13,7 @@ the dataset run in flight (which the run spaces out), never per row or per chunk
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from playline.activities.datasets import DatasetActivities
     from playline.activities.estimate import EstimateActivities
     from playline.activities.scalar import ScalarActivities
+    from playline.activities.sync import SyncActivities
     from playline.contract import (
         ESTIMATE_DATASET_SUFFIX,
         JOB_PENDING_ERROR,
@@ -54,6 +55,8 @@ with workflow.unsafe.imports_passed_through():
         RunOptions,
         RunStatus,
         StepInput,
+        SyncInput,
+        SyncSummary,
         ToolCallInput,
         WaterfallCallInput,
     )
@@ -66,6 +69,8 @@ with workflow.unsafe.imports_passed_through():
     from playline.workflows.status import dataset_static, play_current_details
 
 LOG_LINES_KEPT = 50
+#: How long one ``ctx.sync`` attempt may take (429s are waited out inside it).
+SYNC_TIMEOUT = timedelta(hours=1)
 #: The memo key listing the run references of a play's dataset runs (``runs export``).
 RUN_REFS_MEMO = "playline_run_refs"
 
@@ -81,6 +86,7 @@ class PlayContext:
         *,
         search_attributes: Sequence[str] = (),
         memo: bool = False,
+        before_calls: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """
         Args:
@@ -91,6 +97,9 @@ class PlayContext:
                 has registered; only these are upserted.
             memo: whether to record the dataset runs' references in the memo (runs
                 recorded before it existed must replay without it).
+            before_calls: run once before the play's first provider call (a dataset
+                run's chunks, a scalar call, a child play): the play reads its
+                providers' balances there (see ``PlayWorkflow``); never in an estimate.
         """
         self.play = play
         self.options = options
@@ -108,6 +117,9 @@ class PlayContext:
         self._input_csv: str | None = None  # the play input's csv_path
         self._declared_columns: tuple[str, ...] = ()  # what @play says it must have
         self._upserted: dict[str, Any] = {}
+        self._before_calls = before_calls
+        #: held while ``before_calls`` runs: calls started meanwhile wait for it
+        self._before_lock = asyncio.Lock()
 
     def _unique(self, kind: str, key: str) -> str:
         """``key``, or ``key#n`` for its n-th use in this play: deterministic ids."""
@@ -197,6 +209,7 @@ class PlayContext:
             control=self.controls.dispatch,
             source_path=self._sources.get(source.id),
         )
+        await self._before_first_call()
         stats, cancelled = await self._run_chunks(name, run, source.id, mode, key_fields)
         return await self._finalize(name, run_ref, prepared, stats, cancelled)
 
@@ -350,6 +363,7 @@ class PlayContext:
         """One tool call outside a dataset (through receipts and the governor). In an
         estimate: the answer a fresh receipt holds, else ``{}`` (counted, not sent)."""
         await self.dispatch_allowed()
+        await self._before_first_call()
         call = ToolCallInput(
             tool_id=tool_id,
             input=input,
@@ -377,6 +391,7 @@ class PlayContext:
         recorded in the play's history, so pass it no row data you would not log.
         In an estimate: that answer when receipts give it for sure, else no value."""
         await self.dispatch_allowed()
+        await self._before_first_call()
         call = WaterfallCallInput(name=name, input=input, options=self.options)
         if self.options.estimate:
             found: dict[str, Any] = await self._estimated(
@@ -435,6 +450,89 @@ class PlayContext:
         except ActivityError as err:
             raise _failure_or_cancel(err) from err
 
+    async def sync(
+        self,
+        result: DatasetHandle | DatasetResult,
+        sink: str,
+        *,
+        map: Mapping[str, str] | None = None,
+        id: str | None = None,
+        policies: Mapping[str, str] | None = None,
+        park_wait: timedelta = timedelta(hours=1),
+        max_parks: int = 48,
+        takeover_after: timedelta = timedelta(minutes=1),
+    ) -> SyncSummary:
+        """Write a dataset run's rows back to the catalog's sink ``sink`` (a CRM, a
+        table; see :mod:`playline.sinks`): changes only, the sink's overwrite policies
+        (``policies`` override them), ``map`` columns to fields on top of the sink's,
+        ``id`` the column identifying the record. A destination that parks the sync
+        (its daily limit) is waited out on a durable timer (until it says, else
+        ``park_wait``) and the sync goes on, at most ``max_parks`` times; counts of
+        writes are summed over the attempts, the others are the last attempt's. A
+        worker that dies mid-sync is taken over by another after ``takeover_after``
+        (the activity's heartbeat timeout and the batch's lease). An estimate skips it
+        (a write is a side effect)."""
+        await self.dispatch_allowed()
+        if self.options.estimate:
+            self.log(f"estimate: sync to {sink} skipped")
+            return SyncSummary(sink=sink)
+        ran = result.result if isinstance(result, DatasetHandle) else result
+        if ran is None:
+            raise ApplicationError(
+                "ctx.sync needs a dataset run's result (`await ctx.dataset(...).run(...)`), "
+                "not a loaded source",
+                non_retryable=True,
+            )
+        call = SyncInput(
+            run_ref=ran.run_ref,
+            sink=sink,
+            map=dict(map or {}),
+            id_column=id,
+            policies=dict(policies or {}),
+            lease_ttl_s=takeover_after.total_seconds(),
+        )
+        written = SyncSummary(sink=sink)
+        done = written
+        for _ in range(max_parks + 1):
+            try:
+                done = await workflow.execute_activity_method(
+                    SyncActivities.sync_dataset,
+                    call,
+                    start_to_close_timeout=SYNC_TIMEOUT,
+                    heartbeat_timeout=takeover_after,
+                    retry_policy=SETUP_RETRY,
+                    summary=f"sync {sink}",
+                    priority=self._priority(),
+                )
+            except ActivityError as err:
+                raise _failure_or_cancel(err) from err
+            written = written.model_copy(
+                update={
+                    k: getattr(written, k) + getattr(done, k)
+                    for k in ("created", "updated", "fields_written", "requests")
+                }
+            )
+            if done.parked is None:
+                break
+            wait = park_wait
+            if done.retry_at is not None:
+                until = datetime.fromtimestamp(done.retry_at, UTC) - workflow.now()
+                wait = max(until, timedelta(seconds=1))
+            self.log(f"sync to {sink} parked ({done.parked}); going on in {wait}")
+            await workflow.sleep(wait)
+        summary = done.model_copy(
+            update={
+                k: getattr(written, k) for k in ("created", "updated", "fields_written", "requests")
+            }
+        )
+        self.log(
+            f"sync to {sink}: {summary.created} created, {summary.updated} updated, "
+            f"{summary.unchanged} unchanged, {summary.skipped_by_policy} skipped by policy, "
+            f"{summary.rejected} rejected"
+            + (f"; parked ({summary.parked}), {summary.left} left" if summary.parked else "")
+        )
+        return summary
+
     async def run_play(
         self, play: str | type, input: Any, *, options: RunOptions | None = None
     ) -> PlayRunResult:
@@ -443,6 +541,7 @@ class PlayContext:
         if not isinstance(name, str):
             raise ApplicationError(f"{play!r} is not a play", non_retryable=True)
         child_id = f"{workflow.info().workflow_id}/play/{self._unique('play', name)}"
+        await self._before_first_call()
         options = options or self.options
         if self.options.estimate:  # an estimate's child plays are estimated too
             options = options.model_copy(update={"estimate": True})
@@ -497,6 +596,17 @@ class PlayContext:
         workflow.logger.info("%s: %s", self.play, message)
         self.state.log.append(message)
         del self.state.log[:-LOG_LINES_KEPT]
+
+    async def _before_first_call(self) -> None:
+        """Run ``before_calls`` once, before the first provider call (none in an
+        estimate); concurrent first calls wait for it, so none goes out before it."""
+        if self._before_calls is None or self.options.estimate:
+            return
+        async with self._before_lock:
+            hook = self._before_calls
+            if hook is not None:
+                await hook()
+                self._before_calls = None
 
     # -- controls and visibility -------------------------------------------------
 

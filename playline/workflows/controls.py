@@ -76,6 +76,14 @@ class PlayControls:
             )
         if change.retry:
             return
+        if change.spend:
+            if change.provider is not None:
+                raise ValueError("a money cap is the run's, not a provider's: drop --provider")
+            if options.max_spend is None:
+                raise ValueError(
+                    f"play {self.play} has no money cap (start it with --max-spend AMOUNT)"
+                )
+            return
         if change.provider is not None:
             if change.provider not in options.max_credits_by_provider:
                 capped = ", ".join(sorted(options.max_credits_by_provider)) or "none"

@@ -29,7 +29,7 @@ time the workflow still decodes its input as plain JSON and validates it itself
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -44,6 +44,11 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from playline.activities.balances import (
+        BalanceActivities,
+        BalancesRead,
+        ReadBalancesInput,
+    )
     from playline.activities.budgets import (
         BudgetActivities,
         EndRunBudgetsInput,
@@ -83,6 +88,8 @@ ESTIMATE_FIRST_TIMEOUT = timedelta(hours=1)
 BUDGET_RUN_END_PATCH = "budget-run-end"
 #: Runs recorded before ``--add`` was turned into a ``set`` replay with the old command.
 BUDGET_ADD_ONCE_PATCH = "budget-add-once"
+#: Runs recorded before a run's balances were read (before and after) replay without it.
+BALANCE_READINGS_PATCH = "balance-readings"
 
 
 class PlayWorkflow(Generic[InputT, OutputT]):
@@ -116,6 +123,8 @@ class PlayWorkflow(Generic[InputT, OutputT]):
         self._options: RunOptions | None = None
         #: budget updates one at a time: each ``--add`` reads the cap it raises
         self._budget_lock = asyncio.Lock()
+        #: the run read its providers' balances before its first call: read them after
+        self._balances_read = False
 
     async def _execute(self, raw_input: Any, options: RunOptions | None) -> PlayRunResult:
         options = options or RunOptions()
@@ -136,7 +145,12 @@ class PlayWorkflow(Generic[InputT, OutputT]):
         visible = workflow.patched("play-visibility")
         registered = await self._registered_search_attributes() if visible else []
         ctx = self._ctx = PlayContext(
-            self.play_name, options, self._controls, search_attributes=registered, memo=visible
+            self.play_name,
+            options,
+            self._controls,
+            search_attributes=registered,
+            memo=visible,
+            before_calls=self._balances_before if self._reads_balances(options) else None,
         )
         try:
             play_input = self.input_model.model_validate(raw_input if raw_input is not None else {})
@@ -167,25 +181,25 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             output = await self._play(ctx, play_input, options)
         except (ActivityError, ChildWorkflowError) as err:
             if is_cancelled_exception(err) and workflow.cancellation_reason() is not None:
-                await self._end_budgets(ctx, options, "cancelled")
+                await self._wrap_up(ctx, options, "cancelled")
                 ctx.end("cancelled")
                 raise
             # The play's failure says what went wrong (the root cause's type and
             # message), not "Activity task failed".
             failure = as_failure(err)
-            await self._end_budgets(ctx, options, "failed")
+            await self._wrap_up(ctx, options, "failed")
             ctx.end("failed", failure.message)
             raise failure from err
         except asyncio.CancelledError:
-            await self._end_budgets(ctx, options, "cancelled")
+            await self._wrap_up(ctx, options, "cancelled")
             if workflow.cancellation_reason() is not None:
                 ctx.end("cancelled")
             raise
         except (FailureError, PlaylineError) as err:
-            await self._end_budgets(ctx, options, "failed")
+            await self._wrap_up(ctx, options, "failed")
             ctx.end("failed", str(getattr(root_cause(err), "message", err)))
             raise
-        await self._end_budgets(ctx, options, "completed")
+        await self._wrap_up(ctx, options, "completed")
         ctx.end("completed")
         return PlayRunResult(
             play=self.play_name,
@@ -195,6 +209,50 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             integration_mode=options.integration_mode,
             budget_exhausted=ctx.stats.rows_skipped_budget > 0,
         )
+
+    async def _wrap_up(self, ctx: PlayContext, options: RunOptions, outcome: str) -> None:
+        """What a run does however it ends: settle its budgets, then (when it read its
+        providers' balances before its first call) read them again, for its
+        reconciliation."""
+        await self._end_budgets(ctx, options, outcome)
+        if self._balances_read:
+            await self._read_balances(ctx, "after")
+
+    def _reads_balances(self, options: RunOptions) -> bool:
+        """Whether this run reads its providers' balances: a live run that is not an
+        estimate (nothing is paid otherwise). The patch is asked only then, at the run's
+        first call, so histories recorded before it replay without it."""
+        return not options.estimate and options.integration_mode == "live"
+
+    async def _balances_before(self) -> None:
+        """``PlayContext``'s hook before the run's first call: read the balances."""
+        if workflow.patched(BALANCE_READINGS_PATCH) and self._ctx is not None:
+            self._balances_read = await self._read_balances(self._ctx, "before")
+
+    async def _read_balances(self, ctx: PlayContext, phase: Literal["before", "after"]) -> bool:
+        """Each provider's balance ``phase`` the run (see :mod:`playline.reconcile`);
+        after it, the reconciliation goes in the UI's details. A read that fails is
+        logged: the run goes on, and its reconciliation says the balance is unread.
+        Whether any provider has a balance to read (none: no reading after the run)."""
+        info = workflow.info()
+        try:
+            read: BalancesRead = await workflow.execute_activity_method(
+                BalanceActivities.read_balances,
+                ReadBalancesInput(run=info.workflow_id, run_id=info.run_id, phase=phase),
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"read the providers' balances {phase} the run",
+            )
+        except ActivityError as err:
+            cancelled = is_cancelled_exception(err) and workflow.cancellation_reason() is not None
+            if phase == "before" and cancelled:
+                raise  # the play was cancelled while reading: no call goes out
+            ctx.log(f"balances not read {phase} the run ({as_failure(err).message})")
+            return phase == "before"  # read after all the same: the reconciliation says
+        if read.reconciliation:
+            ctx.state.reconciliation = read.reconciliation
+            ctx.publish()
+        return bool(read.balances)
 
     async def _end_budgets(self, ctx: PlayContext, options: RunOptions, outcome: str) -> None:
         """A run's reservations are settled or released when the run ends, however it
@@ -241,6 +299,7 @@ class PlayWorkflow(Generic[InputT, OutputT]):
                 "estimate_first": False,
                 "max_credits": None,
                 "max_credits_by_provider": {},
+                "max_spend": None,
                 "budget": None,
                 "budget_run": None,
             }
@@ -358,13 +417,15 @@ class PlayWorkflow(Generic[InputT, OutputT]):
 
     @workflow.update(name="budget")
     async def budget(self, change: BudgetChange) -> BudgetReport:
-        """Raise or set the run's credit cap (or a provider's), or retry after a named
-        budget was raised: rows held for budget run again."""
+        """Raise or set the run's credit cap (or a provider's, or its money cap), or retry
+        after a named budget was raised: rows held for budget run again."""
         options = self._options
         assert options is not None and options.budget_run is not None  # the validator
         cap: float | None
         if change.provider is not None:
             cap = options.max_credits_by_provider[change.provider]
+        elif change.spend:
+            cap = options.max_spend
         else:
             cap = None if change.retry else options.max_credits
         adjust = AdjustBudgetInput(
@@ -374,8 +435,10 @@ class PlayWorkflow(Generic[InputT, OutputT]):
             add=change.add,
             set_to=change.set,
             create_with=cap,
+            spend=change.spend,
         )
-        summary = "budget " + (change.provider or options.budget or "of the run")
+        what = "money cap of the run" if change.spend else "of the run"
+        summary = "budget " + (change.provider or options.budget or what)
         async with self._budget_lock:
             if change.add is not None and workflow.patched(BUDGET_ADD_ONCE_PATCH):
                 # ``--add N`` applied once however often the activity is retried: the

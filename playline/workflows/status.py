@@ -34,7 +34,7 @@ from playline.contract import (
     RunMode,
     RunOptions,
 )
-from playline.money import money_text
+from playline.money import amount_text, money_text
 from playline.spend import account_markdown, spend_lines
 
 __all__ = [
@@ -333,6 +333,9 @@ def play_current_details(
         elif state.window is not None:
             lines.append(f"- window: at most {state.window} chunks in flight (set_window)")
     lines += _outcome_lines(totals, now)
+    if state.reconciliation:
+        lines += ["", "**reconciliation with the providers' balances**", ""]
+        lines += state.reconciliation
     return "\n".join(lines)
 
 
@@ -368,6 +371,11 @@ def budget_wait_message(hold: BudgetHold, play_id: str, until: datetime | None =
 def _budget_wait_message(hold: BudgetHold, play_id: str) -> str:
     settled = hold.used if hold.spent is None else hold.spent
     reserved = hold.used - settled
+    if hold.currency is not None:  # the run's money cap
+        spent = f"{amount_text(settled)} of {amount_text(hold.limit)} {hold.currency} spent"
+        if reserved > 1e-9:
+            spent += f", {amount_text(reserved)} reserved by calls in flight"
+        return f"budget: {spent}; `playline runs budget {play_id} --add-spend N` to go on"
     spent = f"{settled:g} of {hold.limit:g} credits spent"
     if reserved > 1e-9:
         spent += f", {reserved:g} reserved by calls and rows in flight"

@@ -25,7 +25,7 @@ from playline.config import Settings
 from playline.contract import PlayRunResult, PlayState, RunOptions
 from playline.datasets import export_run
 from playline.services import Services
-from playline.stores.budgets import run_budget_id
+from playline.stores.budget_ids import RunBudgetId
 from tests.conftest import LEADS_CSV, new_id, start_worker_process
 from tests.e2e.test_crash_recovery import wait_for
 from tests.e2e.test_fleet import playline
@@ -145,7 +145,7 @@ async def test_a_cap_holds_across_two_workers_and_a_sigkill_waits_then_goes_on_w
     spend, budget = await store_view(
         Settings.from_env(home=tmp_path / "reader", store_url=pg_store),
         dataset.run_ref,
-        run_budget_id(await _run_id(handle)),
+        RunBudgetId(await _run_id(handle)).key,
     )
     assert spend.credits == pytest.approx(credits(ledger), abs=1e-9)
     assert budget is not None and budget.limit == pytest.approx(100100)

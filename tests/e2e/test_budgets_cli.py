@@ -17,7 +17,8 @@ from pathlib import Path
 
 from playline.config import Settings
 from playline.stores.backends import open_stores
-from playline.stores.budgets import BudgetLine, named_budget_ref, period_id
+from playline.stores.budget_ids import NamedBudgetId
+from playline.stores.budgets import BudgetLine, period_id
 from tests.conftest import REPO
 
 
@@ -52,7 +53,7 @@ async def test_set_list_and_get_named_budgets(tmp_path: Path) -> None:
 
     # A run draws on it (as a worker would) ...
     async with await open_stores(settings, create=False) as stores:
-        ref = named_budget_ref("growth")
+        ref = NamedBudgetId("growth").key
         assert await stores.budgets.reserve("call-1", 30, [BudgetLine(ref)]) is None
         assert await stores.budgets.reserve("call-2", 20, [BudgetLine(ref)]) is None
         await stores.budgets.settle("call-1", 7, [ref])
@@ -121,7 +122,7 @@ async def test_release_frees_what_an_ended_run_left_reserved(tmp_path: Path) -> 
     settings = Settings(home=tmp_path)
     async with await open_stores(settings, create=True) as stores:
         await stores.budgets.define("ops", period="month", limit=20)
-        ref = named_budget_ref("ops")
+        ref = NamedBudgetId("ops").key
         assert await stores.budgets.reserve("row:ref#1", 20, [BudgetLine(ref)], run="p9") is None
 
     freed = await playline("budgets", "release", "--run", "p9", home=tmp_path)
@@ -130,5 +131,5 @@ async def test_release_frees_what_an_ended_run_left_reserved(tmp_path: Path) -> 
     assert len(lines) == 1 and lines[0].startswith("run p9: released 0"), lines
     assert "settled 1 at what they used (0)" in lines[0]
     async with await open_stores(settings, create=False) as stores:
-        state = await stores.budgets.state(named_budget_ref("ops"))
+        state = await stores.budgets.state(NamedBudgetId("ops").key)
     assert state is not None and (state.spent, state.reserved) == (0, 0)

@@ -39,7 +39,7 @@ from playline.config import Settings
 from playline.contract import BudgetChange, BudgetReport, PlayRunResult, PlayState, RunOptions
 from playline.schedules import create_schedule
 from playline.stores.backends import open_stores
-from playline.stores.budgets import run_budget_id
+from playline.stores.budget_ids import RunBudgetId
 from playline.workflows.context import RUN_REFS_MEMO
 from tests.conftest import start_worker_process
 from tests.e2e.test_async_jobs import KEY, catalog, jobs_provider  # noqa: F401 (fixture)
@@ -206,7 +206,7 @@ async def check_invariants(
         audit = await audit_run(
             stores, workflow_id, refs, ended=True, waiters=waiters, budget_run=desc.run_id
         )
-        budget = await stores.budgets.state(run_budget_id(desc.run_id))
+        budget = await stores.budgets.state(RunBudgetId(desc.run_id).key)
         named = await stores.budgets.state(f"named:m{case.id.replace('_', '')[:40]}")
     report = "\n".join(audit.lines())
     # 1. nothing reserved is left open, in the store's own totals too

@@ -59,6 +59,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "playline/demo/leads.csv",
         "playline/demo/fixtures/enrich_leads.jsonl",
         "playline/py.typed",
+        # the sheet view (playline ui) serves only what ships
+        "playline/webview/templates/sheet.html",
+        "playline/webview/static/style.css",
     ):
         assert data in names, f"the wheel lacks {data}"
     venv = root / "venv"

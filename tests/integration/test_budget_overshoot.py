@@ -18,10 +18,11 @@ from playline.calls.budget import BudgetedDispatcher, RunBudget
 from playline.calls.catalog import Catalog
 from playline.calls.dispatch import ClaimedCall, Settled
 from playline.errors import BudgetReached
-from playline.stores.budgets import BudgetLine, BudgetState, Refusal, run_budget_id
+from playline.stores.budget_ids import RunBudgetId
+from playline.stores.budgets import BudgetLine, BudgetState, Refusal
 from playline.stores.budgets_ledger import BudgetLedger
 
-RUN = run_budget_id("r1")
+RUN = RunBudgetId("r1").key
 
 
 class FlakyBudgets(BudgetLedger):

@@ -7,19 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from playline.stores.backends import Stores
+from playline.stores.budget_ids import NamedBudgetId, RunBudgetId
 from playline.stores.budgets import (
     BudgetLine,
     BudgetState,
     OpenReservation,
     RunEnd,
-    named_budget_ref,
-    run_budget_id,
 )
 from playline.stores.budgets_ledger import BudgetLedger
 from tests.integration.conftest import Clock
 from tests.old_schemas import BUDGETS_SQLITE_V1, old_sqlite
 
-RUN = run_budget_id("p1")
+RUN = RunBudgetId("p1").key
 ROW = "row:p1-ref#1"
 
 
@@ -77,7 +76,7 @@ async def test_a_runs_open_reservations_are_settled_or_released_when_it_ends(
 async def test_a_named_budget_left_full_by_a_run_is_free_after_it_ends(
     stores: Stores,
 ) -> None:
-    team = named_budget_ref("team")
+    team = NamedBudgetId("team").key
     await stores.budgets.define("team", period="month", limit=20)
     for seq in range(4):
         row = f"row:p1-ref#{seq}"
@@ -93,7 +92,7 @@ async def test_a_named_budget_left_full_by_a_run_is_free_after_it_ends(
 async def test_switching_a_day_budget_to_a_month_counts_the_months_days(
     stores: Stores, clock: Clock
 ) -> None:
-    team = named_budget_ref("team")
+    team = NamedBudgetId("team").key
     clock.now = 1_764_806_400.0 + 5 * 86_400 + 36_000  # 2025-12-09 10:00 UTC
     await stores.budgets.define("team", period="day", limit=100)
     assert await stores.budgets.reserve("k1", 100, [BudgetLine(team)]) is None

@@ -19,20 +19,18 @@ import pytest
 from playline.config import Settings
 from playline.errors import InvalidBudget, UnknownBudget
 from playline.stores.backends import Stores, open_stores
+from playline.stores.budget_ids import NamedBudgetId, ProviderShareId, RunBudgetId
 from playline.stores.budgets import (
     BudgetLine,
     BudgetState,
     Refusal,
-    named_budget_ref,
     period_end,
-    provider_budget_id,
-    run_budget_id,
 )
 from playline.stores.budgets_ledger import BudgetLedger
 from tests.integration.conftest import Clock
 
-RUN = run_budget_id("r1")
-ACME = provider_budget_id("r1", "acme")
+RUN = RunBudgetId("r1").key
+ACME = ProviderShareId("r1", "acme").key
 DAY_S = 86_400.0
 
 
@@ -103,7 +101,7 @@ async def test_reserving_again_under_one_key_draws_once(stores: Stores) -> None:
     assert await stores.budgets.reserve("k1", 30, lines) is None
     assert await stores.budgets.reserve("k1", 30, lines) is None
     # A line added on the retry is drawn, the one already reserved is not.
-    other = provider_budget_id("r1", "firmo")
+    other = ProviderShareId("r1", "firmo").key
     assert await stores.budgets.reserve("k1", 30, [*lines, BudgetLine(other, 30)]) is None
 
     assert (await _state(stores, RUN)).reserved == 30
@@ -278,7 +276,7 @@ async def test_adjust_refuses_an_unknown_budget_and_malformed_changes(stores: St
 
 
 async def test_a_named_budget_draws_on_its_current_day(stores: Stores, clock: Clock) -> None:
-    team = named_budget_ref("team")
+    team = NamedBudgetId("team").key
     clock.now = 1_764_806_400.0 + 3_600  # 2025-12-04 01:00 UTC
     await stores.budgets.define("team", period="day", limit=50)
 
@@ -301,7 +299,7 @@ async def test_a_named_budget_draws_on_its_current_day(stores: Stores, clock: Cl
 
 
 async def test_a_monthly_budget_renews_on_the_first(stores: Stores, clock: Clock) -> None:
-    team = named_budget_ref("ops.team-1")
+    team = NamedBudgetId("ops.team-1").key
     clock.now = 1_767_139_200.0  # 2025-12-31 00:00 UTC
     await stores.budgets.define("ops.team-1", period="month", limit=10)
     assert await stores.budgets.reserve("k1", 10, [BudgetLine(team)]) is None
@@ -316,7 +314,7 @@ async def test_a_monthly_budget_renews_on_the_first(stores: Stores, clock: Clock
 async def test_defining_again_changes_the_current_period_and_adjust_changes_both(
     stores: Stores,
 ) -> None:
-    team = named_budget_ref("team")
+    team = NamedBudgetId("team").key
     await stores.budgets.define("team", period="day", limit=50)
     await stores.budgets.reserve("k1", 50, [BudgetLine(team)])
 
@@ -335,7 +333,7 @@ async def test_defining_again_changes_the_current_period_and_adjust_changes_both
 async def test_a_new_period_takes_the_definition_adjusted_before_it(
     stores: Stores, clock: Clock
 ) -> None:
-    team = named_budget_ref("team")
+    team = NamedBudgetId("team").key
     await stores.budgets.define("team", period="day", limit=50)
     await stores.budgets.adjust(team, add=25)
 
@@ -384,7 +382,7 @@ async def test_a_client_uses_budgets_and_sees_what_workers_reserved(
         await client.budgets.define("team", period="day", limit=3)
         assert (await _state(client, RUN)).reserved == 4
     async with await open_stores(settings, create=True, clock=clock) as worker:
-        assert (await _state(worker, named_budget_ref("team"))).limit == 3
+        assert (await _state(worker, NamedBudgetId("team").key)).limit == 3
 
 
 async def test_a_client_that_never_uses_budgets_creates_no_ledger(tmp_path: Path) -> None:
@@ -427,7 +425,7 @@ async def _contend(store_url: str, worker: int, go: EventType, results: Any) -> 
         await asyncio.to_thread(go.wait)
         lines = [
             BudgetLine(RUN, limit=LIMIT),
-            BudgetLine(provider_budget_id("r1", f"p{worker % 2}"), limit=10 * LIMIT),
+            BudgetLine(ProviderShareId("r1", f"p{worker % 2}").key, limit=10 * LIMIT),
         ]
         slots = asyncio.Semaphore(IN_FLIGHT)
 
@@ -479,7 +477,7 @@ async def test_many_processes_never_reserve_more_than_the_budget(
     assert sum(granted) == LIMIT
     state = await _state(stores, RUN)
     assert (state.reserved, state.spent) == (LIMIT, 0)
-    providers = [await stores.budgets.state(provider_budget_id("r1", f"p{n}")) for n in (0, 1)]
+    providers = [await stores.budgets.state(ProviderShareId("r1", f"p{n}").key) for n in (0, 1)]
     assert sum(p.reserved for p in providers if p is not None) == LIMIT
     assert await _open_reservations(stores, store_url, RUN) == LIMIT
 

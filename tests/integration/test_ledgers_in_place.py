@@ -15,6 +15,7 @@ import pytest
 
 from playline.config import Settings
 from playline.stores.backends import open_stores
+from playline.stores.budget_ids import SpendBudgetId
 from playline.stores.budgets import BudgetLine, BudgetState, NamedBudget, RunEnd
 from playline.stores.jobs import JobCounts
 from tests.integration.conftest import Clock
@@ -202,3 +203,24 @@ async def test_an_old_budget_ledger_opens_in_place_and_keeps_every_reservation(
         assert await budgets.state("run:r1") == BudgetState("run:r1", 10, 3, 0)
     async with await open_stores(settings, create=False, clock=clock) as client:
         assert await client.budgets.state("run:r1") == BudgetState("run:r1", 10, 3, 0)
+
+
+async def test_an_old_budget_ledgers_reservations_count_one_per_credit_beside_a_money_cap(
+    backend: str, clock: Clock
+) -> None:
+    """Migrated in place, a reservation written before money caps existed has scale 1
+    (it settles in credits as before), and a money cap works beside it."""
+    _old_budgets(backend)
+    settings = Settings(store_url=backend)
+    spend = SpendBudgetId("r1")
+    async with await open_stores(settings, create=True, clock=clock) as stores:
+        budgets = stores.budgets
+        money = [BudgetLine("run:r1"), BudgetLine(spend, limit=0.05, scale=0.012)]
+        assert await budgets.reserve("L#0", 4, money, run="r1") is None
+        assert await budgets.reserve("M#0", 1, money, run="r1") is not None  # 0.06 > 0.05
+        end = await budgets.end_run("r1", {"K#0": 2.0, "L#0": 3.0})
+        assert end == RunEnd("r1", settled=2, settled_credits=5.0)
+        assert await budgets.state("run:r1") == BudgetState("run:r1", 10, 7, 0)
+        state = await budgets.state(spend)
+        assert state is not None and state.reserved == 0
+        assert state.spent == pytest.approx(3 * 0.012)

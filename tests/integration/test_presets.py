@@ -61,17 +61,26 @@ def test_every_preset_loads_and_cites_its_docs(tmp_path: Path) -> None:
         if not load_preset(name).get("providers"):
             continue  # waterfalls.toml: named waterfalls over the other presets' tools
         catalog = load(tmp_path, name)
-        assert catalog.providers and catalog.tools
+        assert catalog.providers and (catalog.tools or catalog.sinks)
         for provider_name, provider in catalog.providers.items():
             assert provider.source and provider.source.startswith("https://")
             assert provider.base_url.startswith("https://")
-            assert provider.base_url_env == f"{provider_name.upper()}_BASE_URL"
             assert provider.auth is not None
+            if catalog.sinks:  # CRMs name theirs: an access token, Salesforce's instance URL
+                assert provider.base_url_env in (
+                    f"{provider_name.upper()}_BASE_URL",
+                    f"{provider_name.upper()}_INSTANCE_URL",
+                )
+                assert provider.auth.envs == (f"{provider_name.upper()}_ACCESS_TOKEN",)
+                continue
+            assert provider.base_url_env == f"{provider_name.upper()}_BASE_URL"
             assert provider.auth.envs == (f"{provider_name.upper()}_API_KEY",)
         for tool in catalog.tools.values():
             assert tool.source and tool.source.startswith("https://"), tool.id
             # Finders bill by outcome; a verifier billing every request states its price.
             assert tool.billing.rule != "per_request" or tool.billing.credits is not None
+        for sink_name, sink in catalog.sinks.items():
+            assert sink.source and sink.source.startswith("https://"), sink_name
 
 
 def test_all_presets_load_together_and_the_catalog_wins_a_name_clash(tmp_path: Path) -> None:

@@ -51,3 +51,32 @@ async def test_a_runs_receipts_count_its_own_payments_only(stores: Stores, clock
     assert (t.paid, t.credits, t.ambiguous, t.resent, t.outside_rows) == (1, 1.0, 1, 0, 0.0)
     assert (u.paid, u.credits, u.ambiguous, u.resent, u.outside_rows) == (2, 2.5, 0, 1, 0.5)
     assert await store.run_receipts("nobody/") == []
+
+
+async def test_a_runs_calls_one_by_one_name_their_key_row_and_attempt(
+    stores: Stores, clock: Clock
+) -> None:
+    """``run_calls``: what the reconciliation names, call by call, on both databases."""
+    store = stores.receipts
+    await store.claim([ClaimRequest(key="k1", tool_id="t")], owner=OWNER, lease_id="A", ttl_s=5)
+    await store.complete(
+        "k1",
+        lease_id="A",
+        result={"v": 1},
+        credits=2.0,
+        paid_by="play-1/r/l#0",
+        credits_source="provider",
+    )
+    await store.claim([ClaimRequest(key="k2", tool_id="t")], owner=OWNER, lease_id="A", ttl_s=5)
+    await store.mark_sent(["k2"], lease_id="A", ttl_s=5)
+    await store.mark_ambiguous("k2", lease_id="A", reason="dropped")
+    # An earlier run's answer this run only read: not its call.
+    await store.claim([ClaimRequest(key="k3", tool_id="t")], owner="old/x#1", lease_id="B", ttl_s=5)
+    await store.complete("k3", lease_id="B", result={}, credits=1.0, paid_by="old/r#0")
+
+    calls = {call.key: call for call in await store.run_calls(RUN)}
+    assert set(calls) == {"k1", "k2"}
+    paid, lost = calls["k1"], calls["k2"]
+    assert (paid.status, paid.credits, paid.credits_source) == ("completed", 2.0, "provider")
+    assert (paid.paid_by, paid.tool_id) == ("play-1/r/l#0", "t")
+    assert (lost.status, lost.credits, lost.paid_by, lost.owner) == ("ambiguous", 0.0, None, OWNER)

@@ -22,7 +22,8 @@ from playline.errors import (
     ProviderRejected,
     ProviderTimeout,
 )
-from playline.stores.budgets import BudgetLine, BudgetState, Refusal
+from playline.stores.budget_ids import BudgetId
+from playline.stores.budgets import BudgetLine, BudgetState, Refusal, check_budget_id
 from playline.workflows.status import budget_wait_message
 
 
@@ -36,22 +37,23 @@ class FakeBudgets:
     async def reserve(
         self, key: str, credits: float, lines: Sequence[BudgetLine], *, run: str | None = None
     ) -> Any:
-        self.calls.append(("reserve", key, credits, [line.budget for line in lines]))
+        self.calls.append(("reserve", key, credits, [line.key for line in lines]))
         if self.in_flight:
-            return Refusal(BudgetState(lines[0].budget, 10.0, 5.0, self.in_flight.pop(0)), credits)
+            return Refusal(BudgetState(lines[0].key, 10.0, 5.0, self.in_flight.pop(0)), credits)
         if self.refuse:
-            return Refusal(BudgetState(lines[0].budget, 10.0, 9.5, 0.0), credits)
+            return Refusal(BudgetState(lines[0].key, 10.0, 9.5, 0.0), credits)
         return None
 
-    async def settle(self, key: str, credits: float, budgets: Sequence[str]) -> None:
-        self.calls.append(("settle", key, credits, list(budgets)))
+    async def settle(self, key: str, credits: float, budgets: Sequence[BudgetId | str]) -> None:
+        self.calls.append(("settle", key, credits, [check_budget_id(b) for b in budgets]))
 
-    async def release(self, key: str, budgets: Sequence[str]) -> None:
-        self.calls.append(("release", key, list(budgets)))
+    async def release(self, key: str, budgets: Sequence[BudgetId | str]) -> None:
+        self.calls.append(("release", key, [check_budget_id(b) for b in budgets]))
 
-    async def state(self, budget: str) -> BudgetState | None:
-        self.calls.append(("state", budget))
-        return BudgetState(budget, 9.0, 0.5, 1.0)  # the row's calls: 0.5 paid, 1 reserved
+    async def state(self, budget: BudgetId | str) -> BudgetState | None:
+        self.calls.append(("state", check_budget_id(budget)))
+        # the row's calls: 0.5 paid, 1 reserved
+        return BudgetState(check_budget_id(budget), 9.0, 0.5, 1.0)
 
 
 class FakeReceipts:
@@ -144,7 +146,7 @@ def test_run_options_name_the_budgets_a_call_draws_on() -> None:
     assert RunBudget.of(RunOptions(), "r") is None
     budget = RunBudget.of(RunOptions(max_credits=5, budget="team-a", budget_run="run-9"), "x")
     assert budget is not None
-    assert [line.budget for line in budget.lines("acme")] == ["run:run-9", "named:team-a"]
+    assert [line.key for line in budget.lines("acme")] == ["run:run-9", "named:team-a"]
     assert budget.lines("acme")[0].limit == 5
 
 
@@ -190,3 +192,82 @@ async def test_a_call_waits_while_reservations_in_flight_settle_then_goes(tmp_pa
     settled = await dispatcher.settle(call)
     assert settled.credits == 1.0
     assert [c[0] for c in store.calls] == ["reserve"] * 4 + ["settle"]
+
+
+# ----------------------------------------------------------------- money caps
+
+
+def test_a_money_cap_draws_each_call_at_its_providers_price_and_rows_not_at_all() -> None:
+    catalog = Catalog.from_toml(demo.CATALOG)
+    options = RunOptions(max_credits=50, max_spend=2.5, budget_run="run-9")
+    budget = RunBudget.of(options, "x", catalog)
+    assert budget is not None and budget.currency == "USD"
+    acme = budget.lines("acme")
+    assert [line.key for line in acme] == ["run:run-9", "run:run-9/spend"]
+    assert acme[1].limit == 2.5
+    assert acme[1].scale == catalog.providers["acme"].credit_price
+    assert budget.lines("firmo")[1].scale == catalog.providers["firmo"].credit_price
+    # a row's worst case reserves on the credit lines only: its money depends on providers
+    assert [line.key for line in budget.lines(None)] == ["run:run-9"]
+
+
+def test_a_money_cap_refuses_a_provider_without_a_price_in_its_currency() -> None:
+    from playline.calls.budget import CreditPrice
+    from playline.errors import SpendUnpriced
+
+    budget = RunBudget(
+        "r1",
+        max_spend=10,
+        prices={"acme": CreditPrice(0.01, "USD"), "firmo": CreditPrice(0.02, "EUR")},
+        currency="USD",
+    )
+    assert budget.lines("acme")[0].scale == 0.01
+    with pytest.raises(SpendUnpriced, match="'mailfox' has no credit_price"):
+        budget.lines("mailfox")
+    with pytest.raises(SpendUnpriced, match="'firmo' prices its credits in EUR"):
+        budget.lines("firmo")
+
+
+async def test_a_call_refused_by_the_money_cap_says_so_in_money(tmp_path) -> None:
+    tool = Catalog.from_toml(demo.CATALOG).tool("email_finder")  # acme
+    receipts = FakeReceipts()
+    attempt = Attempt(receipts=receipts, owner="t", lease_id="L", lease_ttl_s=30)  # type: ignore[arg-type]
+    store = FakeBudgets(refuse=True)
+    budget = RunBudget.of(
+        RunOptions(max_spend=10, budget_run="r1"), "x", Catalog.from_toml(demo.CATALOG)
+    )
+    assert budget is not None
+    dispatcher = BudgetedDispatcher(Inner(AssertionError("not sent")), attempt, store, budget)  # type: ignore[arg-type]
+    with pytest.raises(BudgetReached) as raised:
+        await dispatcher.settle(ClaimedCall(tool, {"name": "x"}, "K", generation=0))
+    assert raised.value.currency == "USD" and raised.value.budget == "spend"
+    assert "9.5 of 10 USD" in str(raised.value)
+    assert receipts.released == ["K"]
+
+
+def test_the_money_wait_message_reads_like_the_credits_one_in_money() -> None:
+    from playline.contract import BudgetHold
+
+    hold = BudgetHold(budget="spend", limit=0.5, used=0.49, spent=0.46, rows=3, currency="USD")
+    assert budget_wait_message(hold, "p-1") == (
+        "budget: 0.46 of 0.50 USD spent, 0.03 reserved by calls in flight; "
+        "`playline runs budget p-1 --add-spend N` to go on"
+    )
+
+
+def test_run_max_spend_needs_every_provider_priced_in_one_currency() -> None:
+    from playline.calls.estimate_tally import Estimate, EstimateTotals
+    from playline.cli.estimate import spend_currency
+
+    def found(prices: dict[str, Any]) -> Estimate:
+        totals = {p: EstimateTotals(calls=1, worst_credits=1) for p in ("acme", "firmo")}
+        return Estimate(play="p", by_provider=totals, prices=prices)
+
+    usd = {"credit_price": 0.01, "currency": "USD"}
+    assert spend_currency(found({"acme": usd, "firmo": usd}), 5) == ("USD", None)
+    currency, refused = spend_currency(found({"acme": usd}), 5)
+    assert currency is None and refused is not None and "\n" not in refused
+    assert "provider firmo has no credit_price" in refused
+    eur = {"credit_price": 0.01, "currency": "EUR"}
+    _, refused = spend_currency(found({"acme": usd, "firmo": eur}), 5)
+    assert refused is not None and "different currencies (EUR, USD)" in refused

@@ -115,3 +115,36 @@ def test_a_line_whose_budget_row_is_missing_is_unknown() -> None:
     with pytest.raises(UnknownBudget):
         group.reserve(reserve("k1", 1, RUN, "run:other"), {RUN: RUN, "run:other": "run:other"})
     assert group.changed_states() == []
+
+
+# --------------------------------------------------------------- money lines
+
+
+def test_a_scaled_line_reserves_settles_and_releases_credits_times_its_scale() -> None:
+    spend = "run:r/spend"
+    group = ledger(BudgetState(spend, 1.0, 0, 0), BudgetState(RUN, 100, 0, 0))
+    money = LedgerOp("reserve", "k1", 5, lines=(BudgetLine(RUN), BudgetLine(spend, scale=0.049)))
+    assert group.reserve(money, {RUN: RUN, spend: spend}) is None
+    assert group.state(spend) == BudgetState(spend, 1.0, 0, pytest.approx(0.245))
+    assert group.state(RUN) == BudgetState(RUN, 100, 0, 5)  # the credits line: 1 per credit
+
+    # 20 credits at 0.049 = 0.98 fits 1.0 beside nothing else, not beside k1's 0.245
+    refusal = group.reserve(
+        LedgerOp("reserve", "k2", 20, lines=(BudgetLine(spend, scale=0.049),)), {spend: spend}
+    )
+    assert refusal is not None and refusal.needed == pytest.approx(0.98)
+
+    group.settle(settle("k1", 3, RUN, spend))  # charged 3 credits: 0.147 in money
+    assert group.state(spend) == BudgetState(spend, 1.0, pytest.approx(0.147), 0)
+    assert group.state(RUN) == BudgetState(RUN, 100, 3, 0)
+    (held,) = [h for (key, budget), h in group.new_rows() if budget == spend]
+    assert (held.credits, held.charged, held.scale) == (5, 3, 0.049)
+
+    assert (
+        group.reserve(
+            LedgerOp("reserve", "k3", 10, lines=(BudgetLine(spend, scale=0.05),)), {spend: spend}
+        )
+        is None
+    )
+    group.release(release("k3", spend))
+    assert group.state(spend) == BudgetState(spend, 1.0, pytest.approx(0.147), 0)

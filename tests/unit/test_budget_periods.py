@@ -7,6 +7,12 @@ from datetime import UTC, datetime
 import pytest
 
 from playline.errors import InvalidBudget, PlaylineError
+from playline.stores.budget_ids import (
+    NamedBudgetId,
+    ProviderShareId,
+    RunBudgetId,
+    parse_budget_key,
+)
 from playline.stores.budgets import (
     BudgetLine,
     BudgetState,
@@ -14,12 +20,8 @@ from playline.stores.budgets import (
     adjusted_limit,
     check_adjustment,
     first_refusal,
-    named_budget_ref,
-    named_name,
     period_end,
     period_id,
-    provider_budget_id,
-    run_budget_id,
     unique_lines,
     unknown_budget,
 )
@@ -30,17 +32,17 @@ def epoch(*parts: int) -> float:
 
 
 def test_budget_ids() -> None:
-    assert run_budget_id("enrich-1") == "run:enrich-1"
-    assert provider_budget_id("enrich-1", "acme") == "run:enrich-1/provider:acme"
-    assert named_budget_ref("growth.team-2") == "named:growth.team-2"
-    assert named_name("named:growth") == "growth"
-    assert named_name("run:x") is None
+    assert RunBudgetId("enrich-1").key == "run:enrich-1"
+    assert ProviderShareId("enrich-1", "acme").key == "run:enrich-1/provider:acme"
+    assert NamedBudgetId("growth.team-2").key == "named:growth.team-2"
+    assert parse_budget_key("named:growth") == NamedBudgetId("growth")
+    assert not isinstance(parse_budget_key("run:x"), NamedBudgetId)
 
 
 @pytest.mark.parametrize("name", ["", "a b", "a/b", "named@x", "é", "x" * 65])
 def test_names_outside_the_alphabet_are_refused_in_one_line(name: str) -> None:
     with pytest.raises(InvalidBudget) as info:
-        named_budget_ref(name)
+        NamedBudgetId(name)
     assert "\n" not in str(info.value)
     assert isinstance(info.value, PlaylineError) and isinstance(info.value, ValueError)
 

@@ -37,6 +37,7 @@ def test_chunk_fatal_errors_are_about_the_play_or_the_worker() -> None:
         "MissingApiKey",
         "UnknownTool",
         "UnknownResolver",
+        "SpendUnpriced",
     }
 
 

@@ -100,3 +100,16 @@ def test_an_http_log_record_is_scrubbed_before_any_handler_sees_it(
     (record,) = [r for r in caplog.records if r.name == "httpx"]
     assert "zz-top-1" not in record.getMessage()
     assert f"api_key={REDACTED}" in record.getMessage()
+
+
+def test_a_balance_is_read_with_the_key_in_its_query_parameter() -> None:
+    from playline.reconcile.read import _auth_requests
+
+    spec = catalog({"env": "ACME_KEY", "query": "api_key"}).providers["acme"]
+    assert _auth_requests(spec, {"ACME_KEY": "k-1"}) == [
+        ({"Accept": "application/json"}, {"api_key": "k-1"})
+    ]
+    spec = catalog({"env": "ACME_KEY", "header": "X-Api-Key"}).providers["acme"]
+    assert _auth_requests(spec, {"ACME_KEY": "k-1"}) == [
+        ({"Accept": "application/json", "X-Api-Key": "k-1"}, {})
+    ]

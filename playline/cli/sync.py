@@ -1,0 +1,249 @@
+"""``playline sync RUN_ID --sink NAME``: write a run's rows back to a CRM or a table.
+
+The sink comes from the catalog (``[sinks.NAME]``, or a preset's); ``--map`` and
+``--id`` add to or replace its mapping. The sync reads the run's last dataset from
+the stores the workers write, plans it against the sync ledger (changes only, the
+overwrite policies, never a blank) and sends the batches, each a receipted call
+(see :mod:`playline.sinks.engine`). ``--dry-run`` sends nothing (not even a read)
+and prints, per record and field, what would be written and the policy's verdict.
+
+Exit status: 0 when every record with something to write was written or rejected
+(rejections are listed), 4 when the destination parked the sync (its daily limit,
+429s past the patience): run the same command again later to write the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from temporalio.client import WorkflowExecutionStatus
+
+from playline.calls.catalog import Catalog
+from playline.calls.transport import make_http_client
+from playline.cli.render import out
+from playline.client import not_found_as
+from playline.config import Settings
+from playline.contract import PlayRunResult
+from playline.errors import PlaylineError
+from playline.package_data import DEMO_CATALOG
+from playline.services import open_governor
+from playline.sinks.destination import Destination
+from playline.sinks.engine import SyncReport, sync_run
+from playline.sinks.open import open_destination, sync_mapping
+from playline.sinks.plan import SyncMapping
+from playline.sinks.spec import HubSpotSinkSpec, PostgresSinkSpec, SalesforceSinkSpec
+from playline.stores.backends import open_stores
+from playline.stores.sync_ledger import open_sync_ledger
+from playline.worker import connect
+from playline.workflows.context import RUN_REFS_MEMO
+
+__all__ = ["add_sync_parser", "cmd_sync"]
+
+#: Exit status when the destination parked the sync before every record was written.
+EXIT_PARKED = 4
+
+
+def add_sync_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser("sync", help="write a run's rows back to a sink (a CRM, a table)")
+    common(p)
+    p.add_argument("id", metavar="RUN_ID", help="the play run (workflow id)")
+    p.add_argument("--sink", required=True, help="the catalog's sink (e.g. hubspot_contacts)")
+    p.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="COLUMN=FIELD",
+        help="write the run's COLUMN to the destination's FIELD (repeatable; adds to the "
+        "sink's map)",
+    )
+    p.add_argument(
+        "--id", dest="id_column", metavar="COLUMN", help="the column identifying the record"
+    )
+    p.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FIELD=POLICY",
+        help="always | if_blank | if_verified for FIELD (repeatable; overrides the sink's)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="send nothing; print what would be written"
+    )
+    p.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    p.add_argument(
+        "--patience",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="how long to wait out a destination's 429s before parking the sync (default 300)",
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="how long a batch being written stays this sync's (renewed while it goes); a "
+        "killed sync's batch is taken over after it (default 60)",
+    )
+
+
+async def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
+    catalog = Catalog.from_toml(settings.catalog_path or DEMO_CATALOG)
+    spec = catalog.sinks.get(args.sink)
+    if spec is None:
+        declared = ", ".join(sorted(catalog.sinks)) or "none"
+        raise PlaylineError(f"unknown sink {args.sink!r}; the catalog declares: {declared}")
+    mapping = _mapping(spec, args)
+    run_ref = await _run_ref(args.id, settings)
+    async with await open_stores(settings, create=False) as stores:
+        ledger, close_ledger = await open_sync_ledger(settings)
+        try:
+            destination, close = await _destination(spec, catalog, settings, args, mapping)
+            try:
+                report = await sync_run(
+                    sink=args.sink,
+                    run_ref=run_ref,
+                    mapping=mapping,
+                    sheet=stores.sheet,
+                    ledger=ledger,
+                    receipts=stores.receipts,
+                    destination=destination,
+                    dry_run=args.dry_run,
+                    lease_ttl_s=args.lease_ttl,
+                )
+            finally:
+                await close()
+        finally:
+            await close_ledger()
+    if args.json:
+        print(json.dumps(report.as_json(), default=str), flush=True)
+    else:
+        _print(report)
+    return EXIT_PARKED if report.parked else 0
+
+
+def _mapping(
+    spec: HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec, args: argparse.Namespace
+) -> SyncMapping:
+    extra: dict[str, str] = {}
+    for item in args.map:
+        column, sep, name = item.partition("=")
+        if not sep or not column.strip() or not name.strip():
+            raise PlaylineError(f"--map takes COLUMN=FIELD, not {item!r}")
+        extra[column.strip()] = name.strip()
+    policies: dict[str, str] = {}
+    for item in args.policy:
+        name, sep, policy = item.partition("=")
+        if not sep or not name.strip():
+            raise PlaylineError(f"--policy takes FIELD=always|if_blank|if_verified, not {item!r}")
+        policies[name.strip()] = policy.strip()
+    return sync_mapping(
+        args.sink, spec, extra_map=extra, id_column=args.id_column, policies=policies
+    )
+
+
+async def _run_ref(run_id: str, settings: Settings) -> str:
+    """The run's last dataset run: the result's, or (not completed) the memo's."""
+    client = await connect(settings=settings)
+    handle = client.get_workflow_handle(run_id, result_type=PlayRunResult)
+    with not_found_as(
+        PlaylineError(f"no run with id {run_id!r} in namespace {settings.temporal_namespace}")
+    ):
+        desc = await handle.describe()
+    if desc.status == WorkflowExecutionStatus.COMPLETED:
+        datasets = (await handle.result()).datasets
+        if datasets:
+            return str(datasets[-1].run_ref)
+    refs: list[str] = []
+    with contextlib.suppress(KeyError):
+        refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
+    if not refs:
+        raise PlaylineError(f"run {run_id} has no dataset run to sync")
+    return refs[-1]
+
+
+async def _destination(
+    spec: HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec,
+    catalog: Catalog,
+    settings: Settings,
+    args: argparse.Namespace,
+    mapping: SyncMapping,
+) -> tuple[Destination, Callable[[], Any]]:
+    """The destination, with an HTTP client of this command's own and a governor
+    (fleet-wide with a PostgreSQL store: the CRM's limits are shared with the workers)."""
+    governor, fleet = await open_governor(settings, catalog)
+    http = make_http_client(transport=settings.http_transport)
+
+    async def close_pacing() -> None:
+        await http.aclose()
+        await governor.aclose()
+        if fleet is not None:
+            await fleet.aclose()
+
+    provider = (
+        catalog.providers.get(spec.provider)
+        if isinstance(spec, HubSpotSinkSpec | SalesforceSinkSpec)
+        else None
+    )
+    try:
+        destination, close_destination = await open_destination(
+            args.sink,
+            spec,
+            provider=provider,
+            environ=settings.environ,
+            http=http,
+            pacer=governor,
+            fields=mapping.destination_fields(),
+            patience_s=args.patience,
+            need_token=not args.dry_run,
+        )
+    except BaseException:
+        await close_pacing()
+        raise
+
+    async def close() -> None:
+        await close_destination()
+        await close_pacing()
+
+    return destination, close
+
+
+def _print(report: SyncReport) -> None:
+    console = out()
+    if report.dry_run:
+        for plan in report.plans:
+            console.print(f"{plan['record']}", markup=False)
+            for f in plan["fields"]:
+                before = "" if f["previous"] is None else f" (was {f['previous']})"
+                console.print(
+                    f"  {f['field']} = {f['value']}{before}: {f['verdict']} [{f['policy']}]",
+                    markup=False,
+                )
+        console.print(
+            f"dry run of sink {report.sink}: {report.left} records to send, "
+            f"{report.unchanged} unchanged, {report.skipped_by_policy} skipped by policy, "
+            f"{report.not_written} rows not written; nothing was sent",
+            markup=False,
+        )
+        return
+    console.print(
+        f"sink {report.sink}: {report.created} created, {report.updated} updated, "
+        f"{report.unchanged} unchanged, {report.skipped_by_policy} skipped by policy, "
+        f"{report.rejected} rejected; {report.fields_written} fields written in "
+        f"{report.requests} requests",
+        markup=False,
+    )
+    if report.not_written:
+        reasons = ", ".join(f"{n} {why}" for why, n in sorted(report.not_written_reasons.items()))
+        console.print(f"rows not written: {reasons}", markup=False)
+    for rejection in report.rejections:
+        console.print(f"rejected {rejection['record']}: {rejection['reason']}", markup=False)
+    if report.parked:
+        console.print(
+            f"parked: {report.parked}; {report.left} records left (run the same sync again)",
+            markup=False,
+        )

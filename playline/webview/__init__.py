@@ -1,0 +1,29 @@
+"""The sheet view: a read-only web page of every run, cell by cell (``playline ui``).
+
+Its public face is :func:`webview_app` (a Starlette app over a :class:`RunDesk` and
+the sheet store), the desk's types, and :func:`check_exposure`. It reads the sheet
+store through the store's read paths and talks to Temporal only through the desk it
+is given; it imports nothing of the command line.
+"""
+
+from urllib.parse import urlencode
+
+from playline.webview.app import webview_app
+from playline.webview.desk import ACTIONS, ExportChoice, RunDesk, RunSummary
+from playline.webview.guard import check_exposure
+
+__all__ = [
+    "ACTIONS",
+    "ExportChoice",
+    "RunDesk",
+    "RunSummary",
+    "check_exposure",
+    "sheet_link",
+    "webview_app",
+]
+
+
+def sheet_link(base_url: str, workflow_id: str) -> str:
+    """The sheet page of a run on the view at ``base_url`` (for the CLI's output and
+    a play's Temporal UI details): ids only, never a row."""
+    return f"{base_url.rstrip('/')}/sheet?{urlencode({'id': workflow_id})}"

@@ -1,0 +1,237 @@
+"""``playline ui`` in a real headless Chromium, over a real Temporal, store and provider.
+
+One waterfall play with a credit cap runs against the provider server; the sheet view
+(the app ``playline ui`` serves, on a real port) is read in Debian's Chromium as a
+user would: the runs list shows the play running and held at its budget, its sheet
+says why, raising the budget from the page lets it finish (every row once, the
+provider's ledger equal to the credits the page shows), the sheet filled in
+meanwhile, a waterfall cell's provenance lists each step, filtering by "no match"
+shows exactly those rows, and a request from another address without the token is
+refused. Chromium is driven as in ``test_ui.py`` (``executable_path``, offline flags).
+Screenshots go to ``test-artifacts/webview/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import re
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from playline.cli.ui import serving, sheet_view_running, ui_app
+from playline.config import Settings
+from playline.contract import PlayRunResult, RunOptions
+from playline.sockets import free_port
+from playline.stores.backends import open_stores
+from playline.webview.outcomes import cell_outcome
+from playline.worker import connect
+from tests.conftest import REPO, new_id
+from tests.e2e.test_budgets import waiting_state
+from tests.e2e.test_crash_recovery import first_rows
+from tests.e2e.test_ui import CHROMIUM, CHROMIUM_FLAGS, wait_for_texts
+from tests.pg import pg_schema
+
+playwright = pytest.importorskip("playwright.async_api")
+
+ARTIFACTS = REPO / "test-artifacts" / "webview"
+ROWS = 30
+TOKEN = "e2e-token"
+#: credits the run may spend before it is held: some rows, not all
+CAP = 40
+
+
+def outside_address() -> str | None:
+    """This machine's address on a non-loopback interface (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.254", 9))
+        except OSError:
+            return None
+        address: str = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+@pytest.fixture
+async def browser(tmp_path: Path) -> AsyncIterator[Any]:
+    async with playwright.async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            viewport={"width": 1400, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            await context.close()
+
+
+async def shoot(page: Any, name: str, height: int = 560) -> None:
+    """The top of the page (the README's pictures are these, copied into docs/webview/)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    clip = {"x": 0, "y": 0, "width": 1400, "height": height}
+    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), clip=clip)
+
+
+async def shown_seqs(page: Any) -> list[int]:
+    return [
+        int(s)
+        for s in await page.locator("#sheet tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.seq)"
+        )
+    ]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def store_url(request: Any) -> AsyncIterator[str | None]:
+    """The workers' store: SQLite in the test's home, or a PostgreSQL schema of its own."""
+    if request.param == "sqlite":
+        yield None
+        return
+    async with pg_schema() as url:
+        yield url
+
+
+async def test_the_sheet_view_follows_a_held_run_to_its_end(
+    client, provider, worker, task_queue, home, tmp_path, browser, store_url
+) -> None:
+    provider.configure(latency_ms=[20, 40])
+    csv_path = first_rows(ROWS, tmp_path / "leads.csv")
+    play_id = new_id("sheet")
+    async with worker(store_url=store_url):
+        handle = await client.start_workflow(
+            "t_waterfall",
+            args=[{"csv_path": str(csv_path)}, RunOptions(max_credits=CAP, chunk_size=5)],
+            id=play_id,
+            task_queue=task_queue,
+            result_type=PlayRunResult,
+        )
+        await waiting_state(handle)
+        settings = Settings.from_env(
+            home=home,
+            temporal_address=client.service_client.config.target_host,
+            store_url=store_url,
+        )
+        view_client = await connect(settings=settings)
+        port = free_port("0.0.0.0")
+        outside = outside_address()
+        app = ui_app(
+            view_client, settings, token=TOKEN, host="0.0.0.0", extra_hosts=[outside or ""]
+        )
+        async with serving(app, "0.0.0.0", port):
+            base = f"http://127.0.0.1:{port}"
+            page = await browser.new_page()
+
+            # The runs list: the play, running and held at its budget.
+            await page.goto(base + "/")
+            runs = await wait_for_texts(page, play_id, "t_waterfall", "budget:")
+            assert "waiting" in runs
+            await shoot(page, "runs")
+
+            # Its sheet: why it waits, the rows done so far, the others held.
+            await page.get_by_role("link", name=play_id).click()
+            await wait_for_texts(page, "budget:", "--add N", "held at budget")
+            held_done = await page.locator("#sheet td.status-done").count()
+            assert 0 < held_done < ROWS
+            await shoot(page, "sheet-held")
+
+            # Its charts: the spend so far against the cap it is held at.
+            await page.locator("#charts-link").click()
+            await wait_for_texts(page, "Spend over time", f"cap {CAP}", "mailfox_email")
+            await shoot(page, "charts-held")
+            await page.go_back()
+
+            # Raise the budget from the page: the CLI's own line answers.
+            await page.fill("input[name=add]", "100000")
+            await page.get_by_role("button", name="raise budget").click()
+            said = await page.locator("#said").inner_text()
+            assert re.search(rf"{play_id}: budget {100000 + CAP} credits, [\d.]+ spent", said), said
+            result = await asyncio.wait_for(handle.result(), 120)
+            assert result.stats.rows_ok == ROWS
+
+            # The sheet filled in: every row done, once; the credits are the ledger's.
+            await page.goto(f"{base}/sheet?id={play_id}")
+            await wait_for_texts(page, "completed")
+            assert await page.locator("#sheet td.status-done").count() == ROWS
+            assert sorted(await shown_seqs(page)) == list(range(ROWS))
+            ledger = provider.ledger()
+            shown = float(await page.locator("#credits").inner_text())
+            assert shown == pytest.approx(ledger["credits"], abs=1e-9)
+            assert shown == pytest.approx(result.stats.credits, abs=1e-9)
+
+            # Its export, as `runs export --provenance` writes it.
+            async with page.expect_download() as download:
+                await page.get_by_role("link", name="CSV with provenance").click()
+            saved = tmp_path / "export.csv"
+            await (await download.value).save_as(saved)
+            with saved.open(newline="") as handle:
+                exported = list(csv.DictReader(handle))
+            assert len(exported) == ROWS
+            assert "verified_email__source" in exported[0]
+
+            # The charts of the finished run: each provider's account.
+            await page.goto(f"{base}/charts?id={play_id}")
+            await wait_for_texts(page, "Providers", "prospectr", "receipt hits")
+            await shoot(page, "charts", height=900)
+            await page.goto(f"{base}/sheet?id={play_id}")
+
+            # What the store holds, to check the page against.
+            run_ref = result.datasets[0].run_ref
+            async with await open_stores(settings, create=False) as stores:
+                rows = await stores.sheet.read_run_rows(run_ref, 0, ROWS)
+            no_match = [
+                r.seq
+                for r in rows
+                if cell_outcome(r.status, (r.provenance or {}).get("verified_email"), None)
+                == "no_match"
+            ]
+            with_steps = next(
+                r
+                for r in rows
+                if len((r.provenance or {}).get("verified_email", {}).get("steps") or []) > 1
+            )
+
+            # A waterfall cell's provenance: each step with its outcome and cost.
+            cell = page.locator(
+                f'#sheet tr[data-seq="{with_steps.seq}"] td[data-column="verified_email"] a'
+            )
+            await cell.click()
+            await page.locator("#provenance").wait_for()
+            table = page.locator("#steps tbody tr")
+            steps = with_steps.provenance["verified_email"]["steps"]  # type: ignore[index]
+            assert await table.count() == len(steps)
+            for i, step in enumerate(steps):
+                cells = await table.nth(i).locator("td").all_inner_texts()
+                assert cells[1] == step["tool"], cells
+                assert cells[3].split("\n")[0] == step["outcome"], cells
+                assert float(cells[4]) == pytest.approx(step["credits"]), cells
+            await shoot(page, "sheet-provenance", height=760)
+
+            # Filtering by "no match": exactly those rows.
+            await page.goto(f"{base}/sheet?id={play_id}")
+            await page.select_option("#outcome-filter select[name=outcome]", "no_match")
+            await page.select_option("#outcome-filter select[name=ocol]", "verified_email")
+            await page.locator("#outcome-filter button").click()
+            await page.locator("#matching").wait_for()
+            assert await shown_seqs(page) == no_match
+            assert int(await page.locator("#matching").inner_text()) == len(no_match)
+
+            # From another address, no token: refused; with it, the page.
+            if outside is not None:
+                far = await page.goto(f"http://{outside}:{port}/")
+                assert far is not None and far.status == 401
+                far = await page.goto(f"http://{outside}:{port}/?token={TOKEN}")
+                assert far is not None and far.status == 200
+                assert TOKEN not in page.url
+
+    # As `playline dev` would run it beside its stack: loopback, the same pages.
+    async with sheet_view_running(settings, free_port(), client=view_client) as url:
+        assert url.startswith("http://127.0.0.1:")
+        await page.goto(url + "/")
+        await wait_for_texts(page, play_id, "completed")
