@@ -159,11 +159,24 @@ class ToolContract(_Strict):
         return "batch" if self.batch else "job" if self.job else "single"
 
 
+class BalanceContract(_Strict):
+    """A provider's documented balance (or usage) endpoint and its example answer."""
+
+    source: str
+    method: Literal["GET", "POST"] = "GET"
+    path: str
+    auth: Auth
+    answer: Response
+    #: the figure the preset's ``balance`` must read from the answer
+    value: float
+
+
 class Contract(_Strict):
     provider: str
     source: str
     base_url: str
     tools: dict[str, ToolContract]
+    balance: BalanceContract | None = None
 
 
 @cache

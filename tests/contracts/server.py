@@ -21,7 +21,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.contracts.contract import Answer, Items, Response, Shape, ToolContract, contracts
+from tests.contracts.contract import (
+    Answer,
+    BalanceContract,
+    Items,
+    Response,
+    Shape,
+    ToolContract,
+    contracts,
+)
 
 #: The API key the harness gives every provider: ``contract-key-<provider>``.
 KEY_PREFIX = "contract-key-"
@@ -54,6 +62,8 @@ class ContractServer:
         self._lock = threading.Lock()
         self._scenarios: dict[str, dict[str, _Scenario]] = {}  # provider -> tool -> answer
         self.violations: list[str] = []
+        #: the providers whose documented balance endpoint was read, in order
+        self.balance_reads: list[str] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -127,8 +137,14 @@ class ContractServer:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length) if length else b""
         with self._lock:
+            balance = _balance_of(provider, method, path)
             scenario = self._scenario(provider, method, path)
-            if scenario is None:
+            if balance is not None:
+                problems = _auth_problems(balance, provider, dict(handler.headers), query)
+                self.violations += [f"{provider} balance {method} {path}: {p}" for p in problems]
+                self.balance_reads.append(provider)
+                response = balance.answer
+            elif scenario is None:
                 self.violations.append(f"{method} {split.path}: no documented endpoint answers")
                 response = Response(status=404, body='{"detail": "Not Found"}')
             else:
@@ -225,8 +241,22 @@ def _strings(value: Any) -> set[str]:
     return set()
 
 
+def _balance_of(provider: str, method: str, path: str) -> BalanceContract | None:
+    """The provider's documented balance endpoint, when ``method path`` is it."""
+    for contract in contracts().values():
+        balance = contract.balance
+        if contract.provider != provider or balance is None:
+            continue
+        if (balance.method, balance.path) == (method, path):
+            return balance
+    return None
+
+
 def _auth_problems(
-    tool: ToolContract, provider: str, headers: dict[str, str], query: dict[str, str]
+    tool: ToolContract | BalanceContract,
+    provider: str,
+    headers: dict[str, str],
+    query: dict[str, str],
 ) -> list[str]:
     key = KEY_PREFIX + provider
     if tool.auth.query is not None:

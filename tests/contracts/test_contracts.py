@@ -16,10 +16,12 @@ import pytest
 
 from playline.calls.catalog import Catalog
 from playline.calls.http import ProviderClient
+from playline.reconcile.read import read_balance
 from tests.contracts.calls import call
 from tests.contracts.contract import (
     cases,
     contract_of,
+    contracts,
     preset_catalog,
     preset_tools,
     tool_contracts,
@@ -125,3 +127,28 @@ async def test_a_documented_answer_through_playlines_call(
                 assert tool.get(result, name) is None, name
     if answer.credits is not None:
         assert observed.credits == pytest.approx(answer.credits)
+
+
+def test_every_preset_balance_is_documented() -> None:
+    declared = {n for n, p in preset_catalog().providers.items() if p.balance is not None}
+    documented = {c.provider for c in contracts().values() if c.balance is not None}
+    assert declared == documented, "a preset's balance endpoint needs its contract's [balance]"
+
+
+@pytest.mark.parametrize(
+    "provider", sorted(c.provider for c in contracts().values() if c.balance is not None)
+)
+async def test_a_preset_balance_reads_the_documented_figure(
+    server: ContractServer, provider: str
+) -> None:
+    catalog = preset_catalog()
+    spec = catalog.providers[provider]
+    [documented] = [c.balance for c in contracts().values() if c.provider == provider]
+    assert documented is not None and spec.balance is not None
+    assert (spec.balance.method, spec.balance.path) == (documented.method, documented.path)
+    before = len(server.violations)
+    async with httpx.AsyncClient() as http:
+        figure = await read_balance(http, provider, spec, environ_for(server, catalog))
+    assert figure == documented.value
+    assert server.violations[before:] == []
+    assert provider in server.balance_reads
