@@ -709,8 +709,11 @@ class SyncSummary(BaseModel):
     unchanged: int = 0
     skipped_by_policy: int = 0
     rejected: int = 0
+    #: rows that make no record: failed, not done, without an id, a repeated id
     not_written: int = 0
+    #: fields sent (``if_blank`` ones the destination kept are not counted)
     fields_written: int = 0
+    #: HTTP requests (a CRM) or transactions (PostgreSQL) sent by this sync
     requests: int = 0
     #: why the destination parked the sync (its daily limit), ``None`` when it did not
     parked: str | None = None

@@ -17,10 +17,7 @@ from temporalio.exceptions import ApplicationError
 from playline.contract import SyncInput, SyncSummary
 from playline.errors import PlaylineError
 from playline.services import HolderActivities
-from playline.sinks.engine import sync_run
-from playline.sinks.open import open_destination, sync_mapping
-from playline.sinks.spec import HubSpotSinkSpec, SalesforceSinkSpec
-from playline.stores.sync_ledger import open_sync_ledger
+from playline.sinks.open import find_sink, sync_mapping, sync_sink
 
 #: How often the activity heartbeats while a sync runs (429s may be waited out), at
 #: most: a third of the batch lease when that is shorter.
@@ -32,14 +29,8 @@ class SyncActivities(HolderActivities):
     async def sync_dataset(self, input: SyncInput) -> SyncSummary:
         """Write the run's changed records to the sink; counts, or ``parked``."""
         services = self._holder.services
-        spec = services.catalog.sinks.get(input.sink)
-        if spec is None:
-            declared = ", ".join(sorted(services.catalog.sinks)) or "none"
-            raise ApplicationError(
-                f"unknown sink {input.sink!r}; the catalog declares: {declared}",
-                non_retryable=True,
-            )
         try:
+            spec = find_sink(services.catalog.sinks, input.sink)
             mapping = sync_mapping(
                 input.sink,
                 spec,
@@ -49,56 +40,23 @@ class SyncActivities(HolderActivities):
             )
         except PlaylineError as err:
             raise ApplicationError(str(err), non_retryable=True) from None
-        provider = (
-            services.catalog.providers.get(spec.provider)
-            if isinstance(spec, HubSpotSinkSpec | SalesforceSinkSpec)
-            else None
-        )
         beat = asyncio.create_task(_beat(min(BEAT_S, input.lease_ttl_s / 3)))
         try:
-            destination, close = await open_destination(
-                input.sink,
+            report = await sync_sink(
+                input,
                 spec,
-                provider=provider,
-                environ=services.settings.environ,
+                mapping,
+                settings=services.settings,
+                providers=services.catalog.providers,
                 http=services.http,
                 pacer=services.governor,
-                fields=mapping.destination_fields(),
-                patience_s=input.patience_s,
+                stores=services,
             )
-            ledger, close_ledger = await open_sync_ledger(services.settings)
-            try:
-                report = await sync_run(
-                    sink=input.sink,
-                    run_ref=input.run_ref,
-                    mapping=mapping,
-                    sheet=services.sheet,
-                    ledger=ledger,
-                    receipts=services.receipts,
-                    destination=destination,
-                    lease_ttl_s=input.lease_ttl_s,
-                )
-            finally:
-                await close_ledger()
-                await close()
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
-        return SyncSummary(
-            sink=input.sink,
-            created=report.created,
-            updated=report.updated,
-            unchanged=report.unchanged,
-            skipped_by_policy=report.skipped_by_policy,
-            rejected=report.rejected,
-            not_written=report.not_written,
-            fields_written=report.fields_written,
-            requests=report.requests,
-            parked=report.parked,
-            left=report.left,
-            retry_at=report.parked_until,
-        )
+        return report.summary()
 
 
 async def _beat(every_s: float) -> None:

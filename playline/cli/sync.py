@@ -27,17 +27,13 @@ from playline.calls.transport import make_http_client
 from playline.cli.render import out
 from playline.client import not_found_as
 from playline.config import Settings
-from playline.contract import PlayRunResult
+from playline.contract import PlayRunResult, SyncInput
 from playline.errors import PlaylineError
 from playline.package_data import DEMO_CATALOG
 from playline.services import open_governor
-from playline.sinks.destination import Destination
-from playline.sinks.engine import SyncReport, sync_run
-from playline.sinks.open import open_destination, sync_mapping
-from playline.sinks.plan import SyncMapping
-from playline.sinks.spec import HubSpotSinkSpec, PostgresSinkSpec, SalesforceSinkSpec
+from playline.sinks.engine import SyncReport
+from playline.sinks.open import find_sink, sync_mapping, sync_sink
 from playline.stores.backends import open_stores
-from playline.stores.sync_ledger import open_sync_ledger
 from playline.worker import connect
 from playline.workflows.context import RUN_REFS_MEMO
 
@@ -93,32 +89,42 @@ def add_sync_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None])
 
 async def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
     catalog = Catalog.from_toml(settings.catalog_path or DEMO_CATALOG)
-    spec = catalog.sinks.get(args.sink)
-    if spec is None:
-        declared = ", ".join(sorted(catalog.sinks)) or "none"
-        raise PlaylineError(f"unknown sink {args.sink!r}; the catalog declares: {declared}")
-    mapping = _mapping(spec, args)
-    run_ref = await _run_ref(args.id, settings)
+    spec = find_sink(catalog.sinks, args.sink)
+    extra = _pairs(args.map, "--map takes COLUMN=FIELD", need_value=True)
+    policies = _pairs(args.policy, "--policy takes FIELD=always|if_blank|if_verified")
+    mapping = sync_mapping(
+        args.sink, spec, extra_map=extra, id_column=args.id_column, policies=policies
+    )
+    if args.lease_ttl <= 0:
+        raise PlaylineError(f"--lease-ttl takes seconds above 0, not {args.lease_ttl:g}")
+    request = SyncInput(
+        run_ref=await _run_ref(args.id, settings),
+        sink=args.sink,
+        map=extra,
+        id_column=args.id_column,
+        policies=policies,
+        patience_s=args.patience,
+        lease_ttl_s=args.lease_ttl,
+    )
     async with await open_stores(settings, create=False) as stores:
-        ledger, close_ledger = await open_sync_ledger(settings)
+        governor, fleet = await open_governor(settings, catalog)
         try:
-            destination, close = await _destination(spec, catalog, settings, args, mapping)
-            try:
-                report = await sync_run(
-                    sink=args.sink,
-                    run_ref=run_ref,
-                    mapping=mapping,
-                    sheet=stores.sheet,
-                    ledger=ledger,
-                    receipts=stores.receipts,
-                    destination=destination,
+            async with make_http_client(transport=settings.http_transport) as http:
+                report = await sync_sink(
+                    request,
+                    spec,
+                    mapping,
+                    settings=settings,
+                    providers=catalog.providers,
+                    http=http,
+                    pacer=governor,
+                    stores=stores,
                     dry_run=args.dry_run,
-                    lease_ttl_s=args.lease_ttl,
                 )
-            finally:
-                await close()
         finally:
-            await close_ledger()
+            await governor.aclose()
+            if fleet is not None:
+                await fleet.aclose()
     if args.json:
         print(json.dumps(report.as_json(), default=str), flush=True)
     else:
@@ -126,24 +132,15 @@ async def cmd_sync(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_PARKED if report.parked else 0
 
 
-def _mapping(
-    spec: HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec, args: argparse.Namespace
-) -> SyncMapping:
-    extra: dict[str, str] = {}
-    for item in args.map:
-        column, sep, name = item.partition("=")
-        if not sep or not column.strip() or not name.strip():
-            raise PlaylineError(f"--map takes COLUMN=FIELD, not {item!r}")
-        extra[column.strip()] = name.strip()
-    policies: dict[str, str] = {}
-    for item in args.policy:
-        name, sep, policy = item.partition("=")
-        if not sep or not name.strip():
-            raise PlaylineError(f"--policy takes FIELD=always|if_blank|if_verified, not {item!r}")
-        policies[name.strip()] = policy.strip()
-    return sync_mapping(
-        args.sink, spec, extra_map=extra, id_column=args.id_column, policies=policies
-    )
+def _pairs(items: list[str], usage: str, *, need_value: bool = False) -> dict[str, str]:
+    """``NAME=VALUE`` arguments as a dict (names and values stripped)."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or (need_value and not value.strip()):
+            raise PlaylineError(f"{usage}, not {item!r}")
+        pairs[name.strip()] = value.strip()
+    return pairs
 
 
 async def _run_ref(run_id: str, settings: Settings) -> str:
@@ -164,52 +161,6 @@ async def _run_ref(run_id: str, settings: Settings) -> str:
     if not refs:
         raise PlaylineError(f"run {run_id} has no dataset run to sync")
     return refs[-1]
-
-
-async def _destination(
-    spec: HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec,
-    catalog: Catalog,
-    settings: Settings,
-    args: argparse.Namespace,
-    mapping: SyncMapping,
-) -> tuple[Destination, Callable[[], Any]]:
-    """The destination, with an HTTP client of this command's own and a governor
-    (fleet-wide with a PostgreSQL store: the CRM's limits are shared with the workers)."""
-    governor, fleet = await open_governor(settings, catalog)
-    http = make_http_client(transport=settings.http_transport)
-
-    async def close_pacing() -> None:
-        await http.aclose()
-        await governor.aclose()
-        if fleet is not None:
-            await fleet.aclose()
-
-    provider = (
-        catalog.providers.get(spec.provider)
-        if isinstance(spec, HubSpotSinkSpec | SalesforceSinkSpec)
-        else None
-    )
-    try:
-        destination, close_destination = await open_destination(
-            args.sink,
-            spec,
-            provider=provider,
-            environ=settings.environ,
-            http=http,
-            pacer=governor,
-            fields=mapping.destination_fields(),
-            patience_s=args.patience,
-            need_token=not args.dry_run,
-        )
-    except BaseException:
-        await close_pacing()
-        raise
-
-    async def close() -> None:
-        await close_destination()
-        await close_pacing()
-
-    return destination, close
 
 
 def _print(report: SyncReport) -> None:

@@ -29,9 +29,11 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import Field
+
+from playline.contract import SyncSummary
 from playline.errors import PlaylineError
 from playline.sinks.destination import (
     CREATED,
@@ -61,42 +63,31 @@ LEASE_TTL_S = 60.0
 BATCH_VERSION = "1"
 
 
-@dataclass
-class SyncReport:
-    """What one sync did (or, dry, would do)."""
+class SyncReport(SyncSummary):
+    """What one sync did (or, dry, would do): the counts a play step gets
+    (:class:`~playline.contract.SyncSummary`), and what stays out of workflow history
+    (record ids, the destination's reasons, the dry run's verdicts)."""
 
-    sink: str
     run_ref: str
     dry_run: bool = False
-    created: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    skipped_by_policy: int = 0
-    rejected: int = 0
-    #: rows that make no record: failed, not done, without an id, a repeated id
-    not_written: int = 0
-    #: fields sent (``if_blank`` ones the destination kept are not counted)
-    fields_written: int = 0
-    #: HTTP requests (HubSpot) or transactions (PostgreSQL) sent by this sync
-    requests: int = 0
     #: batches whose answer a receipt already held (acknowledged before a crash)
     batches_reused: int = 0
     #: batches a killed sync had sent without recording the answer, sent again
     batches_resent: int = 0
-    rejections: list[dict[str, str]] = field(default_factory=list)
-    not_written_reasons: dict[str, int] = field(default_factory=dict)
-    #: the records the sync did not reach because the destination parked it
-    parked: str | None = None
-    #: when the destination said it takes more (epoch seconds), if it said
-    parked_until: float | None = None
-    left: int = 0
+    rejections: list[dict[str, str]] = Field(default_factory=list)
+    not_written_reasons: dict[str, int] = Field(default_factory=dict)
     #: dry run: per record, per field, the verdict
-    plans: list[dict[str, Any]] = field(default_factory=list)
+    plans: list[dict[str, Any]] = Field(default_factory=list)
+
+    def summary(self) -> SyncSummary:
+        """The counts alone, for workflow history."""
+        return SyncSummary.model_validate(self.model_dump(include=set(SyncSummary.model_fields)))
 
     def as_json(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k != "plans"}
-        if self.dry_run:
-            data["plans"] = self.plans
+        """The report ``playline sync --json`` prints (the verdicts on a dry run only)."""
+        data = self.model_dump(exclude=set() if self.dry_run else {"plans"})
+        # The command's JSON named it so before the summary's field existed.
+        data["parked_until"] = data.pop("retry_at")
         return data
 
 
@@ -185,7 +176,7 @@ async def sync_run(
             )
         except SinkParked as parked:
             report.parked = str(parked)
-            report.parked_until = parked.until_wall
+            report.retry_at = parked.until_wall
             report.left = len(pending) - start
             break
         await ledger.record(sink, [_written(o) for o in outcomes if o.status != REJECTED])

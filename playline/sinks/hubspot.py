@@ -22,25 +22,14 @@ sync at once: :class:`~playline.sinks.destination.SinkParked`.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx
-
 from playline.errors import PlaylineError
 from playline.pacing.headers import QuotaReport, RateLimitReport, parse_retry_after
-from playline.pacing.pacer import KeyBlocked, Pacer
-from playline.sinks.destination import (
-    CREATED,
-    KEPT,
-    REJECTED,
-    UPDATED,
-    RecordOutcome,
-    SinkParked,
-    SinkUnavailable,
-)
+from playline.sinks.crm import CrmDestination
+from playline.sinks.destination import CREATED, KEPT, REJECTED, UPDATED, RecordOutcome
 from playline.sinks.plan import RecordPlan, cell_text
 from playline.sinks.spec import HubSpotSinkSpec
 
@@ -48,8 +37,6 @@ __all__ = ["HubSpotDestination", "hubspot_rate_report", "read_body", "upsert_bod
 
 #: A 429's ``policyName`` when the account's daily limit is spent.
 DAILY_POLICY = "DAILY"
-#: Transient failures (5xx, the connection) tried again before the batch is given up.
-TRANSIENT_TRIES = 4
 
 
 def upsert_body(
@@ -102,32 +89,24 @@ def _number(value: str | None) -> float | None:
         return None
 
 
-class HubSpotDestination:
-    """See the module docstring. ``token`` is sent, never logged nor stored."""
+class HubSpotDestination(CrmDestination[HubSpotSinkSpec]):
+    """See the module docstring."""
 
-    def __init__(
-        self,
-        spec: HubSpotSinkSpec,
-        *,
-        base_url: str,
-        token: str,
-        http: httpx.AsyncClient,
-        pacer: Pacer,
-        pacing_key: str,
-        timeout_s: float = 30.0,
-        patience_s: float = 300.0,
-    ) -> None:
-        self.spec = spec
-        self.max_batch = spec.max_batch
-        self.scope = f"hubspot:{base_url}:{spec.object_type}:{spec.id_property}"
-        self.requests = 0
-        self._base_url = base_url.rstrip("/")
-        self._token = token
-        self._http = http
-        self._pacer = pacer
-        self._key = pacing_key
-        self._timeout_s = timeout_s
-        self._patience_s = patience_s
+    service = "HubSpot"
+
+    def _scope(self, base_url: str) -> str:
+        return f"hubspot:{base_url}:{self.spec.object_type}:{self.spec.id_property}"
+
+    def _rate_report(self, headers: Mapping[str, str]) -> RateLimitReport:
+        return hubspot_rate_report(headers, now_wall=time.time())
+
+    def _spent(self, status: int, answer: Any) -> str | None:
+        if status == 429 and isinstance(answer, dict) and answer.get("policyName") == DAILY_POLICY:
+            return (
+                "HubSpot's daily API limit is spent; sync again after it resets "
+                "(midnight in the account's time zone)"
+            )
+        return None
 
     async def write(
         self, batch: Sequence[RecordPlan], *, resent: bool = False
@@ -172,8 +151,8 @@ class HubSpotDestination:
                 outcomes[position] = RecordOutcome(plan.record, KEPT, kept=kept)
         if sent:
             body = upsert_body(self.spec, [(plan.record, props) for _, plan, props, _ in sent])
-            status, answer = await self._post(
-                f"/crm/v3/objects/{self.spec.object_type}/batch/upsert", body
+            status, answer = await self._send(
+                "POST", f"/crm/v3/objects/{self.spec.object_type}/batch/upsert", body
             )
             for index, outcome in enumerate(self._map_upsert(status, answer, sent)):
                 outcomes[sent[index][0]] = outcome
@@ -241,8 +220,8 @@ class HubSpotDestination:
             {name for plan in asking for name in (plan.writes if every_field else plan.if_blank)}
         )
         body = read_body(self.spec, [plan.record for plan in asking], fields)
-        status, answer = await self._post(
-            f"/crm/v3/objects/{self.spec.object_type}/batch/read", body
+        status, answer = await self._send(
+            "POST", f"/crm/v3/objects/{self.spec.object_type}/batch/read", body
         )
         if status not in (200, 207) or not isinstance(answer, dict):
             raise PlaylineError(
@@ -256,78 +235,6 @@ class HubSpotDestination:
             if value is not None:
                 found[str(value).casefold()] = properties
         return found
-
-    async def _post(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
-        """One request through the governor; 429s waited out within the patience,
-        transient failures tried again. Returns the final status and JSON body."""
-        try:
-            return await self._paced_post(path, body)
-        except KeyBlocked as blocked:
-            raise SinkParked(
-                f"HubSpot's pacing key {self._key} is blocked past the sync's patience; "
-                "sync again later",
-                until_wall=blocked.until_wall,
-            ) from None
-
-    async def _paced_post(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
-        deadline = time.monotonic() + self._patience_s
-        failures = 0
-        while True:
-            remaining = deadline - time.monotonic()
-            async with self._pacer.permit([self._key], park_after_s=max(remaining, 0.0)) as permit:
-                started = time.monotonic()
-                try:
-                    self.requests += 1
-                    response = await self._http.post(
-                        self._base_url + path,
-                        json=body,
-                        headers={"Authorization": f"Bearer {self._token}"},
-                        timeout=self._timeout_s,
-                    )
-                except httpx.HTTPError as err:
-                    permit.record_failure(time.monotonic() - started)
-                    failures += 1
-                    if failures >= TRANSIENT_TRIES:
-                        raise SinkUnavailable(
-                            f"HubSpot unreachable after {failures} tries: {type(err).__name__}"
-                        ) from None
-                    await asyncio.sleep(min(2.0**failures, 10.0))
-                    continue
-                latency = time.monotonic() - started
-                report = hubspot_rate_report(response.headers, now_wall=time.time())
-                permit.observe(report)
-                answer = _json(response)
-                if response.status_code == 429:
-                    permit.record_rate_limited(report.retry_after_s)
-                    if isinstance(answer, dict) and answer.get("policyName") == DAILY_POLICY:
-                        raise SinkParked(
-                            "HubSpot's daily API limit is spent; sync again after it resets "
-                            "(midnight in the account's time zone)"
-                        )
-                    if time.monotonic() >= deadline:
-                        raise SinkParked(
-                            f"HubSpot kept answering 429 for {self._patience_s:.0f} s; sync again"
-                        )
-                    continue
-                if response.status_code >= 500:
-                    permit.record_failure(latency)
-                    failures += 1
-                    if failures >= TRANSIENT_TRIES:
-                        return response.status_code, answer
-                    await asyncio.sleep(min(2.0**failures, 10.0))
-                    continue
-                permit.record_success(latency)
-                return response.status_code, answer
-
-    async def close(self) -> None:
-        return None
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None
 
 
 def _message(answer: Any) -> str | None:

@@ -1,5 +1,6 @@
-"""A sink made ready to sync: its mapping (the catalog's, plus the caller's) and its
-destination, for the command line and the play step alike.
+"""A sink made ready to sync, and synced: its mapping (the catalog's, plus the
+caller's), its destination and the sync ledger, for the command line and the play
+step alike (:func:`sync_sink`).
 
 The catalog's provider entry is read through :class:`ProviderLike` (what a
 ``ProviderSpec`` offers), so this room needs nothing of the call path.
@@ -8,13 +9,17 @@ The catalog's provider entry is read through :class:`ProviderLike` (what a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
+from playline.config import Settings
+from playline.contract import SyncInput
 from playline.errors import PlaylineError
 from playline.pacing.pacer import Pacer
+from playline.sinks.crm import CrmDestination
 from playline.sinks.destination import Destination
+from playline.sinks.engine import SyncReport, sync_run
 from playline.sinks.hubspot import HubSpotDestination
 from playline.sinks.plan import SyncMapping
 from playline.sinks.postgres import PostgresDestination
@@ -25,11 +30,31 @@ from playline.sinks.spec import (
     PostgresSinkSpec,
     SalesforceSinkSpec,
 )
+from playline.stores.receipts import ReceiptStore
+from playline.stores.sheet import SheetStore
+from playline.stores.sync_ledger import open_sync_ledger
 
-__all__ = ["POLICIES", "ProviderLike", "open_destination", "sync_mapping"]
+__all__ = [
+    "POLICIES",
+    "ProviderLike",
+    "RunStores",
+    "find_sink",
+    "open_destination",
+    "sync_mapping",
+    "sync_sink",
+]
 
 #: The overwrite policies, by name.
 POLICIES: tuple[FieldPolicy, ...] = ("always", "if_blank", "if_verified")
+
+#: A sink of any kind, as the catalog holds it.
+AnySinkSpec = HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec
+
+#: The CRM destinations, by sink kind.
+CRM_DESTINATIONS: dict[str, type[CrmDestination[Any]]] = {
+    "hubspot": HubSpotDestination,
+    "salesforce": SalesforceDestination,
+}
 
 
 class ProviderLike(Protocol):
@@ -43,9 +68,20 @@ class ProviderLike(Protocol):
     def resolved_base_url(self, environ: Mapping[str, str]) -> str: ...
 
 
+class RunStores(Protocol):
+    """Where a sync reads the run's rows and keeps its batches' receipts (a worker's
+    ``Services`` and the command line's ``Stores`` both have them)."""
+
+    @property
+    def sheet(self) -> SheetStore: ...
+
+    @property
+    def receipts(self) -> ReceiptStore: ...
+
+
 def sync_mapping(
     name: str,
-    spec: HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec,
+    spec: AnySinkSpec,
     *,
     extra_map: Mapping[str, str] | None = None,
     id_column: str | None = None,
@@ -78,11 +114,20 @@ def sync_mapping(
     return SyncMapping(column, fields, chosen, spec.verified, spec.provenance_fields)
 
 
+def find_sink(sinks: Mapping[str, AnySinkSpec], name: str) -> AnySinkSpec:
+    """The catalog's sink ``name``; unknown, an error naming the ones it declares."""
+    spec = sinks.get(name)
+    if spec is None:
+        declared = ", ".join(sorted(sinks)) or "none"
+        raise PlaylineError(f"unknown sink {name!r}; the catalog declares: {declared}")
+    return spec
+
+
 async def open_destination(
     name: str,
-    spec: HubSpotSinkSpec | SalesforceSinkSpec | PostgresSinkSpec,
+    spec: AnySinkSpec,
     *,
-    provider: ProviderLike | None,
+    providers: Mapping[str, ProviderLike],
     environ: Mapping[str, str],
     http: httpx.AsyncClient,
     pacer: Pacer,
@@ -91,8 +136,9 @@ async def open_destination(
     need_token: bool = True,
 ) -> tuple[Destination, Callable[[], Awaitable[None]]]:
     """The sink's destination, and what closes what it opened (not ``http`` nor
-    ``pacer``: the caller's)."""
+    ``pacer``: the caller's). A CRM's provider is looked up in ``providers``."""
     if isinstance(spec, HubSpotSinkSpec | SalesforceSinkSpec):
+        provider = providers.get(spec.provider)
         if provider is None:
             raise PlaylineError(f"sink {name!r} names provider {spec.provider!r}, unknown")
         envs = provider.key_envs()
@@ -101,19 +147,7 @@ async def open_destination(
             raise PlaylineError(
                 f"sink {name!r} needs a token: set ${envs[0] if envs else 'its auth.env'}"
             )
-        if isinstance(spec, SalesforceSinkSpec):
-            salesforce = SalesforceDestination(
-                spec,
-                base_url=provider.resolved_base_url(environ),
-                token=token,
-                http=http,
-                pacer=pacer,
-                pacing_key=spec.provider,
-                timeout_s=provider.timeout_s,
-                patience_s=patience_s,
-            )
-            return salesforce, salesforce.close
-        hubspot = HubSpotDestination(
+        crm = CRM_DESTINATIONS[spec.kind](
             spec,
             base_url=provider.resolved_base_url(environ),
             token=token,
@@ -123,7 +157,7 @@ async def open_destination(
             timeout_s=provider.timeout_s,
             patience_s=patience_s,
         )
-        return hubspot, hubspot.close
+        return crm, crm.close
     from playline.db.postgres import PostgresPool
     from playline.db.urls import redact_url
 
@@ -138,3 +172,50 @@ async def open_destination(
         await pool.close()
         raise
     return table, pool.close
+
+
+async def sync_sink(
+    request: SyncInput,
+    spec: AnySinkSpec,
+    mapping: SyncMapping,
+    *,
+    settings: Settings,
+    providers: Mapping[str, ProviderLike],
+    http: httpx.AsyncClient,
+    pacer: Pacer,
+    stores: RunStores,
+    dry_run: bool = False,
+) -> SyncReport:
+    """One sync of ``request`` (:func:`~playline.sinks.engine.sync_run`) with its
+    destination and the sync ledger opened for it and closed after. ``mapping`` is
+    the request's, made by :func:`sync_mapping` (the caller checks it before opening
+    anything). A dry run needs no token: it sends nothing."""
+    destination, close = await open_destination(
+        request.sink,
+        spec,
+        providers=providers,
+        environ=settings.environ,
+        http=http,
+        pacer=pacer,
+        fields=mapping.destination_fields(),
+        patience_s=request.patience_s,
+        need_token=not dry_run,
+    )
+    try:
+        ledger, close_ledger = await open_sync_ledger(settings)
+        try:
+            return await sync_run(
+                sink=request.sink,
+                run_ref=request.run_ref,
+                mapping=mapping,
+                sheet=stores.sheet,
+                ledger=ledger,
+                receipts=stores.receipts,
+                destination=destination,
+                dry_run=dry_run,
+                lease_ttl_s=request.lease_ttl_s,
+            )
+        finally:
+            await close_ledger()
+    finally:
+        await close()

@@ -16,23 +16,11 @@ ID needs a SOQL query; not written yet): the spec refuses it.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
-from playline.pacing.headers import parse_retry_after
-from playline.pacing.pacer import KeyBlocked, Pacer
-from playline.sinks.destination import (
-    CREATED,
-    REJECTED,
-    UPDATED,
-    RecordOutcome,
-    SinkParked,
-    SinkUnavailable,
-)
+from playline.sinks.crm import CrmDestination
+from playline.sinks.destination import CREATED, REJECTED, UPDATED, RecordOutcome
 from playline.sinks.plan import RecordPlan, cell_text
 from playline.sinks.spec import SalesforceSinkSpec
 
@@ -40,7 +28,6 @@ __all__ = ["SalesforceDestination", "collection_body"]
 
 #: The error code of a spent (or concurrent) request allocation.
 LIMIT_EXCEEDED = "REQUEST_LIMIT_EXCEEDED"
-TRANSIENT_TRIES = 4
 
 
 def collection_body(spec: SalesforceSinkSpec, batch: Sequence[RecordPlan]) -> dict[str, Any]:
@@ -58,42 +45,32 @@ def collection_body(spec: SalesforceSinkSpec, batch: Sequence[RecordPlan]) -> di
     }
 
 
-class SalesforceDestination:
-    """See the module docstring. ``token`` is sent, never logged nor stored."""
+class SalesforceDestination(CrmDestination[SalesforceSinkSpec]):
+    """See the module docstring."""
 
-    def __init__(
-        self,
-        spec: SalesforceSinkSpec,
-        *,
-        base_url: str,
-        token: str,
-        http: httpx.AsyncClient,
-        pacer: Pacer,
-        pacing_key: str,
-        timeout_s: float = 30.0,
-        patience_s: float = 300.0,
-    ) -> None:
-        self.spec = spec
-        self.max_batch = spec.max_batch
-        self.scope = f"salesforce:{base_url}:{spec.sobject}:{spec.external_id_field}"
-        self.requests = 0
-        self._url = (
-            f"{base_url.rstrip('/')}/services/data/{spec.api_version}/composite/sobjects/"
-            f"{spec.sobject}/{spec.external_id_field}"
-        )
-        self._token = token
-        self._http = http
-        self._pacer = pacer
-        self._key = pacing_key
-        self._timeout_s = timeout_s
-        self._patience_s = patience_s
+    service = "Salesforce"
+
+    def _scope(self, base_url: str) -> str:
+        return f"salesforce:{base_url}:{self.spec.sobject}:{self.spec.external_id_field}"
+
+    def _spent(self, status: int, answer: Any) -> str | None:
+        if status == 403 and _code(answer) == LIMIT_EXCEEDED:
+            return (
+                "Salesforce's API request allocation is spent (a rolling 24 hours); "
+                "sync again later"
+            )
+        return None
 
     async def write(
         self, batch: Sequence[RecordPlan], *, resent: bool = False
     ) -> list[RecordOutcome]:
         """One upsert; ``resent`` changes nothing (an upsert by External ID writes the
         same record again, never a duplicate)."""
-        status, answer = await self._send(collection_body(self.spec, batch))
+        path = (
+            f"/services/data/{self.spec.api_version}/composite/sobjects/"
+            f"{self.spec.sobject}/{self.spec.external_id_field}"
+        )
+        status, answer = await self._send("PATCH", path, collection_body(self.spec, batch))
         if status != 200 or not isinstance(answer, list) or len(answer) != len(batch):
             reason = _message(answer) or f"HTTP {status}"
             return [RecordOutcome(plan.record, REJECTED, reason=reason) for plan in batch]
@@ -114,75 +91,6 @@ class SalesforceDestination:
                     RecordOutcome(plan.record, REJECTED, reason=_message(errors) or "rejected")
                 )
         return outcomes
-
-    async def _send(self, body: dict[str, Any]) -> tuple[int, Any]:
-        deadline = time.monotonic() + self._patience_s
-        failures = 0
-        while True:
-            remaining = max(deadline - time.monotonic(), 0.0)
-            try:
-                permit_context = self._pacer.permit([self._key], park_after_s=remaining)
-                async with permit_context as permit:
-                    started = time.monotonic()
-                    self.requests += 1
-                    try:
-                        response = await self._http.patch(
-                            self._url,
-                            json=body,
-                            headers={"Authorization": f"Bearer {self._token}"},
-                            timeout=self._timeout_s,
-                        )
-                    except httpx.HTTPError as err:
-                        permit.record_failure(time.monotonic() - started)
-                        failures += 1
-                        if failures >= TRANSIENT_TRIES:
-                            raise SinkUnavailable(
-                                f"Salesforce unreachable after {failures} tries: "
-                                f"{type(err).__name__}"
-                            ) from None
-                        await asyncio.sleep(min(2.0**failures, 10.0))
-                        continue
-                    latency = time.monotonic() - started
-                    answer = _json(response)
-                    if response.status_code == 403 and _code(answer) == LIMIT_EXCEEDED:
-                        permit.record_rate_limited(None)
-                        raise SinkParked(
-                            "Salesforce's API request allocation is spent (a rolling 24 "
-                            "hours); sync again later"
-                        )
-                    if response.status_code == 429:
-                        permit.record_rate_limited(
-                            parse_retry_after(
-                                response.headers.get("retry-after"), now_wall=time.time()
-                            )
-                        )
-                        if time.monotonic() >= deadline:
-                            raise SinkParked("Salesforce kept answering 429; sync again later")
-                        continue
-                    if response.status_code >= 500:
-                        permit.record_failure(latency)
-                        failures += 1
-                        if failures >= TRANSIENT_TRIES:
-                            return response.status_code, answer
-                        await asyncio.sleep(min(2.0**failures, 10.0))
-                        continue
-                    permit.record_success(latency)
-                    return response.status_code, answer
-            except KeyBlocked as blocked:
-                raise SinkParked(
-                    f"Salesforce's pacing key {self._key} is blocked past the sync's patience",
-                    until_wall=blocked.until_wall,
-                ) from None
-
-    async def close(self) -> None:
-        return None
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None
 
 
 def _code(answer: Any) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from playline.contract import SyncSummary
 from playline.sinks.destination import CREATED, REJECTED, RecordOutcome, SinkParked
 from playline.sinks.engine import sync_run
 from playline.sinks.plan import RecordPlan, SkippedRow, SyncMapping, plan_row
@@ -231,6 +232,25 @@ async def test_a_parked_destination_stops_the_sync_with_what_is_left(stores: Any
         destination=crm,
     )
     assert (report.parked, report.created, report.left) == ("daily limit", 2, 3)
+    # What goes into workflow history is the counts, never a record id.
+    summary = report.summary()
+    assert type(summary) is SyncSummary
+    assert summary.model_dump() == {
+        "sink": "crm",
+        "created": 2,
+        "updated": 0,
+        "unchanged": 0,
+        "skipped_by_policy": 0,
+        "rejected": 0,
+        "not_written": 0,
+        "fields_written": 2,
+        "requests": 1,
+        "parked": "daily limit",
+        "left": 3,
+        "retry_at": None,
+    }
+    shown = report.as_json()
+    assert (shown["run_ref"], shown["parked_until"], "plans" in shown) == ("r1", None, False)
     await ledger.close()
 
 
