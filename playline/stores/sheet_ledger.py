@@ -98,11 +98,15 @@ _POSTGRES_LATER_COLUMNS = {
 }
 
 #: One row per derived figure of a run row's cell (:class:`~playline.stores.sheet_index.Fact`).
+#: Indexed by run and row only (a row's facts are replaced whole, and read by run): a
+#: narrow index is cheaper to keep up as chunks write.
 _CREATE_FACTS = (
     "CREATE TABLE IF NOT EXISTS playline_run_facts (run_ref {text} NOT NULL,"
     " seq {int} NOT NULL, col {text} NOT NULL, kind {text} NOT NULL, pos {int} NOT NULL,"
-    " name {text} NOT NULL, hits {int} NOT NULL, credits {real} NOT NULL, at {real},"
-    " PRIMARY KEY (run_ref, seq, col, kind, pos))"
+    " name {text} NOT NULL, hits {int} NOT NULL, credits {real} NOT NULL, at {real})"
+)
+_INDEX_FACTS = (
+    "CREATE INDEX IF NOT EXISTS playline_run_facts_row ON playline_run_facts (run_ref, seq)"
 )
 
 SCHEMA = Schema(
@@ -189,10 +193,15 @@ SCHEMA = Schema(
             6,
             "run rows keep their cells' outcomes; each row's paid providers, waterfall"
             " steps and answers are kept narrow (playline_run_facts), for the sheet view",
-            sqlite=("ALTER TABLE playline_run_rows ADD COLUMN outcomes TEXT", _CREATE_FACTS),
+            sqlite=(
+                "ALTER TABLE playline_run_rows ADD COLUMN outcomes TEXT",
+                _CREATE_FACTS,
+                _INDEX_FACTS,
+            ),
             postgres=(
                 "ALTER TABLE playline_run_rows ADD COLUMN IF NOT EXISTS outcomes text",
                 _CREATE_FACTS,
+                _INDEX_FACTS,
             ),
         ),
     ),
@@ -706,10 +715,13 @@ def _write_facts(conn: Conn, run_ref: str, results: Sequence[RowResult]) -> None
     latest = {res.seq: res.provenance for res in results if res.provenance is not None}
     if not latest:
         return
-    conn.many(
-        "DELETE FROM playline_run_facts WHERE run_ref = ? AND seq = ?",
-        [(run_ref, seq) for seq in latest],
-    )
+    # One statement per few hundred rows (one per row costs PostgreSQL a round of
+    # parse, bind and execute each, more than the delete itself).
+    for page in chunks(sorted(latest), conn.dialect.max_params - 1):
+        conn.execute(
+            f"DELETE FROM playline_run_facts WHERE run_ref = ? AND seq IN ({marks(len(page))})",
+            [run_ref, *page],
+        )
     _insert_rows(
         conn,
         "INSERT INTO playline_run_facts (run_ref, seq, col, kind, pos, name, hits, credits, at)"
