@@ -10,9 +10,9 @@ budget skips and, for the last tenth, rows not run yet. Then serves ``playline u
 app in process (``webview_app`` over the store opened read-only, a desk that knows the
 one run) and times whole HTTP requests, template rendering included: the first page,
 a middle one, the last one, a cell's provenance panel on the last page, a filter by
-outcome, a sort by a column and the charts (which the store answers in SQL:
-``query_run_rows``, ``run_figures``). Prints a table and the server process's peak RSS
-before and after.
+outcome, a sort by a column, both at once (page 50, backwards) and the charts (which
+the store answers in SQL: ``query_run_rows``, ``run_figures``). Prints a table and the
+server process's peak RSS before and after.
 """
 
 from __future__ import annotations
@@ -225,6 +225,14 @@ def run_views(
         },
         "filter: no match": {"id": "bench", "outcome": "no_match", "ocol": "email"},
         "sort by last_name": {"id": "bench", "sort": "last_name"},
+        "no match + sort desc, page 50": {
+            "id": "bench",
+            "outcome": "no_match",
+            "ocol": "email",
+            "sort": "last_name",
+            "desc": "1",
+            "page": "50",
+        },
         "charts": {"path": "/charts", "id": "bench"},
     }
     before = peak_rss_mib()
