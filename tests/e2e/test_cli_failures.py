@@ -164,7 +164,7 @@ async def test_an_unknown_play_is_refused_at_once_naming_the_workers_plays_leavi
         took = time.monotonic() - started
         # The workers published their plays: the name is refused before anything starts.
         line = one_clear_line(
-            result, "no play named 'no_such_play'", "t_tool_column", "enrich_leads", code=2
+            result, "no play named 'no_such_play'", "enrich_leads", "t_async", code=2
         )
         assert "playline.DatasetRun" not in line and "playline.Plays" not in line
         assert "did you mean" not in line  # nothing like it
