@@ -295,7 +295,7 @@ class FullEnrichShape(JobShape):
     status_path = "/fullenrich/api/v1/contact/enrich/bulk/{job_id}"
     max_items = FULLENRICH_MAX_CONTACTS
     bill_per_member = True
-    #: the body's key holding the contacts
+    #: the key holding the contacts, in a submitted body and a job's status alike
     items_field = "datas"
 
     def parse(self, body: Any) -> Submission:
@@ -366,7 +366,7 @@ class FullEnrichShape(JobShape):
             "id": job.id,
             "name": job.name,
             "status": state,
-            "datas": [m.result for m in job.members if m.done],
+            self.items_field: [m.result for m in job.members if m.done],
             "cost": {"credits": _number(job.credits)},
         }
 
@@ -523,16 +523,6 @@ class FullEnrichV2Shape(FullEnrichShape):
             },
             fake_data.fullenrich_credits(contact),
         )
-
-    def status(self, job: Job) -> Any:
-        state = "FINISHED" if job.finished else "IN_PROGRESS" if job.started else "CREATED"
-        return {
-            "id": job.id,
-            "name": job.name,
-            "status": state,
-            "data": [m.result for m in job.members if m.done],
-            "cost": {"credits": _number(job.credits)},
-        }
 
 
 def fullenrich_contact_info(contact: Mapping[str, Any]) -> dict[str, Any]:
