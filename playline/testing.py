@@ -49,7 +49,7 @@ from pydantic import BaseModel
 from temporalio.client import Client
 
 from playline.cli.devserver import DevServer
-from playline.client import PlayHandle, execute_play, start_play
+from playline.client import PlayHandle, start_play
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
 from playline.replay import ReplayOutcome, histories_from_files, history_files, replay_histories
@@ -161,15 +161,8 @@ class PlaylineEnv:
         **start_options: Any,
     ) -> PlayRunResult[OutputT]:
         """Run ``play`` to completion on this environment's worker; its typed result."""
-        return await execute_play(
-            self.client,
-            play,
-            input,
-            options=options,
-            id=id,
-            task_queue=self.task_queue,
-            **start_options,
-        )
+        handle = await self.start(play, input, options=options, id=id, **start_options)
+        return await handle.result()
 
 
 @contextlib.asynccontextmanager

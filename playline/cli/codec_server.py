@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hmac
-import ipaddress
 import json
 from collections.abc import Sequence
 
@@ -45,6 +44,7 @@ from playline.codec import AesGcmCodec, CodecError
 from playline.config import Settings
 from playline.errors import PlaylineError
 from playline.request_body import BodyTooLarge, read_capped_body
+from playline.webview.guard import is_loopback
 
 __all__ = [
     "LOOPBACK_HOSTS",
@@ -79,16 +79,6 @@ def allowed_hosts(bound: str, extra: Sequence[str] = ()) -> list[str]:
             forms.append(f"[{name}]")
         hosts += [form for form in forms if form not in hosts]
     return hosts
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding ``host`` keeps the server reachable from this machine only."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to any interface
 
 
 def check_exposure(host: str, token: str | None, *, insecure_no_token: bool = False) -> None:

@@ -295,6 +295,8 @@ class FullEnrichShape(JobShape):
     status_path = "/fullenrich/api/v1/contact/enrich/bulk/{job_id}"
     max_items = FULLENRICH_MAX_CONTACTS
     bill_per_member = True
+    #: the key holding the contacts, in a submitted body and a job's status alike
+    items_field = "datas"
 
     def parse(self, body: Any) -> Submission:
         if not isinstance(body, Mapping):
@@ -305,8 +307,12 @@ class FullEnrichShape(JobShape):
         webhook = body.get("webhook_url")
         if webhook is not None and not _is_url(webhook):
             raise self.bad("'webhook_url' must be an http(s) URL")
-        items = self._items(body, "datas")
-        return Submission(name, webhook, [self._contact(c, i) for i, c in enumerate(items)])
+        items = self._items(body, self.items_field)
+        return Submission(name, webhook, [self._checked(c, i) for i, c in enumerate(items)])
+
+    def _checked(self, contact: Any, index: int) -> dict[str, Any]:
+        """One submitted contact, checked as this API version defines it."""
+        return self._contact(contact, index)
 
     def _contact(self, contact: Any, index: int) -> dict[str, Any]:
         where = f"datas[{index}]"
@@ -360,7 +366,7 @@ class FullEnrichShape(JobShape):
             "id": job.id,
             "name": job.name,
             "status": state,
-            "datas": [m.result for m in job.members if m.done],
+            self.items_field: [m.result for m in job.members if m.done],
             "cost": {"credits": _number(job.credits)},
         }
 
@@ -467,19 +473,9 @@ class FullEnrichV2Shape(FullEnrichShape):
     submit_path = "/fullenrich/api/v2/contact/enrich/bulk"
     status_path = "/fullenrich/api/v2/contact/enrich/bulk/{job_id}"
 
-    def parse(self, body: Any) -> Submission:
-        if not isinstance(body, Mapping):
-            raise self.bad("body must be a JSON object")
-        name = body.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise self.bad("'name' is required and must be a non-empty string")
-        webhook = body.get("webhook_url")
-        if webhook is not None and not _is_url(webhook):
-            raise self.bad("'webhook_url' must be an http(s) URL")
-        items = self._items(body, "data")
-        return Submission(name, webhook, [self._v2_contact(c, i) for i, c in enumerate(items)])
+    items_field = "data"
 
-    def _v2_contact(self, contact: Any, index: int) -> dict[str, Any]:
+    def _checked(self, contact: Any, index: int) -> dict[str, Any]:
         """The contact, checked as v2 defines it, kept in its v2 form."""
         where = f"data[{index}]"
         if not isinstance(contact, Mapping):
@@ -527,16 +523,6 @@ class FullEnrichV2Shape(FullEnrichShape):
             },
             fake_data.fullenrich_credits(contact),
         )
-
-    def status(self, job: Job) -> Any:
-        state = "FINISHED" if job.finished else "IN_PROGRESS" if job.started else "CREATED"
-        return {
-            "id": job.id,
-            "name": job.name,
-            "status": state,
-            "data": [m.result for m in job.members if m.done],
-            "cost": {"credits": _number(job.credits)},
-        }
 
 
 def fullenrich_contact_info(contact: Mapping[str, Any]) -> dict[str, Any]:

@@ -438,13 +438,22 @@ class PlayContext:
         if self.options.estimate:
             self.log(f"estimate: step {name} skipped")
             return None
+        return await self._short_activity(
+            ScalarActivities.run_step,
+            StepInput(name=name, fn=registered_name(fn), args=list(args)),
+            name,
+        )
+
+    async def _short_activity(self, activity: Any, arg: Any, summary: str) -> Any:
+        """Run a short activity (setup retries, the play's priority); its failure is the
+        play's root cause, a cancellation stays one."""
         try:
             return await workflow.execute_activity_method(
-                ScalarActivities.run_step,
-                StepInput(name=name, fn=registered_name(fn), args=list(args)),
+                activity,
+                arg,
                 start_to_close_timeout=SHORT_ACTIVITY,
                 retry_policy=SETUP_RETRY,
-                summary=name,
+                summary=summary,
                 priority=self._priority(),
             )
         except ActivityError as err:
@@ -562,17 +571,7 @@ class PlayContext:
     async def _estimated(self, activity: Any, arg: Any, summary: str) -> Any:
         """A scalar call estimated by ``activity``: its tally joins the play's; the
         answer receipts give."""
-        try:
-            estimated: EstimatedCall = await workflow.execute_activity_method(
-                activity,
-                arg,
-                start_to_close_timeout=SHORT_ACTIVITY,
-                retry_policy=SETUP_RETRY,
-                summary=summary,
-                priority=self._priority(),
-            )
-        except ActivityError as err:
-            raise _failure_or_cancel(err) from err
+        estimated: EstimatedCall = await self._short_activity(activity, arg, summary)
         self.stats.add(ChunkStats(estimate=estimated.estimate))
         return estimated.data
 
