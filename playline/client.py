@@ -37,6 +37,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from playline.calls.estimate_tally import Estimate
 from playline.contract import PlayRunResult, RunOptions
 from playline.errors import InvalidPlayInput, format_validation_errors
+from playline.sheet_links import sheet_link
 from playline.workflows.play import PlayWorkflow
 from playline.workflows.priority import temporal_priority
 from playline.workflows.status import play_static
@@ -96,6 +97,7 @@ async def start_play(
     options: RunOptions | None = None,
     id: str | None = None,
     task_queue: str = DEFAULT_TASK_QUEUE,
+    sheets_url: str | None = None,
     **start_options: Any,
 ) -> PlayHandle[InputT, OutputT]:
     """Start ``play`` with ``input``; a handle whose ``result()`` is ``PlayRunResult[Output]``.
@@ -107,6 +109,8 @@ async def start_play(
         options: how the run goes (``RunOptions``; defaults to the defaults).
         id: the workflow id; default ``PLAY-timestamp-random``.
         task_queue: the queue the workers poll (default ``playline``).
+        sheets_url: the sheet view's base URL (``Settings.sheets_url``): the run's
+            details in the Temporal UI link to its sheet there.
         start_options: passed to ``Client.start_workflow`` (``execution_timeout``,
             ``id_conflict_policy``, ``search_attributes``...). ``static_summary`` and
             ``static_details`` default to the play, its input file and its mode, as
@@ -116,7 +120,10 @@ async def start_play(
     checked = _validated(play, input)
     options = options or RunOptions()
     workflow_id = id or new_workflow_id(play)
-    summary, details = play_static(play.play_name, checked.model_dump(mode="json"), options)
+    sheet = sheet_link(sheets_url, workflow_id) if sheets_url else None
+    summary, details = play_static(
+        play.play_name, checked.model_dump(mode="json"), options, sheet=sheet
+    )
     start_options.setdefault("static_summary", summary)
     start_options.setdefault("static_details", details)
     # The play's own tasks are dispatched under the key its dataset runs and chunks

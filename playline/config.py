@@ -23,6 +23,8 @@ the ``temporal`` CLI: ``TEMPORAL_ADDRESS``, ``TEMPORAL_NAMESPACE``, ``TEMPORAL_A
 | ``PLAYLINE_FLEET_PREFIX`` | ``fleet_table_prefix`` | ``playline_`` |
 | ``PLAYLINE_PACING`` | ``pacing`` | ``governor`` (``off``: the unpaced baseline) |
 | ``PLAYLINE_UI_URL`` | ``ui_url`` | derived from the Temporal address |
+| ``PLAYLINE_SHEETS_URL`` | ``sheets_url`` | unset: no sheet links (``dev``, ``demo`` set it) |
+| ``PLAYLINE_UI_TOKEN`` | ``ui_token`` | unset: ``playline ui`` serves loopback only |
 | ``PLAYLINE_TASK_QUEUE`` | ``task_queue`` | ``playline`` |
 | ``PLAYLINE_METRICS_HOST`` | ``metrics_host`` | ``127.0.0.1`` (``0.0.0.0`` in a container) |
 | ``PLAYLINE_METRICS_PORT`` | ``metrics_port`` | unset: no metrics endpoint |
@@ -74,6 +76,8 @@ ENV_VARIABLES = (
     "PLAYLINE_FLEET_PREFIX",
     "PLAYLINE_PACING",
     "PLAYLINE_UI_URL",
+    "PLAYLINE_SHEETS_URL",
+    "PLAYLINE_UI_TOKEN",
     "PLAYLINE_WEBHOOK_URL",
     "PLAYLINE_TASK_QUEUE",
     "PLAYLINE_METRICS_HOST",
@@ -132,6 +136,11 @@ class Settings:
     pacing: str = "governor"
     #: The Temporal UI's base URL for links; None derives it from the address.
     ui_url: str | None = None
+    #: The sheet view's base URL (``playline ui``): a run's details and the CLI's
+    #: summary link to its sheet there; ``None``: no link.
+    sheets_url: str | None = None
+    #: The token ``playline ui`` asks of requests from beyond this machine (``--token``).
+    ui_token: str | None = field(default=None, repr=False)
     #: The task queue workers poll and plays are started on.
     task_queue: str = DEFAULT_TASK_QUEUE
     #: Where ``--metrics-port`` binds: loopback, or 0.0.0.0 in a container.
@@ -186,6 +195,8 @@ class Settings:
             fleet_table_prefix=env.get("PLAYLINE_FLEET_PREFIX") or DEFAULT_FLEET_PREFIX,
             pacing=env.get("PLAYLINE_PACING") or "governor",
             ui_url=env.get("PLAYLINE_UI_URL") or None,
+            sheets_url=env.get("PLAYLINE_SHEETS_URL") or None,
+            ui_token=env.get("PLAYLINE_UI_TOKEN") or None,
             task_queue=env.get("PLAYLINE_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
             metrics_host=env.get("PLAYLINE_METRICS_HOST") or "127.0.0.1",
             metrics_port=_port(env.get("PLAYLINE_METRICS_PORT")),
@@ -294,10 +305,11 @@ class Settings:
 
     def secret_values(self, variables: Iterable[str] = ()) -> list[str]:
         """Every secret this worker holds: the values of ``variables`` (the catalog's API
-        key variables), the Temporal API key, the codec keys and token, and the
-        passwords in the store URLs. Error texts pass a scrubber holding them all."""
+        key variables), the Temporal API key, the codec keys and token, the sheet view's
+        token, and the passwords in the store URLs. Error texts pass a scrubber holding
+        them all."""
         values = [self.environ.get(name, "") for name in variables]
-        values += [self.temporal_api_key or "", self.codec_token or ""]
+        values += [self.temporal_api_key or "", self.codec_token or "", self.ui_token or ""]
         if self.codec_keys:
             values.append(self.codec_keys)
             values += [part.partition(":")[2].strip() for part in self.codec_keys.split(",")]

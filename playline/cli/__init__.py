@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
             default=8233,
             help="Temporal UI port of the embedded dev server (default 8233)",
         )
+        p.add_argument(
+            "--sheet-port",
+            type=int,
+            default=8234,
+            help="port of the sheet view (`playline ui`) served beside it on 127.0.0.1 "
+            "(default 8234; a free one when taken)",
+        )
 
     demo = sub.add_parser("demo", help="run enrich_leads over the demo leads end to end")
     common(demo)

@@ -14,6 +14,7 @@ from playline.config import Settings
 from playline.contract import PlayRunResult, PlayState
 from playline.errors import root_cause
 from playline.money import money_text
+from playline.sheet_links import sheet_link
 from playline.spend import account_lines, exact_accounts, spend_lines
 from playline.workflows.status import change_lines, fresh_lines
 
@@ -76,6 +77,8 @@ def print_summary(
         f"[bold green]play {result.play} completed[/] ({result.integration_mode} mode)"
     )
     console_out.print(f"  Temporal UI: {ui_url(settings, workflow_id, run_id)}")
+    if settings.sheets_url:
+        console_out.print(f"  sheet: {sheet_link(settings.sheets_url, workflow_id)}")
     console_out.print(
         f"  rows: {s.rows_ok} ok, {s.rows_failed} failed, {s.rows_cached} cached "
         f"(no provider call needed)"

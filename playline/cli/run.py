@@ -61,6 +61,7 @@ from playline.config import Settings
 from playline.contract import PlayRunResult
 from playline.datasets import export_run
 from playline.errors import PlaylineError
+from playline.sheet_links import sheet_link
 from playline.stores.backends import open_stores
 from playline.worker import connect
 from playline.workflows.priority import temporal_priority
@@ -210,7 +211,8 @@ async def execute(
     client, settings, play = launch.client, launch.settings, launch.play
     input, options = launch.input, launch.options
     workflow_id = workflow_id or new_workflow_id(play)
-    summary, details = play_static(play, input, options)
+    sheet = sheet_link(settings.sheets_url, workflow_id) if settings.sheets_url else None
+    summary, details = play_static(play, input, options, sheet=sheet)
     try:
         handle = await client.start_workflow(
             play,

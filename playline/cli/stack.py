@@ -29,6 +29,7 @@ from playline.cli.render import console, out
 from playline.cli.run import execute
 from playline.cli.stack_record import StackRecord, stop_process
 from playline.cli.starting import Launch, run_options, upload_input_csv
+from playline.cli.ui import sheet_view_running
 from playline.config import Settings
 from playline.demo import LEADS_CSV
 from playline.errors import PlaylineError
@@ -225,19 +226,22 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     csv_path = Path(args.csv) if args.csv else LEADS_CSV
     if not csv_path.is_file():
         raise PlaylineError(f"--csv {csv_path}: no such file")
-    async with local_stack(args, settings, "demo") as stack:
-        client = await connect(settings=stack.settings)
+    async with (
+        local_stack(args, settings, "demo") as stack,
+        sheet_view_beside(stack, args.sheet_port) as stack_settings,
+    ):
+        client = await connect(settings=stack_settings)
         # The demo's own leads are package data, which a worker may always read; a
         # --csv of the user's goes through the store, wherever it is on this machine.
         source = (
-            await upload_input_csv(str(csv_path), stack.settings)
+            await upload_input_csv(str(csv_path), stack_settings)
             if args.csv
             else str(csv_path.resolve())
         )
         started = time.monotonic()
         launch = Launch(
             client,
-            stack.settings,
+            stack_settings,
             "enrich_leads",
             {"csv_path": source},
             run_options(args),
@@ -264,12 +268,26 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+@contextlib.asynccontextmanager
+async def sheet_view_beside(stack: LocalStack, port: int) -> AsyncIterator[Settings]:
+    """The sheet view (``playline ui``) on loopback beside the stack while the block
+    runs, its URL said; yields the stack's settings with ``sheets_url`` set to it
+    (unless ``PLAYLINE_SHEETS_URL`` names another), so runs link to their sheet."""
+    async with sheet_view_running(stack.settings, port) as url:
+        console.print(f"sheet view on {url} (every run, cell by cell)")
+        yield stack.settings.with_overrides(sheets_url=stack.settings.sheets_url or url)
+
+
 async def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
-    async with local_stack(args, settings, "dev") as stack:
+    async with (
+        local_stack(args, settings, "dev") as stack,
+        sheet_view_beside(stack, args.sheet_port) as stack_settings,
+    ):
         ui = stack.settings.ui_url or f"http://127.0.0.1:{args.ui_port}"
         console.print(
             f"playline dev is up: Temporal {stack.settings.temporal_address}, UI {ui}, "
-            f"worker on task queue {stack.task_queue}. Ctrl-C stops it."
+            f"sheet view {stack_settings.sheets_url}, worker on task queue "
+            f"{stack.task_queue}. Ctrl-C stops it."
         )
         if stack.task_queue != args.task_queue:
             console.print(

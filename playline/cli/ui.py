@@ -315,7 +315,7 @@ def add_ui_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument(
         "--token",
         help="asked of every request from beyond this machine (required to bind another "
-        "address than loopback); a browser opens /?token=TOKEN once",
+        "address than loopback; default $PLAYLINE_UI_TOKEN); a browser opens /?token=TOKEN once",
     )
     p.add_argument(
         "--allowed-host",
@@ -328,6 +328,7 @@ def add_ui_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 async def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
+    args.token = args.token or settings.ui_token
     check_exposure(args.host, args.token)
     client = await connect(settings=settings)
     async with await open_stores(settings, create=False):

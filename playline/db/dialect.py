@@ -5,7 +5,8 @@ Store code is written once, in the SQL both databases speak (``?`` placeholders,
 only where they really differ: locking a row it reads (``FOR UPDATE``: PostgreSQL
 locks rows, while SQLite's ``BEGIN IMMEDIATE`` already holds the whole file), type
 names in new DDL, the clock, how placeholders are spelled, and the two JSON
-functions the sheet needs (merging objects, listing an object's members). Nothing outside
+functions the sheet needs (merging objects, listing an object's members, reading a
+member as a number) and rounding down. Nothing outside
 :mod:`playline.db` asks which database it runs on.
 """
 
@@ -39,6 +40,12 @@ class Dialect:
     #: the table function giving a JSON object's members as rows ``(key, value)``,
     #: values as text
     json_each: str = "json_each"
+    #: a JSON object ``{0}``'s member ``{1}`` (an SQL text expression) as a number when
+    #: it is a JSON number, else ``NULL`` (``str.format``)
+    json_number: str = "CASE WHEN typeof({0} ->> {1}) IN ('integer', 'real') THEN {0} ->> {1} END"
+    #: the largest integer not above ``{0}``, for a number ``>= 0`` (SQLite's ``CAST``
+    #: truncates, PostgreSQL's rounds)
+    floor: str = "CAST({0} AS INTEGER)"
 
     def sql(self, text: str) -> str:
         """``text`` (written with ``?`` placeholders) as this database's driver wants it."""
@@ -74,4 +81,6 @@ POSTGRES = Dialect(
     now_sql="SELECT extract(epoch FROM statement_timestamp())::float8",
     json_merge="{0} || {1}",
     json_each="jsonb_each_text",
+    json_number="CASE WHEN jsonb_typeof({0} -> {1}) = 'number' THEN ({0} ->> {1})::float8 END",
+    floor="floor({0})",
 )

@@ -86,6 +86,68 @@ class RowResult:
     cell_meta: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RowsQuery:
+    """Which of a run's rows a reader wants, in which order (one page of them)."""
+
+    offset: int = 0
+    limit: int = 50
+    #: only rows with a cell of this outcome (:func:`~playline.stores.sheet_index.cell_outcome`),
+    #: in ``outcome_column`` or any computed column
+    outcome: str | None = None
+    outcome_column: str | None = None
+    #: only rows whose ``text_column`` contains ``text`` (case-insensitive)
+    text_column: str | None = None
+    text: str | None = None
+    #: by this column's value (numbers by value, then text, empty cells last), then
+    #: run order; ``None``: run order
+    sort: str | None = None
+    descending: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RowsPage:
+    rows: list[RunRow]
+    #: rows matching the query's filters, all pages together
+    matching: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpendPoint:
+    """Credits one provider was paid in one time bucket of a run."""
+
+    provider: str
+    bucket: int
+    credits: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepFigures:
+    """One waterfall step of one column over a run (as ``SpendTally`` counts it)."""
+
+    column: str
+    tool: str
+    answered: int  # rows whose value this step gave
+    calls: int
+    hits: int
+    credits: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunFigures:
+    """What a run's charts draw, summed by the store."""
+
+    #: the first and last time a paid cell was fetched (``None``: nothing paid yet)
+    start: float | None
+    end: float | None
+    #: ``start..end`` cut into ``buckets`` equal spans
+    spend: list[SpendPoint]
+    #: per waterfall column, its steps in waterfall order
+    steps: dict[str, list[StepFigures]]
+    #: per waterfall column, the rows no step answered
+    unanswered: dict[str, int]
+
+
 class SheetStore(Protocol):
     """What datasets, chunks and exports need from a sheet backend."""
 
@@ -185,6 +247,18 @@ class SheetStore(Protocol):
         self, dataset_id: str, offset: int, limit: int
     ) -> list[dict[str, Any]]:
         """Up to ``limit`` source rows from position ``offset``, in order."""
+        ...
+
+    async def query_run_rows(self, run_ref: str, query: RowsQuery) -> RowsPage | None:
+        """One page of the run's rows, filtered and ordered in the store (the sheet
+        view's read path: the page's rows are read, never the run's). ``None`` when the
+        store cannot answer in SQL: its rows were written before it recorded their
+        outcomes (a reader falls back to reading the run in pages), or no such run."""
+        ...
+
+    async def run_figures(self, run_ref: str, buckets: int) -> RunFigures | None:
+        """The run's spend per provider over ``buckets`` time spans and each
+        waterfall's steps, summed in the store; ``None`` as for :meth:`query_run_rows`."""
         ...
 
     async def close(self) -> None: ...

@@ -55,17 +55,33 @@ from playline.db.migrations import Migration, Schema
 from playline.db.ready import ReadyOnFirstUse
 from playline.db.store import LedgerStore
 from playline.errors import InvalidPlayInput
+from playline.spend import NO_STEP
 from playline.stores.sheet import (
     PAGE_ROWS,
     SHOWN_DUPLICATE_KEYS,
     RowResult,
+    RowsPage,
+    RowsQuery,
+    RunFigures,
     RunInfo,
     RunRow,
+    SpendPoint,
+    StepFigures,
     missing_key_fields,
     row_key_of,
     run_columns,
 )
 from playline.stores.sheet_changes import changes_report, merge_changes
+from playline.stores.sheet_index import (
+    FACT_PAID,
+    FACT_STEP,
+    FACT_WON,
+    NO_CELLS,
+    like_escape,
+    outcome_pattern,
+    outcomes_text,
+    row_facts,
+)
 
 __all__ = ["SCHEMA", "SheetLedger"]
 
@@ -80,6 +96,18 @@ _POSTGRES_LATER_COLUMNS = {
         "ALTER TABLE playline_run_rows ADD COLUMN IF NOT EXISTS compared jsonb",
     ),
 }
+
+#: One row per derived figure of a run row's cell (:class:`~playline.stores.sheet_index.Fact`).
+#: Indexed by run and row only (a row's facts are replaced whole, and read by run): a
+#: narrow index is cheaper to keep up as chunks write.
+_CREATE_FACTS = (
+    "CREATE TABLE IF NOT EXISTS playline_run_facts (run_ref {text} NOT NULL,"
+    " seq {int} NOT NULL, col {text} NOT NULL, kind {text} NOT NULL, pos {int} NOT NULL,"
+    " name {text} NOT NULL, hits {int} NOT NULL, credits {real} NOT NULL, at {real})"
+)
+_INDEX_FACTS = (
+    "CREATE INDEX IF NOT EXISTS playline_run_facts_row ON playline_run_facts (run_ref, seq)"
+)
 
 SCHEMA = Schema(
     "sheet",
@@ -161,6 +189,21 @@ SCHEMA = Schema(
             ),
             postgres=(),
         ),
+        Migration(
+            6,
+            "run rows keep their cells' outcomes; each row's paid providers, waterfall"
+            " steps and answers are kept narrow (playline_run_facts), for the sheet view",
+            sqlite=(
+                "ALTER TABLE playline_run_rows ADD COLUMN outcomes TEXT",
+                _CREATE_FACTS,
+                _INDEX_FACTS,
+            ),
+            postgres=(
+                "ALTER TABLE playline_run_rows ADD COLUMN IF NOT EXISTS outcomes text",
+                _CREATE_FACTS,
+                _INDEX_FACTS,
+            ),
+        ),
     ),
     clients_read_older=True,
 )
@@ -180,6 +223,8 @@ class _Shape:
     provenance: bool
     #: sheet rows' ``cell_meta``, run rows' ``changes`` and ``compared``
     changes: bool
+    #: run rows' ``outcomes`` and the ``playline_run_facts`` table
+    indexed: bool = False
 
 
 _LATEST = _Shape(
@@ -191,6 +236,7 @@ _LATEST = _Shape(
     duplicate_keys=True,
     provenance=True,
     changes=True,
+    indexed=True,
 )
 
 
@@ -200,13 +246,19 @@ def _shape(dialect: str, version: int) -> _Shape:
     from its first tables, PostgreSQL's ``sheet`` from its first later column)."""
     if version >= SCHEMA.latest:
         return _LATEST
+    if version >= 5:  # both databases: today's names, no outcomes or facts yet
+        return replace(_LATEST, indexed=False)
     if dialect == "sqlite":
         old = _Shape("sources", "source_rows", "sheet_rows", "runs", "run_rows", *([False] * 3))
         return replace(
             old, duplicate_keys=version >= 2, provenance=version >= 3, changes=version >= 4
         )
     return replace(
-        _LATEST, duplicate_keys=version >= 1, provenance=version >= 2, changes=version >= 3
+        _LATEST,
+        duplicate_keys=version >= 1,
+        provenance=version >= 2,
+        changes=version >= 3,
+        indexed=False,
     )
 
 
@@ -232,6 +284,8 @@ class SheetLedger(LedgerStore):
     def __init__(self, ready: ReadyOnFirstUse, *, clock: Callable[[], float] | None = None) -> None:
         super().__init__(ready, clock=clock)
         self._shape: _Shape | None = None
+        #: runs whose rows all have outcomes and facts (:meth:`_indexed`)
+        self._indexed_runs: set[str] = set()
 
     @classmethod
     def in_file(
@@ -437,32 +491,66 @@ class SheetLedger(LedgerStore):
 
     async def read_run_rows(self, run_ref: str, start: int, end: int) -> list[RunRow]:
         db, shape = await self._db()
-        provenance = "r.provenance" if shape.provenance else "NULL"
-        meta = "s.cell_meta" if shape.changes else "NULL"
-        query = (
-            f"SELECT r.seq, r.row_key, s.data, r.status, r.error, {provenance}, {meta}"
-            f" FROM {shape.run_rows} r JOIN {shape.runs} u ON u.run_ref = r.run_ref"
-            f" JOIN {shape.sheet_rows} s ON s.dataset = u.dataset AND s.row_key = r.row_key"
-            " WHERE r.run_ref = ? AND r.seq >= ? AND r.seq < ? ORDER BY r.seq"
-        )
+        query = _run_rows_sql(shape, "r.seq >= ? AND r.seq < ?") + " ORDER BY r.seq"
+        return await db.read(lambda conn: _run_rows(conn.all(query, [run_ref, start, end])))
 
-        def read(conn: Conn) -> list[RunRow]:
-            return [
-                RunRow(
-                    int(seq),
-                    str(key),
-                    dict(_json(data)),
-                    status,
-                    error,
-                    _loaded(prov),
-                    dict(_json(cells) or {}),
-                )
-                for seq, key, data, status, error, prov, cells in conn.all(
-                    query, [run_ref, start, end]
-                )
-            ]
+    async def query_run_rows(self, run_ref: str, query: RowsQuery) -> RowsPage | None:
+        db, shape = await self._db()
+        if not await self._indexed(db, shape, run_ref):
+            return None
+
+        def read(conn: Conn) -> RowsPage | None:
+            found = conn.one(
+                "SELECT dataset, admitted FROM playline_runs WHERE run_ref = ?", [run_ref]
+            )
+            if found is None:
+                return None
+            dataset, admitted = str(found[0]), int(found[1])
+            offset, limit = max(0, query.offset), max(1, query.limit)
+            picked = _pick_seqs(conn, run_ref, dataset, query, offset, limit)
+            if picked is None:  # neither filtered nor sorted: one range of the manifest
+                sql = _run_rows_sql(_LATEST, "r.seq >= ? AND r.seq < ?") + " ORDER BY r.seq"
+                rows = _run_rows(conn.all(sql, [run_ref, offset, offset + limit]))
+                return RowsPage(rows, admitted)
+            seqs, matching = picked
+            if not seqs:
+                return RowsPage([], matching)
+            sql = _run_rows_sql(_LATEST, f"r.seq IN ({marks(len(seqs))})")
+            by_seq = {row.seq: row for row in _run_rows(conn.all(sql, [run_ref, *seqs]))}
+            return RowsPage([by_seq[seq] for seq in seqs if seq in by_seq], matching)
 
         return await db.read(read)
+
+    async def run_figures(self, run_ref: str, buckets: int) -> RunFigures | None:
+        db, shape = await self._db()
+        if not await self._indexed(db, shape, run_ref):
+            return None
+
+        def read(conn: Conn) -> RunFigures | None:
+            if conn.one("SELECT 1 FROM playline_runs WHERE run_ref = ?", [run_ref]) is None:
+                return None
+            return _run_figures(conn, run_ref, max(1, buckets))
+
+        return await db.read(read)
+
+    async def _indexed(self, db: Database, shape: _Shape, run_ref: str) -> bool:
+        """Whether every finished row of the run has its outcomes and facts (a row
+        written before the store kept them has provenance without outcomes). Once
+        true it stays true: this code writes both with every provenance."""
+        if not shape.indexed:
+            return False
+        if run_ref in self._indexed_runs:
+            return True
+        older = await db.read(
+            lambda conn: conn.one(
+                "SELECT 1 FROM playline_run_rows WHERE run_ref = ? AND outcomes IS NULL"
+                " AND provenance IS NOT NULL LIMIT 1",
+                [run_ref],
+            )
+        )
+        if older is None:
+            self._indexed_runs.add(run_ref)
+        return older is None
 
     async def read_provenance(
         self, run_ref: str, start: int, end: int
@@ -598,7 +686,7 @@ def _write_results(
     )
     conn.many(
         "UPDATE playline_run_rows SET status = ?, error = ?,"
-        " provenance = COALESCE(?, provenance),"
+        " provenance = COALESCE(?, provenance), outcomes = COALESCE(?, outcomes),"
         " changes = CASE WHEN ? THEN ? ELSE changes END,"
         " compared = CASE WHEN ? THEN ? ELSE compared END"
         " WHERE run_ref = ? AND seq = ?",
@@ -607,6 +695,7 @@ def _write_results(
                 res.status,
                 res.error,
                 _dumped(res.provenance),
+                outcomes_text(res.status, res.provenance, res.cells),
                 res.seq in changed,
                 changed.get(res.seq, (None, None))[0],
                 res.seq in changed,
@@ -616,6 +705,168 @@ def _write_results(
             )
             for res in results
         ],
+    )
+    _write_facts(conn, run_ref, results)
+
+
+def _write_facts(conn: Conn, run_ref: str, results: Sequence[RowResult]) -> None:
+    """The facts of each result's provenance, in place of the row's earlier ones (a
+    result without provenance keeps them, as it keeps the provenance)."""
+    latest = {res.seq: res.provenance for res in results if res.provenance is not None}
+    if not latest:
+        return
+    # One statement per few hundred rows (one per row costs PostgreSQL a round of
+    # parse, bind and execute each, more than the delete itself).
+    for page in chunks(sorted(latest), conn.dialect.max_params - 1):
+        conn.execute(
+            f"DELETE FROM playline_run_facts WHERE run_ref = ? AND seq IN ({marks(len(page))})",
+            [run_ref, *page],
+        )
+    _insert_rows(
+        conn,
+        "INSERT INTO playline_run_facts (run_ref, seq, col, kind, pos, name, hits, credits, at)"
+        " VALUES",
+        [(run_ref, seq, *fact) for seq, prov in latest.items() for fact in row_facts(prov)],
+    )
+
+
+def _run_rows_sql(shape: _Shape, where: str) -> str:
+    """The query of a run's rows (``RunRow`` fields) with ``r.run_ref = ?`` and
+    ``where`` (on the manifest ``r``), unordered."""
+    provenance = "r.provenance" if shape.provenance else "NULL"
+    meta = "s.cell_meta" if shape.changes else "NULL"
+    return (
+        f"SELECT r.seq, r.row_key, s.data, r.status, r.error, {provenance}, {meta}"
+        f" FROM {shape.run_rows} r JOIN {shape.runs} u ON u.run_ref = r.run_ref"
+        f" JOIN {shape.sheet_rows} s ON s.dataset = u.dataset AND s.row_key = r.row_key"
+        f" WHERE r.run_ref = ? AND {where}"
+    )
+
+
+def _run_rows(found: list[tuple[Any, ...]]) -> list[RunRow]:
+    return [
+        RunRow(
+            int(seq),
+            str(key),
+            dict(_json(data)),
+            status,
+            error,
+            _loaded(prov),
+            dict(_json(cells) or {}),
+        )
+        for seq, key, data, status, error, prov, cells in found
+    ]
+
+
+#: A row whose outcomes name no cell is judged by its status alone (pending: not run
+#: yet, error: failed), as :func:`~playline.stores.sheet_index.cell_outcome` judges a
+#: cell without provenance.
+_BY_STATUS = {"not_run": "pending", "failed": "error"}
+
+
+def _pick_seqs(
+    conn: Conn, run_ref: str, dataset: str, query: RowsQuery, offset: int, limit: int
+) -> tuple[list[int], int] | None:
+    """The ``seq`` of the page's rows, in order, and how many rows match; ``None``
+    for a query that neither filters nor sorts (the page is a range of ``seq``)."""
+    where: list[str] = ["r.run_ref = ?"]
+    params: list[Any] = [run_ref]
+    if query.outcome:
+        test = "r.outcomes LIKE ? ESCAPE '\\'"
+        params.append(outcome_pattern(query.outcome, query.outcome_column))
+        if query.outcome in _BY_STATUS:
+            test = f"({test} OR ((r.outcomes IS NULL OR r.outcomes = ?) AND r.status = ?))"
+            params += [NO_CELLS, _BY_STATUS[query.outcome]]
+        where.append(test)
+    text = query.text_column and query.text
+    if text:
+        where.append("lower(s.data ->> CAST(? AS TEXT)) LIKE ? ESCAPE '\\'")
+        params += [query.text_column, f"%{like_escape(str(query.text).lower())}%"]
+    if not where[1:] and not query.sort:
+        return None
+    join = ""
+    if text or query.sort:
+        join = " JOIN playline_sheet_rows s ON s.dataset = ? AND s.row_key = r.row_key"
+        params.insert(0, dataset)
+    filtered = f"FROM playline_run_rows r{join} WHERE {' AND '.join(where)}"
+    if not query.sort:
+        found = conn.all(
+            f"SELECT r.seq, count(*) OVER () {filtered} ORDER BY r.seq LIMIT ? OFFSET ?",
+            [*params, limit, offset],
+        )
+    else:
+        way = " DESC" if query.descending else ""
+        number = conn.dialect.json_number.format("s.data", "CAST(? AS TEXT)")
+        found = conn.all(
+            "SELECT seq, count(*) OVER () FROM (SELECT r.seq AS seq,"
+            f" s.data ->> CAST(? AS TEXT) AS v, {number} AS n {filtered}) AS m"
+            " ORDER BY CASE WHEN v IS NULL OR v = '' THEN 2 WHEN n IS NOT NULL THEN 0"
+            f" ELSE 1 END, n{way}, COALESCE(lower(v), ''){way}, seq LIMIT ? OFFSET ?",
+            [query.sort, *_repeat(query.sort, number), *params, limit, offset],
+        )
+    if found:
+        return [int(row[0]) for row in found], int(found[0][1])
+    matching = conn.scalar(f"SELECT count(*) {filtered}", params)
+    return [], int(matching or 0)
+
+
+def _repeat(value: str, template: str) -> list[str]:
+    """``value`` once per placeholder in ``template``."""
+    return [value] * template.count("?")
+
+
+def _run_figures(conn: Conn, run_ref: str, buckets: int) -> RunFigures:
+    """The charts' sums from the run's facts (inside a read)."""
+    span = conn.one(
+        "SELECT min(at), max(at) FROM playline_run_facts WHERE run_ref = ? AND kind = ?"
+        " AND at IS NOT NULL",
+        [run_ref, FACT_PAID],
+    )
+    start, end = (
+        (None, None) if span is None or span[0] is None else (float(span[0]), float(span[1]))
+    )
+    spend: dict[tuple[str, int], float] = {}
+    if start is not None and end is not None:
+        scale = buckets / max(end - start, 1e-9)
+        slot = conn.dialect.floor.format("(at - ?) * ?")
+        for provider, bucket, credits in conn.all(
+            f"SELECT name, {slot} AS b, sum(credits) FROM playline_run_facts"
+            " WHERE run_ref = ? AND kind = ? AND at IS NOT NULL GROUP BY name, b",
+            [start, scale, run_ref, FACT_PAID],
+        ):
+            key = (str(provider), min(buckets - 1, int(bucket)))
+            spend[key] = spend.get(key, 0.0) + float(credits)
+    answered: dict[tuple[str, str], int] = {
+        (str(col), str(name)): int(n)
+        for col, name, n in conn.all(
+            "SELECT col, name, count(*) FROM playline_run_facts WHERE run_ref = ? AND kind = ?"
+            " GROUP BY col, name",
+            [run_ref, FACT_WON],
+        )
+    }
+    steps: dict[str, list[StepFigures]] = {}
+    for col, name, calls, hits, credits in conn.all(
+        "SELECT col, name, count(*), sum(hits), sum(credits) FROM playline_run_facts"
+        " WHERE run_ref = ? AND kind = ? GROUP BY col, name ORDER BY col, min(pos), name",
+        [run_ref, FACT_STEP],
+    ):
+        steps.setdefault(str(col), []).append(
+            StepFigures(
+                str(col),
+                str(name),
+                answered.get((str(col), str(name)), 0),
+                int(calls),
+                int(hits or 0),
+                float(credits or 0.0),
+            )
+        )
+    unanswered = {col: n for (col, name), n in answered.items() if name == NO_STEP}
+    return RunFigures(
+        start,
+        end,
+        [SpendPoint(p, b, c) for (p, b), c in sorted(spend.items())],
+        dict(sorted(steps.items())),
+        unanswered,
     )
 
 

@@ -6,8 +6,7 @@ store through the store's read paths and talks to Temporal only through the desk
 is given; it imports nothing of the command line.
 """
 
-from urllib.parse import urlencode
-
+from playline.sheet_links import sheet_link
 from playline.webview.app import webview_app
 from playline.webview.desk import ACTIONS, ExportChoice, RunDesk, RunSummary
 from playline.webview.guard import check_exposure
@@ -21,9 +20,3 @@ __all__ = [
     "sheet_link",
     "webview_app",
 ]
-
-
-def sheet_link(base_url: str, workflow_id: str) -> str:
-    """The sheet page of a run on the view at ``base_url`` (for the CLI's output and
-    a play's Temporal UI details): ids only, never a row."""
-    return f"{base_url.rstrip('/')}/sheet?{urlencode({'id': workflow_id})}"

@@ -233,7 +233,7 @@ def webview_app(
             charts=charts,
             ref_index=ref_index,
             when=iso_utc,
-            refresh=refresh_s * 10 if run.running else None,  # the charts scan the run
+            refresh=refresh_s * 10 if run.running else None,  # a picture: slower reloads
         )
 
     async def text_filter(request: Request) -> Response:

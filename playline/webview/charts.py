@@ -8,8 +8,10 @@
   its hits and credits, and credits per hit (the figures to order a waterfall by,
   as :class:`~playline.calls.provenance.SpendTally` counts them).
 
-Both come from one pass over the run's provenance in store pages
-(``read_provenance``): memory holds a page and the buckets, never the run.
+Both are summed by the store (``run_figures``: SQL over the facts it records with
+each row). A run whose rows were written before the store recorded them is read in
+store pages instead (``read_provenance``): memory holds a page and the buckets, never
+the run.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 
 from playline.calls.provenance import SpendTally
 from playline.spend import NO_STEP
-from playline.stores.sheet import SheetStore
+from playline.stores.sheet import RunFigures, SheetStore
 
 __all__ = ["BUCKETS", "Charts", "read_charts"]
 
@@ -76,6 +78,9 @@ async def read_charts(
     info = await sheet.run_info(run_ref)
     if info is None:
         return None
+    figures = await sheet.run_figures(run_ref, BUCKETS)
+    if figures is not None:
+        return _from_figures(figures, budget)
     tally = SpendTally()
     # First pass: the time span (and the tally); second: the buckets. Two reads of the
     # provenance keep memory flat where one would hold every paid cell.
@@ -104,6 +109,24 @@ async def read_charts(
                         buckets.setdefault(provider, [0.0] * BUCKETS)[slot] += float(credits)
         _draw_lines(charts, buckets, budget)
     _funnels(charts, tally)
+    return charts
+
+
+def _from_figures(figures: RunFigures, budget: float | None) -> Charts:
+    charts = Charts(start=figures.start, end=figures.end)
+    if figures.start is not None:
+        buckets: dict[str, list[float]] = {}
+        for point in figures.spend:
+            buckets.setdefault(point.provider, [0.0] * BUCKETS)[point.bucket] += point.credits
+        _draw_lines(charts, buckets, budget)
+    inner = WIDTH - 2 * PAD - 200
+    for column, steps in figures.steps.items():
+        rows = max(1, sum(s.answered for s in steps) + figures.unanswered.get(column, 0))
+        charts.funnels[column] = [
+            FunnelStep(s.tool, s.answered, s.calls, s.hits, s.credits, inner * s.answered / rows)
+            for s in steps
+        ]
+        charts.unanswered[column] = figures.unanswered.get(column, 0)
     return charts
 
 

@@ -4,19 +4,17 @@ A cell's provenance (:mod:`playline.calls.provenance`) says which tool answered 
 why none did (``miss``); the row's status says whether the run has reached it. These
 pure functions turn both into one outcome per cell (``hit``, ``no_match``, ``failed``,
 ``skipped_budget``, ``skipped``, ``not_run``) and one status per row, so what the page
-colours, what its filter matches and what a test expects are one rule.
+colours, what its filter matches and what a test expects are one rule (the cell's
+rule is the sheet store's, :func:`~playline.stores.sheet_index.cell_outcome`, which
+records each row's outcomes as it writes them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
-
 from playline.stores.sheet import RunRow
+from playline.stores.sheet_index import Outcome, cell_outcome
 
 __all__ = ["OUTCOMES", "Outcome", "cell_outcome", "row_outcomes", "row_status"]
-
-Outcome = Literal["hit", "no_match", "failed", "skipped_budget", "skipped", "not_run"]
 
 #: Every outcome with the label the page shows (and filters by), in filter order.
 OUTCOMES: dict[str, str] = {
@@ -27,31 +25,6 @@ OUTCOMES: dict[str, str] = {
     "skipped": "skipped (input, condition or cancel)",
     "not_run": "not run yet",
 }
-
-
-def cell_outcome(status: str, provenance: Mapping[str, Any] | None, value: Any) -> Outcome:
-    """The outcome of one computed cell of a row in ``status`` with ``provenance``.
-
-    A cell without provenance is ``not_run`` while its row is pending; a finished row
-    from a store that kept none is judged by its value.
-    """
-    if provenance is None:
-        if status == "pending":
-            return "not_run"
-        if status == "error":
-            return "failed"
-        return "hit" if value not in (None, "") else "no_match"
-    miss = provenance.get("miss")
-    if miss is None:
-        return "hit"
-    text = str(miss)
-    if text.startswith("error:"):
-        return "failed"
-    if text == "skipped_budget":
-        return "skipped_budget"
-    if text.startswith("skipped") or text == "not_sent":
-        return "skipped"
-    return "no_match"
 
 
 def row_outcomes(row: RunRow, computed: list[str]) -> dict[str, Outcome]:

@@ -5,14 +5,14 @@ needs.
 
 * Unfiltered and in run order, a page is one ``read_run_rows`` range (``seq`` is the
   manifest's primary key): page 2,000 of a million rows costs what page 1 does.
-* Filtered by a cell outcome, the run's provenance is scanned in store pages
-  (``read_provenance``, :data:`SCAN_ROWS` at a time: no row data is read), then the
-  page's rows are read by ``seq``.
-* Filtered by a column's text or sorted by a column, the store has no index for the
-  question, so the rows are scanned in store pages and only the page asked for is
-  kept: memory holds one store page plus the page shown (sorted: the ``(value,
-  seq)`` keys up to the page's end), never the run. These views take time in
-  proportion to the run (see ``bench/RESULTS.md``).
+* Filtered (by a cell's outcome, by a column's text) or sorted by a column, the
+  store picks the page in SQL (``query_run_rows``: the outcomes it recorded with each
+  row, the column's value in the sheet row) and reads the page's rows only.
+* A run whose rows were written before the store recorded their outcomes (a store
+  migrated in place) is scanned in store pages instead, :data:`SCAN_ROWS` at a time,
+  and only the page asked for is kept: memory holds one store page plus the page
+  shown (sorted: the ``(value, seq)`` keys up to the page's end), never the run; such
+  a view takes time in proportion to the run (see ``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import total_ordering
 from typing import Any
 
-from playline.stores.sheet import RunInfo, RunRow, SheetStore
+from playline.stores.sheet import RowsQuery, RunInfo, RunRow, SheetStore
 from playline.webview.outcomes import cell_outcome
 
 __all__ = ["SCAN_ROWS", "SheetPage", "SheetQuery", "computed_columns", "read_page"]
@@ -155,6 +155,24 @@ async def read_page(sheet: SheetStore, run_ref: str, query: SheetQuery) -> Sheet
         rows = await sheet.read_run_rows(run_ref, start, start + size)
         computed = await computed_columns(sheet, run_ref, rows)
         return SheetPage(info, rows, _columns(info, computed), computed, info.admitted, query)
+    found = await sheet.query_run_rows(
+        run_ref,
+        RowsQuery(
+            offset=start,
+            limit=size,
+            outcome=query.outcome,
+            outcome_column=query.outcome_column,
+            text_column=query.text_column if query.text else None,
+            text=query.text if query.text_column else None,
+            sort=query.sort,
+            descending=query.descending,
+        ),
+    )
+    if found is not None:
+        computed = await computed_columns(sheet, run_ref, found.rows)
+        columns = _columns(info, computed)
+        return SheetPage(info, found.rows, columns, computed, found.matching, query)
+    # A run written before the store recorded outcomes: read it in store pages.
     computed = await computed_columns(sheet, run_ref, [])
     matching = 0
     if not query.sort and not query.text_column:

@@ -70,8 +70,11 @@ def _chunking(options: RunOptions) -> str:
     return f"chunks sized to about {options.target_chunk_seconds:g} s"
 
 
-def play_static(play: str, input: Mapping[str, Any], options: RunOptions) -> tuple[str, str]:
-    """A play's static summary and details: the play, its input file, its mode."""
+def play_static(
+    play: str, input: Mapping[str, Any], options: RunOptions, sheet: str | None = None
+) -> tuple[str, str]:
+    """A play's static summary and details: the play, its input file, its mode, and
+    (``sheet``: its address in the sheet view) a link to its rows, cell by cell."""
     csv_path = input.get("csv_path")
     source = f" · {_file_name(csv_path)}" if isinstance(csv_path, str) and csv_path else ""
     summary = f"{play}{source} · {_mode(options.integration_mode)}"
@@ -85,6 +88,8 @@ def play_static(play: str, input: Mapping[str, Any], options: RunOptions) -> tup
     lines.append(f"- chunks: {_chunking(options)}")
     if options.integration_mode == "fixture":
         lines.append(f"- fixtures: {', '.join(_file_name(f) for f in options.fixtures)}")
+    if sheet:
+        lines.append(f"- sheet: [its rows, cell by cell]({sheet})")
     return summary, "\n".join(lines)
 
 

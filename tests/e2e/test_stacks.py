@@ -9,10 +9,13 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import httpx
 
 from playline.cli.stack_record import alive
 from playline.demo import LEADS_CSV
@@ -164,13 +167,23 @@ def test_a_server_an_earlier_dev_left_is_named_and_stopped_not_reused(tmp_path: 
 
 
 def test_a_demo_beside_a_running_dev_with_other_plays_succeeds(tmp_path: Path) -> None:
+    """...and each serves the sheet view beside the Temporal UI: dev's (its port taken,
+    on a free one) lists the demo's run; the demo's summary links to the run's sheet."""
     env = environment(free_port())
     other = tmp_path / "other"
     other.mkdir()
     (other / "other_plays.py").write_text(OTHER_PLAYS)
-    dev = start_dev(other, env, "--plays", "other_plays")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    taken_port = taken.getsockname()[1]
+    dev = start_dev(other, env, "--plays", "other_plays", "--sheet-port", str(taken_port))
     try:
-        wait_up(dev, other)
+        log = wait_up(dev, other)
+        found = re.search(r"sheet view on (http://127\.0\.0\.1:(\d+))", log)
+        assert found and int(found[2]) != taken_port, log
+        sheets = found[1]
+        assert f"sheet view {sheets}" in log.replace("\n", " "), log
         demo_folder = tmp_path / "demo"
         demo_folder.mkdir()
         leads = LEADS_CSV.read_text().splitlines()
@@ -201,6 +214,11 @@ def test_a_demo_beside_a_running_dev_with_other_plays_succeeds(tmp_path: Path) -
         assert "play enrich_leads completed" in said and "rows: 20 ok, 0 failed" in said, said
         assert len((demo_folder / "enriched.csv").read_text().splitlines()) == 21
         assert dev.poll() is None  # the other stack is untouched
+        linked = re.search(r"sheet: (http://127\.0\.0\.1:\d+/sheet\?id=(\S+))", said)
+        assert linked, said
+        runs = httpx.get(sheets + "/", timeout=30)
+        assert runs.status_code == 200 and linked[2] in runs.text, runs.text[:2000]
     finally:
+        taken.close()
         dev.send_signal(signal.SIGTERM)
         dev.wait(timeout=60)

@@ -23,10 +23,12 @@ from typing import Any
 
 import pytest
 
+from playline.calls.provenance import tally
 from playline.cli.ui import serving, sheet_view_running, ui_app
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
 from playline.sockets import free_port
+from playline.spend import NO_STEP
 from playline.stores.backends import open_stores
 from playline.webview.outcomes import cell_outcome
 from playline.worker import connect
@@ -221,6 +223,35 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
             await page.locator("#matching").wait_for()
             assert await shown_seqs(page) == no_match
             assert int(await page.locator("#matching").inner_text()) == len(no_match)
+
+            # Sorted by a column within the filter (the store orders them), then backwards.
+            by_name = sorted(
+                (r for r in rows if r.seq in no_match),
+                key=lambda r: (str(r.data["last_name"]).lower(), r.seq),
+            )
+            await page.locator("#sheet thead th a", has_text="last_name").click()
+            await page.locator("#sheet thead th", has_text="last_name ▲").wait_for()
+            assert await shown_seqs(page) == [r.seq for r in by_name]
+            await page.locator("#sheet thead th a", has_text="last_name").click()
+            await page.locator("#sheet thead th", has_text="last_name ▼").wait_for()
+            backwards = sorted(
+                by_name, key=lambda r: str(r.data["last_name"]).lower(), reverse=True
+            )
+            assert await shown_seqs(page) == [r.seq for r in backwards]
+
+            # The funnel's rows per step are the tally of every row's provenance.
+            spent = tally(r.provenance for r in rows if r.provenance)
+            await page.goto(f"{base}/charts?id={play_id}")
+            funnel = page.locator("#funnels table.funnel tbody tr")
+            answered = {
+                cells[0]: int(cells[1])
+                for cells in [
+                    await row.locator("td").all_inner_texts() for row in await funnel.all()
+                ]
+            }
+            steps = spent.steps["verified_email"]
+            assert answered.pop("no step answered") == steps.get(NO_STEP, 0)
+            assert answered == {t: steps.get(t, 0) for t in spent.tried["verified_email"]}
 
             # From another address, no token: refused; with it, the page.
             if outside is not None:

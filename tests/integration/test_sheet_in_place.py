@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from playline.db.migrations import Schema
 from playline.db.postgres import PostgresPool
-from playline.stores.sheet import RowResult, RunInfo, RunRow
+from playline.stores.sheet import RowResult, RowsQuery, RunInfo, RunRow
 from playline.stores.sheet_ledger import SCHEMA, SheetLedger
 from tests.old_schemas import old_postgres_sheet, old_sqlite_sheet
 from tests.pg import pg_schema
@@ -186,6 +187,7 @@ async def test_an_old_sheet_opens_in_place_and_keeps_every_row(
             "playline_sheet_rows",
             "playline_runs",
             "playline_run_rows",
+            "playline_run_facts",
         }
     # Still usable: a rerun of the old source keeps the old rows' cells, records
     # what it changed against them, and loading the same source again reads nothing.
@@ -262,6 +264,81 @@ async def test_a_sheet_of_the_old_codes_first_schema_is_adopted(
     assert await worker.read_changes("r0", 0, 5) == [
         (0, "a", {"email": {"old": "a@x", "new": "a2@x"}})
     ]
+
+
+class _BeforeOutcomes(SheetLedger):
+    """The sheet store as it was before it kept outcomes and facts (version 5)."""
+
+    SCHEMA = Schema("sheet", SCHEMA.migrations[:5], clients_read_older=True)
+
+
+def _insert(where: str, rows: list[tuple[str, list[Any]]]) -> None:
+    """Raw rows into today's table names (``{runs}``: ``playline_runs``)."""
+    names = {
+        n: f"playline_{n}" for n in ("sources", "source_rows", "sheet_rows", "runs", "run_rows")
+    }
+    if not _postgres(where):
+        with sqlite3.connect(where) as conn:
+            for sql, params in rows:
+                conn.execute(sql.format_map(names), params)
+        conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(where, autocommit=True) as pg:
+        for sql, params in rows:
+            pg.execute(sql.format_map(names).replace("?", "%s"), params)
+
+
+async def test_a_sheet_from_before_outcomes_gains_them_in_place(
+    where: str, open_sheet: Opener
+) -> None:
+    """A version-5 sheet with a run written then: a client reads it as it is (the sheet
+    view falls back to reading the run in pages), a worker adds the outcomes column and
+    the facts table, the old run still falls back (its rows have no outcomes), and a run
+    written now is answered in SQL."""
+    if _postgres(where):
+        pool = await PostgresPool.open(where)
+        before = _BeforeOutcomes.in_database(pool)
+    else:
+        before = _BeforeOutcomes.in_file(where)
+    await before.open()
+    await before.close()
+    if _postgres(where):
+        await pool.close()
+    _insert(where, [*_SOURCE_AND_RUN, *_ENRICHED])
+    assert _version(where) == 5
+
+    client = await open_sheet(False)
+    assert await client.query_run_rows("r0", RowsQuery(outcome="hit")) is None
+    assert await client.run_figures("r0", 10) is None
+    await _everything_is_there(client)
+    assert _version(where) == 5
+
+    worker = await open_sheet(True)
+    await _everything_is_there(worker)
+    assert _version(where) == SCHEMA.latest == 6
+    assert await worker.query_run_rows("r0", RowsQuery(outcome="hit")) is None
+    await worker.prepare_run(
+        "r1",
+        source_id="src@1",
+        dataset="people",
+        key_fields=["id"],
+        mode="upsert",
+        computed_columns=["email"],
+    )
+    paid = {**PAID, "by_provider": {"mailfox": 1.5}, "fetched_at": 7.0, "miss": None}
+    await worker.write_results(
+        "r1",
+        [RowResult(0, "a", {"email": "a2@x"}, "ok", provenance={"email": paid})],
+    )
+    page = await worker.query_run_rows("r1", RowsQuery(outcome="hit"))
+    assert page is not None and ([r.row_key for r in page.rows], page.matching) == (["a"], 1)
+    pending = await worker.query_run_rows("r1", RowsQuery(outcome="not_run"))
+    assert pending is not None and [r.row_key for r in pending.rows] == ["b"]
+    figures = await worker.run_figures("r1", 4)
+    assert figures is not None and (figures.start, figures.end) == (7.0, 7.0)
+    assert [(p.provider, p.credits) for p in figures.spend] == [("mailfox", 1.5)]
 
 
 async def test_a_client_finds_no_sheet_where_no_worker_made_one(

@@ -160,3 +160,16 @@ def test_the_run_summary_prints_the_accounts(monkeypatch: pytest.MonkeyPatch) ->
     printed.truncate(0)
     render.print_summary(PlayRunResult(play="p"), Settings(), "wf", None)
     assert "accounts by provider" not in printed.getvalue()
+    assert "sheet:" not in printed.getvalue()
+
+
+def test_the_summary_links_to_the_runs_sheet_when_the_view_is_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    printed = io.StringIO()
+    monkeypatch.setattr(render, "out", lambda: Console(file=printed, width=200))
+    settings = Settings(sheets_url="http://127.0.0.1:8234/")
+    render.print_summary(PlayRunResult(play="p"), settings, "wf 1", None)
+    lines = printed.getvalue().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  Temporal UI: "))
+    assert lines[at + 1] == "  sheet: http://127.0.0.1:8234/sheet?id=wf+1"

@@ -19,6 +19,8 @@ def test_from_env_reads_every_variable() -> None:
             "PLAYLINE_FLEET_PREFIX": "fleet_",
             "PLAYLINE_PACING": "off",
             "PLAYLINE_UI_URL": "https://ui.example",
+            "PLAYLINE_SHEETS_URL": "http://sheets.example:8234",
+            "PLAYLINE_UI_TOKEN": "sheet-token",
             "ACME_API_KEY": "k",
         }
     )
@@ -29,6 +31,9 @@ def test_from_env_reads_every_variable() -> None:
     assert settings.fleet_table_prefix == "fleet_"
     assert settings.pacing == "off"
     assert settings.ui_url == "https://ui.example"
+    assert settings.sheets_url == "http://sheets.example:8234"
+    assert settings.ui_token == "sheet-token"
+    assert "sheet-token" not in repr(settings) and "sheet-token" in settings.secret_values()
     assert settings.environ["ACME_API_KEY"] == "k"
     assert settings.store_url == "sqlite:////srv/pl"
     assert settings.receipts_path == Path("/srv/pl/receipts.db")

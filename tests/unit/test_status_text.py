@@ -63,6 +63,9 @@ def test_a_play_summary_names_the_play_its_file_and_mode() -> None:
         "p", {"x": 1}, RunOptions(integration_mode="fixture", fixtures=["/f/a.jsonl"])
     )
     assert fixture == "p · fixture mode"
+    assert "sheet" not in details
+    _, linked = play_static("p", {}, RunOptions(), sheet="http://127.0.0.1:8234/sheet?id=wf")
+    assert linked.endswith("\n- sheet: [its rows, cell by cell](http://127.0.0.1:8234/sheet?id=wf)")
 
 
 def test_a_long_input_is_elided_in_the_static_details() -> None:

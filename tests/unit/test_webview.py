@@ -311,3 +311,28 @@ def test_binding_beyond_loopback_needs_a_token() -> None:
     check_exposure("0.0.0.0", "t")
     with pytest.raises(PlaylineError, match="without a token"):
         check_exposure("0.0.0.0", None)
+
+
+async def test_a_play_started_with_the_views_address_links_its_sheet_in_its_details() -> None:
+    import playline
+    from playline.demo.enrich_leads import EnrichLeadsInput, enrich_leads
+
+    started: dict[str, Any] = {}
+
+    class Client:
+        async def start_workflow(self, *args: Any, **kwargs: Any) -> None:
+            started.update(kwargs)
+
+    await playline.start_play(
+        Client(),  # type: ignore[arg-type]
+        enrich_leads,
+        EnrichLeadsInput(csv_path="/x.csv"),
+        id="leads-1",
+        sheets_url="http://127.0.0.1:8234",
+    )
+    assert (
+        "- sheet: [its rows, cell by cell](http://127.0.0.1:8234/sheet?id=leads-1)"
+        in (started["static_details"])
+    )
+    await playline.start_play(Client(), enrich_leads, EnrichLeadsInput(csv_path="/x.csv"))  # type: ignore[arg-type]
+    assert "sheet" not in started["static_details"]
