@@ -664,6 +664,8 @@ class PlayState(BaseModel):
     #: after the run: its reconciliation with the providers' balances, in Markdown
     #: (``playline runs reconcile`` prints it in full)
     reconciliation: list[str] = Field(default_factory=list)
+    #: what each ``ctx.sync`` wrote back, in counts, in the order they ran
+    syncs: list[SyncSummary] = Field(default_factory=list)
 
 
 class PlayRunResult(BaseModel, Generic[OutputT]):

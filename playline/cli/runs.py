@@ -65,7 +65,7 @@ from playline.spend import spend_lines
 from playline.stores.backends import open_stores
 from playline.worker import connect
 from playline.workflows.context import RUN_REFS_MEMO
-from playline.workflows.status import due_line, job_lines
+from playline.workflows.status import due_line, job_lines, sync_line
 
 #: What each control command asks of the play (its update) and says when done.
 CONTROLS = {
@@ -368,6 +368,8 @@ async def get_run(
         if state is not None and state.current is not None:
             # The current dataset run's last report: the play's totals come with its result.
             print_accounts(state.current.stats.accounts)
+    for summary in state.syncs if state is not None else []:
+        out().print(f"  {sync_line(summary)}", markup=False, highlight=False)
     if desc.status != WorkflowExecutionStatus.RUNNING:
         report = await read_audit(handle, desc, settings)
         for line in report.lines() if report is not None else []:

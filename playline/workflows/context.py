@@ -66,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from playline.workflows.dataset_run import DatasetRunWorkflow
     from playline.workflows.failures import SETUP_RETRY, as_failure
     from playline.workflows.priority import temporal_priority
-    from playline.workflows.status import dataset_static, play_current_details
+    from playline.workflows.status import dataset_static, play_current_details, sync_line
 
 LOG_LINES_KEPT = 50
 #: How long one ``ctx.sync`` attempt may take (429s are waited out inside it).
@@ -534,12 +534,9 @@ class PlayContext:
                 k: getattr(written, k) for k in ("created", "updated", "fields_written", "requests")
             }
         )
-        self.log(
-            f"sync to {sink}: {summary.created} created, {summary.updated} updated, "
-            f"{summary.unchanged} unchanged, {summary.skipped_by_policy} skipped by policy, "
-            f"{summary.rejected} rejected"
-            + (f"; parked ({summary.parked}), {summary.left} left" if summary.parked else "")
-        )
+        self.log(sync_line(summary))
+        # The state query's and the next details' (no command: replays alike).
+        self.state.syncs.append(summary)
         return summary
 
     async def run_play(

@@ -33,6 +33,7 @@ from playline.contract import (
     ProviderWait,
     RunMode,
     RunOptions,
+    SyncSummary,
 )
 from playline.money import amount_text, money_text
 from playline.spend import account_markdown, spend_lines
@@ -338,6 +339,9 @@ def play_current_details(
         elif state.window is not None:
             lines.append(f"- window: at most {state.window} chunks in flight (set_window)")
     lines += _outcome_lines(totals, now)
+    if state.syncs:
+        lines += ["", "**written back**", ""]
+        lines += [f"- {sync_line(summary)}" for summary in state.syncs]
     if state.reconciliation:
         lines += ["", "**reconciliation with the providers' balances**", ""]
         lines += state.reconciliation
@@ -397,3 +401,17 @@ def _budget_wait_message(hold: BudgetHold, play_id: str) -> str:
             f"--provider {hold.provider} --add N` to go on"
         )
     return f"budget: {spent}; `playline runs budget {play_id} --add N` to go on"
+
+
+def sync_line(summary: SyncSummary) -> str:
+    """One ``ctx.sync``'s counts, as the play's log, details and ``runs get`` say them."""
+    line = (
+        f"sync to {summary.sink}: {summary.created} created, {summary.updated} updated, "
+        f"{summary.unchanged} unchanged, {summary.skipped_by_policy} skipped by policy, "
+        f"{summary.rejected} rejected"
+    )
+    if summary.not_written:
+        line += f", {summary.not_written} rows not written"
+    if summary.parked:
+        line += f"; parked ({summary.parked}), {summary.left} left"
+    return line

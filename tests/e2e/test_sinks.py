@@ -352,6 +352,11 @@ async def test_a_play_enriches_and_writes_back_in_one_durable_run(
     assert not any(email in history for email in with_email)  # no row went through history
     assert got.returncode == 0, got.stderr
     assert f"sync to small_contacts: {len(with_email)} created, 0 updated" in got.stdout
+    # runs get says each sync in its own words before the raw state, which keeps them too.
+    human, _, raw = got.stdout.partition("{")
+    assert f"  sync to small_contacts: {len(with_email)} created, 0 updated" in human
+    assert f"0 created, 0 updated, {len(with_email)} unchanged" in human
+    assert '"syncs"' in "{" + raw
 
 
 async def test_a_worker_killed_mid_sync_is_taken_over_and_writes_every_record_once(
