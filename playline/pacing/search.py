@@ -29,10 +29,18 @@ is learnt from evidence:
   second or two (a GCRA with a burst of 3 absorbs two extra calls), and the search
   must not settle there.
 * a 429 at a rate already proven clean is first taken as **noise** (a busy
-  event loop sends a clump; loopback jitter): the key pauses as the provider
-  asks but the rate stands. A second one within ``noise_window_s`` means the
-  limit moved down: the lower bound is dropped and the rate cut to
-  ``cut_fraction`` of it.
+  event loop sends a clump; loopback jitter): the key pauses but the rate stands.
+  A second one within ``noise_window_s``, when more than ``noise_share`` of the
+  calls sent over that window were refused, means the limit moved down: the lower
+  bound is dropped and the rate cut to ``cut_fraction`` of it. (A limit that moved
+  down refuses a steady share of the calls; jitter refuses one now and then.)
+* a ``Retry-After`` of **whole seconds** (1 or 2) is a weak bound, not a wait: a
+  strict GCRA whose next slot is 30 ms away still writes ``1``, and honouring it
+  costs a second of calls per 429. The key pauses ``short_pause_intervals`` of the
+  rate in force instead (the provider's next slot is within an interval of its
+  true rate, at most twice the rate in force after a cut), until every call sent
+  after such a pause is refused: then the provider meant it (a window that resets
+  on the second) and it is honoured whole from then on (``retry_after_trusted``).
 * a window is **used** when calls went at ``busy_fraction`` of the rate, or
   when at least half of them had others queued behind them (a worker whose
   fleet shares the rate sends only its part, but its calls still queue).
@@ -77,6 +85,9 @@ class SearchConfig:
     measure_s: float = 2.0
     min_measure_s: float = 0.5
     noise_window_s: float = 10.0
+    #: ...unless more than this share of the calls sent over that window were refused
+    #: (a limit that moved down refuses a steady share; jitter a few calls)
+    noise_share: float = 0.03
     #: pause after a 429 without ``Retry-After`` (a concurrency cap rarely sends one)
     default_pause_s: float = 0.25
     #: a ``Retry-After`` this long or longer means a window quota ran out
@@ -84,6 +95,12 @@ class SearchConfig:
     #: ``Retry-After`` is honoured up to this (a week: a daily quota is honoured whole)
     max_pause_s: float = 7 * 86400.0
     jitter_fraction: float = 0.1
+    #: a ``Retry-After`` of whole seconds up to this is a coarse bound, not a wait
+    coarse_retry_after_s: float = 2.0
+    #: ...so the key pauses this many intervals of the rate in force instead...
+    short_pause_intervals: float = 3.0
+    #: ...and at least this long
+    min_short_pause_s: float = 0.05
 
     def __post_init__(self) -> None:
         if not 0 < self.cut_fraction <= 1 or not 0 < self.blind_cut_factor < 1:
@@ -152,6 +169,13 @@ class RateSearch:
     _noise_at: float = field(default=-math.inf, init=False)
     _quota_mark: float | None = field(default=None, init=False)
     _quota_accepted: int = field(default=0, init=False)
+    #: the provider's whole-second ``Retry-After`` proved to mean it (a call sent after a
+    #: shorter pause was refused): it is honoured whole from then on
+    retry_after_trusted: bool = field(default=False, init=False)
+    #: short pauses taken instead of a coarse ``Retry-After``
+    short_pauses: int = field(default=0, init=False)
+    #: when the last short pause ends
+    _short_pause_end: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         check_rate(self.ceiling_rps, "ceiling_rps")
@@ -252,17 +276,29 @@ class RateSearch:
         """Account for one 429 of a call dispatched at ``dispatched_at`` in ``dispatch_epoch``."""
         self.rate_limited += 1
         self.log.refused(dispatched_at, now)
-        pause_s = self._pause_for(retry_after_s)
+        end = self._short_pause_end
+        if (
+            end is not None
+            and dispatched_at >= end
+            and not self.retry_after_trusted
+            and self.log.admitted(end, dispatched_at) == 0
+        ):
+            # Every call sent since a short pause was refused: the provider meant its
+            # Retry-After (a window, not an emission interval). Honoured from now on.
+            self.retry_after_trusted = True
         if dispatch_epoch != self.epoch:
             if self.paused_until > now:
+                pause_s = self._pause_for(retry_after_s, now)
                 self.paused_until = max(self.paused_until, now + pause_s)
             return RateLimitOutcome.ABSORBED
         cfg = self.config
         outcome = RateLimitOutcome.CUT
         if retry_after_s is not None and retry_after_s >= cfg.long_pause_s:
+            pause_s = self._pause_for(retry_after_s, now)
             self._learn_quota(now, pause_s)
         else:
             outcome = self._cut(now, dispatched_at)
+            pause_s = self._pause_for(retry_after_s, now, short=True)
         self.epoch += 1
         self.pauses += 1
         self.paused_until = max(self.paused_until, now + pause_s)
@@ -282,7 +318,7 @@ class RateSearch:
         if retry_after_s is not None:
             if self.paused_until <= now:
                 self.pauses += 1
-            self.paused_until = max(self.paused_until, now + self._pause_for(retry_after_s))
+            self.paused_until = max(self.paused_until, now + self._pause_for(retry_after_s, now))
             # The pause is no measure of what the provider admits: measure after it.
             self._epoch_started = max(self._epoch_started, self.paused_until)
             self._window_start, self._window_calls = None, 0
@@ -318,7 +354,10 @@ class RateSearch:
             self._reprobed_from = None
         if lower is not None and attempted <= lower * 1.001:
             self._proofs_lied = True
-            if now - self._noise_at > cfg.noise_window_s:
+            since = dispatched_at - cfg.noise_window_s
+            sent, _ = self.log.count(since, dispatched_at)
+            refused = sent - self.log.admitted(since, dispatched_at)
+            if now - self._noise_at > cfg.noise_window_s or refused <= cfg.noise_share * sent:
                 self._noise_at = now
                 self.noise += 1
                 return RateLimitOutcome.NOISE
@@ -416,8 +455,32 @@ class RateSearch:
         self._window_start, self._window_calls = None, 0
         self._hold_started = None
 
-    def _pause_for(self, retry_after_s: float | None) -> float:
+    def _coarse(self, retry_after_s: float | None) -> bool:
+        """Whether ``retry_after_s`` is a whole-second bound to take as a weak one.
+
+        ``Retry-After`` is written in whole seconds: a strict GCRA whose next slot is
+        30 ms away still says ``1``. Honouring it whole costs a second of calls per
+        429; the search pauses a few intervals of the rate in force instead, until a
+        call sent after such a pause is refused (then the provider meant it).
+        """
+        return (
+            retry_after_s is not None
+            and not self.retry_after_trusted
+            and 1.0 <= retry_after_s <= self.config.coarse_retry_after_s
+            and float(retry_after_s).is_integer()
+        )
+
+    def _pause_for(self, retry_after_s: float | None, now: float, *, short: bool = False) -> float:
         cfg = self.config
+        if self._coarse(retry_after_s):
+            assert retry_after_s is not None
+            pause = min(
+                retry_after_s, max(cfg.min_short_pause_s, cfg.short_pause_intervals / self.rate)
+            )
+            if short:  # a new pause (not one extended by an absorbed 429)
+                self.short_pauses += 1
+            self._short_pause_end = max(self.paused_until, now + pause)
+            return pause
         if retry_after_s is None or not math.isfinite(retry_after_s) or retry_after_s < 0:
             base = cfg.default_pause_s
         else:
