@@ -176,6 +176,10 @@ class RateSearch:
     short_pauses: int = field(default=0, init=False)
     #: when the last short pause ends
     _short_pause_end: float | None = field(default=None, init=False)
+    #: the provider's limit as learnt from its 429s: the highest rate proven clean
+    #: below a rate that drew one (``None``: nothing learnt yet), and when (``now``)
+    learned_rps: float | None = field(default=None, init=False)
+    learned_at: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         check_rate(self.ceiling_rps, "ceiling_rps")
@@ -235,6 +239,9 @@ class RateSearch:
         if sent < cfg.busy_fraction * self.rate * (now - start) and backlogged < sent / 2:
             return False  # the rate was not used: no evidence about the limit
         self.lower = self.rate if self.lower is None else max(self.lower, self.rate)
+        if self.upper is not None and self.lower < self.upper:
+            # A clean rate under one that drew a 429: what the provider takes, so far.
+            self.learned_rps, self.learned_at = self.lower, now
         if self._reprobed_from is not None and self.lower > self._reprobed_from:
             # The re-probe ran clean past the old bound: the limit went up.
             self._hold_s, self._reprobed_from = cfg.hold_s, None
@@ -419,6 +426,7 @@ class RateSearch:
         self.ceiling_rps = ceiling_rps
         self.rate = ceiling_rps
         self.upper = self.lower = None
+        self.learned_rps = self.learned_at = None
         self._hold_s, self._reprobed_from, self._proofs_lied = self.config.hold_s, None, False
         self._new_epoch(now)
 
@@ -447,6 +455,26 @@ class RateSearch:
             if self.lower is not None and self.lower > new:
                 self.lower = new
             self._new_epoch(now)
+        return True
+
+    def seed(self, rps: float, now: float) -> bool:
+        """Start from a limit learnt by an earlier run (the fleet store's).
+
+        The rate in force becomes ``rps`` (clamped to the floor and the ceiling) and the
+        upper bound a step above it, so the search proves it in a window and then holds
+        there, re-probing as usual, instead of starting at the ceiling and paying the
+        429s again. Returns whether anything changed (nothing once the search has
+        evidence of its own).
+        """
+        if self.rate_limited or self.upper is not None or self.lower is not None:
+            return False
+        new = min(self.ceiling_rps, max(self.floor_rps, rps))
+        if new >= self.ceiling_rps:
+            return False
+        self.rate = new
+        self.upper = min(self.ceiling_rps, new * self.config.reprobe_factor)
+        self.learned_rps, self.learned_at = new, now
+        self._new_epoch(now)
         return True
 
     def _new_epoch(self, now: float) -> None:

@@ -121,7 +121,7 @@ async def fleet_prefix() -> AsyncIterator[str]:
     try:
         yield prefix
     finally:
-        for table in ("pacing", "limits", "windows", "shares", "share_weights"):
+        for table in ("pacing", "limits", "windows", "shares", "share_weights", "learned"):
             await conn.execute(
                 psycopg.sql.SQL("DROP TABLE IF EXISTS {}").format(
                     psycopg.sql.Identifier(prefix + table)
