@@ -54,9 +54,7 @@ def test_a_whole_second_retry_after_that_means_it_is_honoured() -> None:
             self.calls.append((now, 200))
             return None
 
-    run = simulate(
-        rate=20.0, burst=1, catalog_rps=60.0, seconds=20, provider=SecondWindow(20.0, 1)
-    )
+    run = simulate(rate=20.0, burst=1, catalog_rps=60.0, seconds=20, provider=SecondWindow(20.0, 1))
     search = run.governor._state("acme").search
     assert search.retry_after_trusted
     assert run.share_429 <= 0.05
