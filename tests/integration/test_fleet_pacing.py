@@ -319,7 +319,8 @@ async def test_a_second_run_starts_at_the_limit_the_first_learnt(prefix: str) ->
     assert sources[0] == "fleet store (429 measurement)"
     # Its first calls went at the learnt rate, not at the catalog's 60/s.
     gaps = [b - a for a, b in itertools.pairwise(sent)][1:11]
-    assert len(gaps) == 10 and min(gaps) >= 0.8 / learned
+    # (on average: one call of a loaded machine may leave a little late, the next on time)
+    assert len(gaps) == 10 and sum(gaps) / len(gaps) >= 0.8 / learned
 
 
 async def test_unreachable_database_is_a_clear_error() -> None:
