@@ -97,8 +97,10 @@ class SearchConfig:
     jitter_fraction: float = 0.1
     #: a ``Retry-After`` of whole seconds up to this is a coarse bound, not a wait
     coarse_retry_after_s: float = 2.0
-    #: ...so the key pauses this many intervals of the rate in force instead...
+    #: ...so the key pauses this many intervals of the rate in force instead (after a
+    #: noise 429, at a rate proven clean, one: the provider's next slot is that close)...
     short_pause_intervals: float = 3.0
+    noise_pause_intervals: float = 1.0
     #: ...and at least this long
     min_short_pause_s: float = 0.05
 
@@ -305,7 +307,10 @@ class RateSearch:
             self._learn_quota(now, pause_s)
         else:
             outcome = self._cut(now, dispatched_at)
-            pause_s = self._pause_for(retry_after_s, now, short=True)
+            intervals = cfg.short_pause_intervals
+            if outcome is RateLimitOutcome.NOISE:
+                intervals = cfg.noise_pause_intervals
+            pause_s = self._pause_for(retry_after_s, now, short=True, intervals=intervals)
         self.epoch += 1
         self.pauses += 1
         self.paused_until = max(self.paused_until, now + pause_s)
@@ -498,13 +503,19 @@ class RateSearch:
             and float(retry_after_s).is_integer()
         )
 
-    def _pause_for(self, retry_after_s: float | None, now: float, *, short: bool = False) -> float:
+    def _pause_for(
+        self,
+        retry_after_s: float | None,
+        now: float,
+        *,
+        short: bool = False,
+        intervals: float | None = None,
+    ) -> float:
         cfg = self.config
         if self._coarse(retry_after_s):
             assert retry_after_s is not None
-            pause = min(
-                retry_after_s, max(cfg.min_short_pause_s, cfg.short_pause_intervals / self.rate)
-            )
+            intervals = cfg.short_pause_intervals if intervals is None else intervals
+            pause = min(retry_after_s, max(cfg.min_short_pause_s, intervals / self.rate))
             if short:  # a new pause (not one extended by an absorbed 429)
                 self.short_pauses += 1
             self._short_pause_end = max(self.paused_until, now + pause)
