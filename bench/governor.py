@@ -5,6 +5,7 @@ Run from the repository root::
     python bench/governor.py                 # every cell (issue 8's and issue 17's)
     python bench/governor.py --cells matrix  # issue 8's matrix, about 8 minutes here
     python bench/governor.py --cells slow --repeats 3   # issue 17's cells only
+    python bench/governor.py --cells smallburst --repeats 3   # issue 34's cells
     python bench/governor.py --quick         # a smoke run: fewer rows per cell
 
 It starts its own Temporal dev server (the ``temporal`` binary beside this
@@ -68,6 +69,15 @@ latency:
 
 Rows per cell are about ``--seconds`` (default 60) of the provider's full throughput;
 ``--repeats`` runs each cell again (interleaved), and the table shows medians [min-max].
+
+Issue 34's cells (``--cells smallburst``; ``SMALLBURST``): strict GCRA through the same
+layer at 20-60/s with bursts of 1-5, ``Retry-After`` in whole seconds, no headers, latency
+20-80 ms, the catalog claiming 1.5-4x the rate (``smallburst-<rate>-b<burst>-x<ratio>``)
+or the rate (``...-known``), 60-90 s of rows each (their own, whatever ``--seconds``).
+Judged over the whole run, convergence included, by calls admitted per second / the rate,
+first to last arrival: median >= 0.90 (known >= 0.95), every repeat <= 1 % 429s, repeats
+within 0.05 of each other. With ``--write`` they go between the issue-34 markers of
+``bench/RESULTS.md``, with the issue-8 and issue-17 cells that ran beside them.
 """
 
 from __future__ import annotations

@@ -34,13 +34,16 @@ is learnt from evidence:
   calls sent over that window were refused, means the limit moved down: the lower
   bound is dropped and the rate cut to ``cut_fraction`` of it. (A limit that moved
   down refuses a steady share of the calls; jitter refuses one now and then.)
-* a ``Retry-After`` of **whole seconds** (1 or 2) is a weak bound, not a wait: a
-  strict GCRA whose next slot is 30 ms away still writes ``1``, and honouring it
-  costs a second of calls per 429. The key pauses ``short_pause_intervals`` of the
-  rate in force instead (the provider's next slot is within an interval of its
-  true rate, at most twice the rate in force after a cut), until every call sent
-  after such a pause is refused: then the provider meant it (a window that resets
-  on the second) and it is honoured whole from then on (``retry_after_trusted``).
+* a ``Retry-After`` of **one whole second** is a weak bound, not a wait: a strict
+  GCRA whose next slot is 30 ms away still writes ``1``, and honouring it costs a
+  second of calls per 429. The key pauses ``short_pause_intervals`` of the rate in
+  force instead (one after a noise 429; the provider's next slot is within an
+  interval of its true rate, at most twice the rate in force after a cut), until
+  every call sent after such a pause is refused: then the provider meant it (a
+  window that resets on the second) and it is honoured whole from then on
+  (``retry_after_trusted``). Two seconds or more are honoured whole (a small-burst
+  GCRA never asks for that much; a window does). What the provider admitted is
+  then measured across such short pauses, not from the last one.
 * a window is **used** when calls went at ``busy_fraction`` of the rate, or
   when at least half of them had others queued behind them (a worker whose
   fleet shares the rate sends only its part, but its calls still queue).
@@ -96,7 +99,7 @@ class SearchConfig:
     max_pause_s: float = 7 * 86400.0
     jitter_fraction: float = 0.1
     #: a ``Retry-After`` of whole seconds up to this is a coarse bound, not a wait
-    coarse_retry_after_s: float = 2.0
+    coarse_retry_after_s: float = 1.0
     #: ...so the key pauses this many intervals of the rate in force instead (after a
     #: noise 429, at a rate proven clean, one: the provider's next slot is that close)...
     short_pause_intervals: float = 3.0
@@ -157,6 +160,9 @@ class RateSearch:
     noise: int = field(default=0, init=False)
     log: DispatchLog = field(default_factory=DispatchLog, init=False, repr=False)
     _epoch_started: float = field(default=-math.inf, init=False)
+    #: what the provider admitted is measured from here: the epoch's start, unless the
+    #: last pause was a short one (a few intervals stop nothing worth not measuring)
+    _measure_start: float = field(default=-math.inf, init=False)
     _window_start: float | None = field(default=None, init=False)
     _window_calls: int = field(default=0, init=False)
     _hold_started: float | None = field(default=None, init=False)
@@ -212,6 +218,7 @@ class RateSearch:
             self._quota_mark = now
         if self._epoch_started == -math.inf:
             self._epoch_started = now  # nothing before the first call is evidence
+            self._measure_start = now
 
     def on_accepted(self, now: float, dispatched_at: float, dispatch_epoch: int) -> bool:
         """The provider took a call (success, 5xx, timeout); return whether the rate grew."""
@@ -315,6 +322,8 @@ class RateSearch:
         self.pauses += 1
         self.paused_until = max(self.paused_until, now + pause_s)
         self._epoch_started = self.paused_until
+        if not self._coarse(retry_after_s):
+            self._measure_start = self.paused_until
         self._window_start, self._window_calls = None, 0
         return outcome
 
@@ -333,11 +342,12 @@ class RateSearch:
             self.paused_until = max(self.paused_until, now + self._pause_for(retry_after_s, now))
             # The pause is no measure of what the provider admits: measure after it.
             self._epoch_started = max(self._epoch_started, self.paused_until)
+            self._measure_start = max(self._measure_start, self.paused_until)
             self._window_start, self._window_calls = None, 0
 
     def _cut(self, now: float, dispatched_at: float) -> RateLimitOutcome:
         cfg = self.config
-        start = max(self._epoch_started, dispatched_at - cfg.measure_s)
+        start = max(self._measure_start, dispatched_at - cfg.measure_s)
         span = dispatched_at - start
         measured = span >= cfg.min_measure_s
         admitted: float | None = None
@@ -403,7 +413,7 @@ class RateSearch:
         second". Only before the first cut.
         """
         if self.cuts == 0 and self._epoch_started < now:
-            self._epoch_started = now
+            self._epoch_started = self._measure_start = now
             self._window_start, self._window_calls = None, 0
 
     def _learn_quota(self, now: float, pause_s: float) -> None:
@@ -484,7 +494,7 @@ class RateSearch:
 
     def _new_epoch(self, now: float) -> None:
         self.epoch += 1
-        self._epoch_started = now
+        self._epoch_started = self._measure_start = now
         self._window_start, self._window_calls = None, 0
         self._hold_started = None
 

@@ -8,6 +8,8 @@ measures the same against the real provider server.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from playline.pacing.fleet_store import LearnedLimit
@@ -58,6 +60,26 @@ def test_a_whole_second_retry_after_that_means_it_is_honoured() -> None:
     search = run.governor._state("acme").search
     assert search.retry_after_trusted
     assert run.share_429 <= 0.05
+
+
+def test_a_sliding_window_is_not_taken_for_a_small_burst_gcra() -> None:
+    """120 calls in any 2 s (a window: its refusals ask for 1-2 s and mean it): the
+    search must not halve itself to the floor on short pauses (it did, measuring
+    nothing across them)."""
+
+    class SlidingLog(SimProvider):
+        def admit(self, now: float) -> float | None:
+            recent = [t for t, s in self.calls if s != 429 and t > now - 2.0]
+            if len(recent) >= 120:
+                self.calls.append((now, 429))
+                return float(max(1, math.ceil(recent[0] + 2.0 - now)))
+            self.calls.append((now, 200))
+            return None
+
+    run = simulate(rate=60.0, burst=5, catalog_rps=180.0, seconds=60, provider=SlidingLog(60.0, 5))
+    assert run.utilization >= 0.8
+    assert run.snapshot["search_rps"] >= 50.0
+    assert run.share_429 <= 0.03
 
 
 def test_a_second_run_starts_at_the_limit_the_first_learnt() -> None:
