@@ -144,11 +144,14 @@ def simulate(
     lanes: int = 24,
     seed: int = 1,
     late_share: float = 0.005,
+    stall_share: float = 0.0,
     governor: Callable[[Callable[[], float]], Governor] | None = None,
     provider: SimProvider | None = None,
 ) -> SimResult:
     """Run ``rate x seconds`` calls through a governor whose catalog says ``catalog_rps``.
 
+    ``stall_share``: the share of calls after which the worker's event loop stalls for
+    20-60 ms (a busy machine): every call due meanwhile leaves when it ends, together.
     ``governor`` builds the governor from the loop's clock (default: one key, ``acme``,
     paced as the catalog says); ``provider`` may be passed to keep its state between
     runs (a second run against the same provider).
@@ -162,11 +165,16 @@ def simulate(
     gov = governor(loop.time) if governor else Governor({"acme": policy}, clock=loop.time)
     rows = round(rate * seconds)
     left = [rows]
+    stalled_until = [0.0]
 
     async def call() -> bool:
         """One call; whether the provider admitted it."""
         async with gov.permit(["acme"]) as permit:
-            await asyncio.sleep(_send_delay(rng, late_share))
+            delay = _send_delay(rng, late_share)
+            delay = max(delay, stalled_until[0] - loop.time() + delay / 10)
+            if stall_share and rng.random() < stall_share:
+                stalled_until[0] = loop.time() + rng.uniform(0.02, 0.06)
+            await asyncio.sleep(delay)
             sent = loop.time()
             retry_after = sim.admit(sent)
             if retry_after is not None:

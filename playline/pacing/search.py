@@ -12,7 +12,10 @@ is learnt from evidence:
   ``measure_s`` (what really got through, read from the
   :class:`~playline.pacing.measure.DispatchLog`), not of the rate attempted,
   and when too little was sent to measure that, it is halved. Only the first
-  429 of a burst counts (see *epoch* below).
+  429 of a burst counts (see *epoch* below). A 429 among few refusals (under
+  ``clump_share`` of the calls sent over the span) while calls went slower than the
+  rate is a clump a busy worker sent, not a rate above the limit: the rate is cut a
+  step of ``cut_fraction``, and what was sent is no bound.
 * a **clean window** (``window_s`` without a 429, at least ``min_window_calls``
   accepted, the rate actually used) is a lower bound.
 * between the bounds the rate **searches**: half way up after each clean window
@@ -91,6 +94,9 @@ class SearchConfig:
     #: ...unless more than this share of the calls sent over that window were refused
     #: (a limit that moved down refuses a steady share; jitter a few calls)
     noise_share: float = 0.03
+    #: a 429 among so few refusals over the measured span (a rate above the limit
+    #: refuses a steady share) cuts a step, not to what got through
+    clump_share: float = 0.1
     #: pause after a 429 without ``Retry-After`` (a concurrency cap rarely sends one)
     default_pause_s: float = 0.25
     #: a ``Retry-After`` this long or longer means a window quota ran out
@@ -384,12 +390,19 @@ class RateSearch:
                 self.noise += 1
                 return RateLimitOutcome.NOISE
             # A proven rate failed twice: the limit moved down (or the clumps are real).
-            self.upper = attempted if self.upper is None else min(self.upper, attempted)
+            # The proven rate is the bound, not what was sent below it (a busy worker
+            # sends slower than its rate and in clumps: that says nothing about lower).
+            self.upper = lower if self.upper is None else min(self.upper, lower)
             self.lower = None
             self.rate = max(self.floor_rps, min(self.rate, cfg.cut_fraction * lower))
             self.cuts += 1
             self._hold_started = None
             return RateLimitOutcome.CUT
+        refused_share = 1.0 if admitted is None else max(0.0, 1 - admitted / max(attempted, 1e-9))
+        if refused_share < cfg.clump_share and attempted < self.rate:
+            # Few refused, and sent slower than the rate: calls that left in clumps (a
+            # busy worker), not a rate above the limit; what was sent is no bound.
+            attempted = self.rate
         self.upper = attempted if self.upper is None else min(self.upper, attempted)
         if lower is not None and lower < self.upper:
             target = lower  # back to the proven rate; the search goes on between the bounds
@@ -397,6 +410,8 @@ class RateSearch:
             target = cfg.cut_fraction * admitted
             if not busy:
                 target = max(target, cfg.blind_cut_factor * self.rate)
+            if refused_share < cfg.clump_share:
+                target = max(target, cfg.cut_fraction * self.rate)  # a step, not a fall
         else:
             target = cfg.blind_cut_factor * self.rate
         self.rate = max(self.floor_rps, min(self.rate, target))

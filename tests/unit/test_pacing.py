@@ -39,6 +39,21 @@ def run_for(s: RateSearch, clock: FakeClock, seconds: float, rps: float) -> int:
     return grew
 
 
+def run_refused(s: RateSearch, clock: FakeClock, seconds: float, rps: float, admits: float) -> None:
+    """Send at ``rps`` for ``seconds`` while the provider admits ``admits`` per second: the
+    rest are refused, their 429s coming back after the epoch's cut (absorbed), the
+    admitted calls' answers not yet."""
+    taken = 0.0
+    for _ in range(round(seconds * rps)):
+        clock.advance(1 / rps)
+        s.on_dispatch(clock())
+        taken += admits / rps
+        if taken >= 1:
+            taken -= 1  # admitted: its answer is still on its way
+        else:
+            s.on_rate_limited(clock(), clock(), s.epoch - 1, 1.0)  # an earlier epoch's
+
+
 def limited(s: RateSearch, clock: FakeClock, retry_after: float | None = 1.0) -> RateLimitOutcome:
     clock.advance(0.001)
     s.on_dispatch(clock())
@@ -51,13 +66,15 @@ def limited(s: RateSearch, clock: FakeClock, retry_after: float | None = 1.0) ->
 def test_a_429_cuts_to_a_fraction_of_the_admitted_rate_not_the_attempted_one() -> None:
     clock = FakeClock()
     s = search(100)
-    run_for(s, clock, 2.0, 60)  # the provider took 60 rps while 100 were allowed
+    run_refused(s, clock, 2.0, 100, 60)  # the provider took 60 rps of the 100 sent
+    absorbed = s.rate_limited
     assert limited(s, clock) is RateLimitOutcome.CUT
     assert s.rate == pytest.approx(0.9 * 60, rel=0.03)
-    assert s.upper == pytest.approx(60, rel=0.03)
+    assert s.upper == pytest.approx(100, rel=0.03)
+    assert s.rate_limited == absorbed + 1
     # Retry-After: 1 is a whole-second bound: a few intervals of the new rate instead
     assert s.pause_remaining(clock()) == pytest.approx(3 / s.rate)
-    assert (s.cuts, s.pauses, s.rate_limited, s.short_pauses) == (1, 1, 1, 1)
+    assert (s.cuts, s.pauses, s.short_pauses) == (1, 1, 1)
 
 
 def test_a_whole_second_retry_after_is_honoured_once_a_short_pause_proved_it_meant() -> None:
@@ -173,9 +190,20 @@ def test_a_429_at_a_proven_rate_is_noise_once_then_the_limit_moved() -> None:
     assert s.rate == pytest.approx(0.9 * 60)  # a step below the rate it had proven
     assert s.upper is not None and s.upper <= 60
     clock.advance(1.0)
-    run_for(s, clock, 2.0, 40)
+    run_refused(s, clock, 2.0, s.rate, 40)
     limited(s, clock)  # now measured from what got through
     assert s.rate == pytest.approx(0.9 * 40, rel=0.05)
+
+
+def test_a_429_among_few_refusals_while_sending_slower_than_the_rate_cuts_a_step() -> None:
+    """A busy worker sends slower than its rate, and in clumps: a 429 then says the
+    clump was too much, not that the limit is what little was sent."""
+    clock = FakeClock()
+    s = search(100)
+    run_for(s, clock, 2.0, 60)  # 60 rps sent (the worker could do no more), all taken
+    assert limited(s, clock) is RateLimitOutcome.CUT
+    assert s.rate == pytest.approx(0.9 * 100)
+    assert s.upper == pytest.approx(100)
 
 
 def test_a_long_retry_after_learns_the_window_quota() -> None:
