@@ -15,7 +15,8 @@ is learnt from evidence:
   429 of a burst counts (see *epoch* below). A 429 among few refusals (under
   ``clump_share`` of the calls sent over the span) while calls went slower than the
   rate is a clump a busy worker sent, not a rate above the limit: the rate is cut a
-  step of ``cut_fraction``, and what was sent is no bound.
+  step of ``cut_fraction``, and what was sent is no bound. Refusals are counted as
+  *events* here and below: those within two intervals of each other are one clump.
 * a **clean window** (``window_s`` without a 429, at least ``min_window_calls``
   accepted, the rate actually used) is a lower bound.
 * between the bounds the rate **searches**: half way up after each clean window
@@ -211,6 +212,11 @@ class RateSearch:
         return max(0.0, self.paused_until - now)
 
     @property
+    def _clump_gap_s(self) -> float:
+        """Refusals closer than this (two intervals of the rate) are one clump's."""
+        return 2.0 / self.rate
+
+    @property
     def hold_in_force_s(self) -> float:
         """How long the search holds a settled rate before it re-probes the bound."""
         return self._hold_s
@@ -384,8 +390,9 @@ class RateSearch:
             self._proofs_lied = True
             since = dispatched_at - cfg.noise_window_s
             sent, _ = self.log.count(since, dispatched_at)
-            refused = sent - self.log.admitted(since, dispatched_at)
-            if now - self._noise_at > cfg.noise_window_s or refused <= cfg.noise_share * sent:
+            refused = self.log.refusal_events(since, dispatched_at, self._clump_gap_s)
+            steady = refused > max(1.0, cfg.noise_share * sent)  # one clump is no share
+            if now - self._noise_at > cfg.noise_window_s or not steady:
                 self._noise_at = now
                 self.noise += 1
                 return RateLimitOutcome.NOISE
@@ -398,8 +405,13 @@ class RateSearch:
             self.cuts += 1
             self._hold_started = None
             return RateLimitOutcome.CUT
-        refused_share = 1.0 if admitted is None else max(0.0, 1 - admitted / max(attempted, 1e-9))
-        if refused_share < cfg.clump_share and attempted < self.rate:
+        refused_share = 1.0
+        if admitted is not None:
+            sent_n, _ = self.log.count(start, dispatched_at)
+            events = self.log.refusal_events(start, dispatched_at, self._clump_gap_s)
+            refused_share = events / max(1, sent_n)
+        clump = refused_share < cfg.clump_share and self._raised_at <= start
+        if clump and attempted < self.rate:
             # Few refused, and sent slower than the rate: calls that left in clumps (a
             # busy worker), not a rate above the limit; what was sent is no bound.
             attempted = self.rate
@@ -410,7 +422,7 @@ class RateSearch:
             target = cfg.cut_fraction * admitted
             if not busy:
                 target = max(target, cfg.blind_cut_factor * self.rate)
-            if refused_share < cfg.clump_share:
+            if clump:
                 target = max(target, cfg.cut_fraction * self.rate)  # a step, not a fall
         else:
             target = cfg.blind_cut_factor * self.rate

@@ -184,6 +184,7 @@ def test_a_429_at_a_proven_rate_is_noise_once_then_the_limit_moved() -> None:
     # A few refusals are jitter; a steady share of them means the limit moved down.
     outcomes = [limited(s, clock)]
     while outcomes[-1] is RateLimitOutcome.NOISE and len(outcomes) < 5:
+        run_for(s, clock, 0.2, 40)  # refusals spread out (a clump's would count once)
         outcomes.append(limited(s, clock))
     assert outcomes[0] is RateLimitOutcome.NOISE and outcomes[-1] is RateLimitOutcome.CUT
     assert s.lower is None
@@ -333,3 +334,17 @@ def test_ewma_prior_then_observations() -> None:
     assert e.value == 0.5
     e.observe(float("nan"))
     assert e.samples == 2
+
+
+def test_a_clump_of_refusals_at_a_proven_rate_is_one_event_not_a_lower_limit() -> None:
+    """A stalled sender lets several calls go at once and the provider refuses most of
+    them: one clump, whatever its size, is noise; it takes spread refusals to cut."""
+    clock = FakeClock()
+    s = search(100)
+    s.rate, s.upper = 20.0, 20.5
+    run_for(s, clock, 1.2, 20)
+    assert s.lower == 20
+    outcomes = [limited(s, clock) for _ in range(4)]  # 1 ms apart: one clump
+    assert set(outcomes) == {RateLimitOutcome.NOISE}
+    assert (s.rate, s.lower) == (20.0, 20.0)
+    assert s.log.refusal_events(clock() - 1, clock(), 0.1) == 1
