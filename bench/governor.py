@@ -5,6 +5,7 @@ Run from the repository root::
     python bench/governor.py                 # every cell (issue 8's and issue 17's)
     python bench/governor.py --cells matrix  # issue 8's matrix, about 8 minutes here
     python bench/governor.py --cells slow --repeats 3   # issue 17's cells only
+    python bench/governor.py --cells smallburst --repeats 3   # issue 34's cells
     python bench/governor.py --quick         # a smoke run: fewer rows per cell
 
 It starts its own Temporal dev server (the ``temporal`` binary beside this
@@ -68,6 +69,15 @@ latency:
 
 Rows per cell are about ``--seconds`` (default 60) of the provider's full throughput;
 ``--repeats`` runs each cell again (interleaved), and the table shows medians [min-max].
+
+Issue 34's cells (``--cells smallburst``; ``SMALLBURST``): strict GCRA through the same
+layer at 20-60/s with bursts of 1-5, ``Retry-After`` in whole seconds, no headers, latency
+20-80 ms, the catalog claiming 1.5-4x the rate (``smallburst-<rate>-b<burst>-x<ratio>``)
+or the rate (``...-known``), 60-90 s of rows each (their own, whatever ``--seconds``).
+Judged over the whole run, convergence included, by calls admitted per second / the rate,
+first to last arrival: median >= 0.90 (known >= 0.95), every repeat <= 1 % 429s, repeats
+within 0.05 of each other. With ``--write`` they go between the issue-34 markers of
+``bench/RESULTS.md``, with the issue-8 and issue-17 cells that ran beside them.
 """
 
 from __future__ import annotations
@@ -260,6 +270,8 @@ class StrictCell:
     known: bool
     describe: str
     workers: int = 1
+    #: rows for about this many seconds whatever ``--seconds`` says (the smallburst cells)
+    seconds: float | None = None
 
     @property
     def cap(self) -> int:
@@ -280,7 +292,7 @@ class StrictCell:
 
     def rows(self, seconds: float) -> int:
         """Rows for about ``seconds`` of the provider's full throughput."""
-        return max(40, round(self.rate * seconds))
+        return max(40, round(self.rate * (self.seconds or seconds)))
 
 
 #: Faults of the slow concurrency cells: 5 % 503s, answered within half the mean latency.
@@ -333,6 +345,43 @@ def strict_cells() -> list[StrictCell]:
         for known in (True, False):
             out.append(strict_gcra_cell(20.0, burst, known, ratio))
     out.append(strict_gcra_cell(8.0, 2, False, 2.5, latency_ms=(750.0, 2250.0)))
+    return out
+
+
+#: Issue 34's cells: strict GCRA at 20-60/s with bursts of 1-5, the catalog claiming
+#: 1.5-4x the rate (unknown) or the rate (known), runs of 1-3 minutes. Chosen apart
+#: from the cases the governor was tuned on (60/5, 40/3, 25/2 and 20/1 from 100/60).
+SMALLBURST = (
+    # rate, burst, catalog / true (1 = known), seconds
+    (55.0, 4, 2.0, 60.0),
+    (30.0, 2, 3.5, 60.0),
+    (45.0, 3, 1.5, 90.0),
+    (20.0, 1, 2.0, 60.0),
+    (35.0, 5, 4.0, 60.0),
+    (50.0, 3, 1.0, 60.0),
+    (20.0, 1, 1.0, 60.0),
+)
+
+
+def smallburst_cells() -> list[StrictCell]:
+    """Issue 34's cells (``--cells smallburst``)."""
+    out = []
+    for rate, burst, ratio, seconds in SMALLBURST:
+        known = ratio == 1.0
+        catalog = rate if known else round(rate * ratio, 1)
+        out.append(
+            StrictCell(
+                f"smallburst-{rate:g}-b{burst}-{'known' if known else f'x{ratio:g}'}",
+                "gcra",
+                {"gcra": {"rate": rate, "burst": burst}, "retry_after": "ceil"},
+                LATENCY_MS,
+                {"rps": catalog, "burst": burst, "max_concurrency": 64},
+                known,
+                f"strict GCRA {rate:g}/s, burst {burst}, catalog {catalog:g}/s, "
+                f"{seconds:g} s of rows, Retry-After whole seconds, no headers",
+                seconds=seconds,
+            )
+        )
     return out
 
 
@@ -643,7 +692,7 @@ async def drop_fleet_tables(dsn: str, prefix: str) -> None:
     from psycopg import sql
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        for table in ("pacing", "limits", "windows"):
+        for table in ("pacing", "limits", "windows", "shares", "share_weights", "learned"):
             await conn.execute(
                 sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(prefix + table))
             )
@@ -1030,6 +1079,19 @@ def strict_verdicts(runs: list[list[StrictResult]]) -> list[str]:
                 misses.append(f"in-flight utilization {util} < 0.85")
             if share > 0.03:
                 misses.append(f"429 share {100 * share:.2f} % > 3 %")
+        elif r.cell.startswith("smallburst"):
+            # Issue 34: the whole run, convergence included; every repeat within 1 % of
+            # 429s; the repeats within 0.05 of each other.
+            utils = [x.rate_util for x in reps if x.rate_util is not None]
+            util = median(utils)
+            target = 0.95 if r.known else 0.90
+            if util is None or util < target:
+                misses.append(f"rate utilization {util} < {target}")
+            worst = max(x.share_429 for x in reps)
+            if worst > 0.01:
+                misses.append(f"429 share up to {100 * worst:.2f} % > 1 %")
+            if utils and max(utils) - min(utils) >= 0.05:
+                misses.append(f"repeat spread {max(utils) - min(utils):.3f} >= 0.05")
         else:
             util = median([x.rate_util for x in reps])
             target = 0.95 if r.known else 0.85
@@ -1086,23 +1148,87 @@ def write_strict_results(
 
 
 def choose(args: argparse.Namespace, rows: int) -> tuple[list[Cell], list[StrictCell]]:
-    """The cells ``--cells`` names: cell names, ``matrix`` (issue 8's), ``slow`` (issue 17's)."""
-    matrix, strict = cells(rows), strict_cells()
+    """The cells ``--cells`` names: cell names, ``matrix`` (issue 8's), ``slow`` (issue
+    17's), ``smallburst`` (issue 34's)."""
+    matrix, strict, small = cells(rows), strict_cells(), smallburst_cells()
     if not args.cells:
-        return matrix, strict
+        return matrix, strict + small
     wanted = set(args.cells.split(","))
     chosen = [c for c in matrix if "matrix" in wanted or c.name in wanted]
     chosen_strict = [
         c
-        for c in strict
-        if "slow" in wanted
+        for c in strict + small
+        if ("slow" in wanted and c in strict)
+        or ("smallburst" in wanted and c in small)
         or c.name in wanted
         or any(w.endswith("*") and c.name.startswith(w[:-1]) for w in wanted)
     ]
     if not chosen and not chosen_strict:
-        names = [c.name for c in matrix] + [c.name for c in strict]
-        raise SystemExit(f"no such cell; choose from matrix, slow, {names}")
+        names = [c.name for c in matrix] + [c.name for c in strict + small]
+        raise SystemExit(f"no such cell; choose from matrix, slow, smallburst, {names}")
     return chosen, chosen_strict
+
+
+def smallburst_table(runs: list[list[StrictResult]]) -> list[str]:
+    """Issue 34's cells: the rate used over the whole run, median [min-max] and spread."""
+    header = (
+        "cell", "catalog / true", "rows ok / failed", "requests", "429 share (worst)",
+        "rate util. (whole run)", "spread", "converge s", "util. after conv.", "charged twice",
+    )  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for reps in runs:
+        r = reps[0]
+        utils = [x.rate_util for x in reps if x.rate_util is not None]
+        cells = (
+            r.cell,
+            f"{r.ratio:g}x",
+            " , ".join(f"{x.rows_ok} / {x.rows_failed}" for x in reps),
+            _spread([x.requests for x in reps], "{:.0f}"),
+            _spread([100 * x.share_429 for x in reps], "{:.2f} %")
+            + f" ({100 * max(x.share_429 for x in reps):.2f} %)",
+            _spread(utils, "{:.3f}"),
+            f"{max(utils) - min(utils):.3f}" if utils else "-",
+            _spread([x.time_to_converge_s for x in reps], "{:.1f}"),
+            _spread([x.util_after_convergence for x in reps], "{:.3f}"),
+            str(sum(x.charged_twice for x in reps)),
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_smallburst_results(
+    command: str,
+    stamp: str,
+    runs: list[list[StrictResult]],
+    beside: list[list[StrictResult]],
+    others: list[Result],
+    rows: int,
+) -> None:
+    """Replace the text between the issue-34 markers of RESULTS.md with this run (and
+    the other cells that ran beside it)."""
+    begin, end = "<!-- issue34-matrix:begin -->", "<!-- issue34-matrix:end -->"
+    lines = [
+        begin,
+        f"Command: `{command}` ({stamp}; machine: {os.cpu_count()} cores, "
+        f"{platform.platform()}). Figures: median [min-max] over the repeats.",
+        "",
+        *smallburst_table(runs),
+        "",
+        *strict_verdicts(runs),
+    ]
+    if beside:
+        lines += ["", "Issue 17's cells in the same run:", "", *strict_table(beside)]
+        lines += ["", *strict_verdicts(beside)]
+    if others:
+        lines += ["", f"Issue 8's cells in the same run ({rows} rows each, one run each):", ""]
+        lines += [*table(others), "", *verdicts(others)]
+    body = "\n".join([*lines, end])
+    text = RESULTS.read_text()
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + body + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + body + "\n"
+    RESULTS.write_text(text)
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -1175,9 +1301,16 @@ async def main_async(args: argparse.Namespace) -> int:
     if results:
         for line in [*table(results), "", *verdicts(results)]:
             print(line)
-    if chosen_strict:
+    small_names = {c.name for c in smallburst_cells()}
+    small_runs = [reps for reps in strict_runs if reps and reps[0].cell in small_names]
+    issue17_runs = [reps for reps in strict_runs if reps and reps[0].cell not in small_names]
+    if issue17_runs:
         print()
-        for line in [*strict_table(strict_runs), "", *strict_verdicts(strict_runs)]:
+        for line in [*strict_table(issue17_runs), "", *strict_verdicts(issue17_runs)]:
+            print(line)
+    if small_runs:
+        print()
+        for line in [*smallburst_table(small_runs), "", *strict_verdicts(small_runs)]:
             print(line)
     OUT.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -1201,9 +1334,11 @@ async def main_async(args: argparse.Namespace) -> int:
         whole_matrix = len(results) == len(cells(rows))
         if whole_matrix:
             write_results(command, stamp, results, rows)
-        if chosen_strict:
-            others = [] if whole_matrix else results
-            write_strict_results(command, stamp, strict_runs, seconds, others, rows)
+        others = [] if whole_matrix else results
+        if small_runs:
+            write_smallburst_results(command, stamp, small_runs, issue17_runs, others, rows)
+        elif issue17_runs:
+            write_strict_results(command, stamp, issue17_runs, seconds, others, rows)
         print(f"table written to {RESULTS.relative_to(REPO)}")
     return 0
 

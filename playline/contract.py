@@ -187,6 +187,11 @@ class ProviderPace(BaseModel):
     share_part: float | None = None
     total_rps: float | None = None
     sharing: int | None = None
+    #: how the rate in force was learnt (``catalog``, ``headers``, ``429 measurement``,
+    #: ``limits set``, ``fleet store (429 measurement)``) and when (ISO 8601, UTC;
+    #: ``None``: the catalog's from the start, or a worker that did not say)
+    limit_source: str | None = None
+    limit_since: str | None = None
 
 
 class Width(BaseModel):

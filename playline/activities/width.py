@@ -10,6 +10,7 @@ import contextlib
 import os
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
@@ -189,6 +190,15 @@ def provider_paces(
                 if shares
                 else None,
                 sharing=len(shares) if shares else None,
+                limit_source=known.get("limit_source"),
+                limit_since=_iso(known.get("limit_since")),
             )
         )
     return paces
+
+
+def _iso(unix_s: float | None) -> str | None:
+    """Unix seconds as ISO 8601 UTC, to the second (``None`` stays ``None``)."""
+    if unix_s is None:
+        return None
+    return datetime.fromtimestamp(float(unix_s), UTC).isoformat(timespec="seconds")

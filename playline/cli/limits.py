@@ -10,7 +10,9 @@ within a second, without a restart or redeploy. Each limit is set on its own
 (``--per-day 1000`` alone changes only the daily quota); a limit never set
 fleet-wide keeps the workers' catalog value. ``playline limits share team-a --weight 2``
 weighs a fairness key against the others sharing a provider, fleet-wide, while runs
-go; ``show`` lists who shares each provider now and what each is owed.
+go; ``show`` lists each key's rate in force and how it was learnt (``limits set``, a
+``429 measurement`` remembered with when and how long ago, or the catalog), and who
+shares each provider now and what each is owed.
 
 The main CLI wires these in with::
 
@@ -33,7 +35,7 @@ from playline.config import Settings
 from playline.pacing.policy import Limits
 
 if TYPE_CHECKING:
-    from playline.pacing.fleet_store import FleetKeyState, FleetShare
+    from playline.pacing.fleet_store import FleetKeyState, FleetShare, LearnedLimit
 
 
 def add_limits_parser(subparsers: Any) -> None:
@@ -184,12 +186,49 @@ async def _show(dsn: str, prefix: str, out: TextIO) -> int:
         state = await fleet.read_state()
         shares = await fleet.read_shares(SHARE_MAX_AGE_S)
         weights = await fleet.read_share_weights()
-    if not state:
+        learned = await fleet.read_learned()
+    if not state and not learned:
         print("no pacing keys yet (none set, none used by a fleet worker)", file=out)
         return 0
-    _show_limits(state, out)
+    _show_limits(state, learned, out)
+    _show_learned(learned, out)
     _show_shares(shares, weights, out)
     return 0
+
+
+def _age(seconds: float) -> str:
+    """``42 s``, ``3 min``, ``5 h``, ``2 d``: how long ago, roughly."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _show_learned(learned: dict[str, LearnedLimit], out: TextIO) -> None:
+    """The limits learnt below the catalog's, how and when: where the fleet's next run
+    starts (an entry older than a week is ignored by the workers)."""
+    from datetime import UTC, datetime
+
+    from playline.pacing.governor import LEARNED_MAX_AGE_S
+
+    if not learned:
+        return
+    rows = [("KEY", "LEARNED_RPS", "CATALOG_RPS", "HOW", "WHEN", "AGE")]
+    for key, entry in sorted(learned.items()):
+        when = datetime.fromtimestamp(entry.learned_at, UTC).isoformat(timespec="seconds")
+        stale = " (too old: ignored)" if entry.age_s > LEARNED_MAX_AGE_S else ""
+        rows.append(
+            (
+                key,
+                f"{entry.rps:.4g}",
+                "-" if entry.ceiling_rps is None else f"{entry.ceiling_rps:g}",
+                entry.source,
+                when,
+                _age(entry.age_s) + stale,
+            )
+        )
+    print("\nlearnt limits (the fleet's next run starts at them):", file=out)
+    _print_table(rows, out)
 
 
 def _show_shares(shares: list[FleetShare], weights: dict[str, float], out: TextIO) -> None:
@@ -234,14 +273,24 @@ def _print_table(rows: Sequence[tuple[str, ...]], out: TextIO) -> None:
         )
 
 
-def _show_limits(state: dict[str, FleetKeyState], out: TextIO) -> None:
+def _show_limits(
+    state: dict[str, FleetKeyState], learned: dict[str, LearnedLimit], out: TextIO
+) -> None:
+    """Each key's limits: ``RPS`` set with ``limits set``, ``ADAPTED_RPS`` the fleet's
+    rate in force, ``HOW`` how that rate was learnt (``limits set``, a ``429
+    measurement`` remembered in the learned table, else the ``catalog``)."""
     header = (
-        "KEY", "RPS", "ADAPTED_RPS", "MAX_CONCURRENCY", "BURST",
+        "KEY", "RPS", "ADAPTED_RPS", "HOW", "MAX_CONCURRENCY", "BURST",
         "PER_MINUTE", "PER_HOUR", "PER_DAY", "MIN_RPS", "PAUSED_S",
     )  # fmt: skip
     rows = [header]
     for key, entry in sorted(state.items()):
         lim, rate = entry.limits, entry.rate
+        how = "catalog"
+        if lim is not None and lim.rps is not None:
+            how = "limits set"
+        elif key in learned:
+            how = learned[key].source
 
         def cell(value: float | int | None) -> str:
             return "-" if value is None else f"{value:g}"
@@ -252,6 +301,7 @@ def _show_limits(state: dict[str, FleetKeyState], out: TextIO) -> None:
                 key,
                 cell(lim.rps if lim else None),
                 cell(rate.rps if rate else None),
+                how.replace(" ", "-"),  # one word a column
                 cell(lim.max_concurrency if lim else None),
                 cell(burst),
                 cell(lim.per_minute if lim else None),

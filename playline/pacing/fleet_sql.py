@@ -1,6 +1,6 @@
 """The fleet pacing tables and statements, for one table prefix.
 
-:class:`~playline.pacing.fleet_store.FleetPacer` keeps five tables whose names start
+:class:`~playline.pacing.fleet_store.FleetPacer` keeps six tables whose names start
 with a prefix (``playline_`` unless a deployment or a test run chose another), so
 several fleets can share one database. Their DDL is a versioned
 :class:`~playline.db.migrations.Schema` whose component names the prefix (``fleet``
@@ -56,6 +56,7 @@ def _names(prefix: str) -> dict[str, str]:
         "windows": "windows",
         "shares": "shares",
         "weights": "share_weights",
+        "learned": "learned",
     }
     names = {name: f'"{check_prefix(prefix)}{table}"' for name, table in tables.items()}
     return {**names, "now": _NOW}
@@ -122,6 +123,19 @@ def fleet_schema(prefix: str = DEFAULT_TABLE_PREFIX) -> Schema:
                     " updated_at timestamptz NOT NULL DEFAULT now())",
                 ),
             ),
+            Migration(
+                2,
+                "learned limits: a key's limit learnt below its catalog's, how and when, "
+                "so the fleet's next run starts there",
+                postgres=(
+                    f"CREATE TABLE IF NOT EXISTS {n['learned']} ("
+                    " key text PRIMARY KEY,"
+                    " rps float8 NOT NULL CHECK (rps > 0),"
+                    " ceiling_rps float8 CHECK (ceiling_rps > 0),"
+                    " source text NOT NULL,"
+                    " learned_at timestamptz NOT NULL DEFAULT now())",
+                ),
+            ),
         ),
     )
 
@@ -149,6 +163,8 @@ class FleetStatements:
     set_weight: str
     clear_weight: str
     read_weights: str
+    record_learned: str
+    read_learned: str
 
     @classmethod
     def build(cls, prefix: str) -> FleetStatements:
@@ -277,4 +293,19 @@ class FleetStatements:
             # fairness_key
             clear_weight=q("DELETE FROM {weights} WHERE fairness_key = ?"),
             read_weights=q("SELECT fairness_key, weight FROM {weights}"),
+            # key, rps, ceiling_rps, source
+            record_learned=q(
+                "INSERT INTO {learned} AS t (key, rps, ceiling_rps, source, learned_at)"
+                " VALUES (?, ?, ?, ?, now())"
+                " ON CONFLICT (key) DO UPDATE SET rps = EXCLUDED.rps,"
+                " ceiling_rps = EXCLUDED.ceiling_rps, source = EXCLUDED.source,"
+                " learned_at = now()"
+            ),
+            # each key's learned limit and its age in seconds (the server's clock)
+            read_learned=q(
+                "SELECT key, rps, ceiling_rps, source,"
+                " extract(epoch FROM clock_timestamp() - learned_at)::float8,"
+                " extract(epoch FROM learned_at)::float8"
+                " FROM {learned}"
+            ),
         )

@@ -2,7 +2,7 @@
 
 Each worker's :class:`~playline.pacing.governor.Governor` paces its own
 process; with several workers that alone would multiply a provider's limit by
-N. A :class:`FleetPacer` makes the budget shared. It keeps five tables (names
+N. A :class:`FleetPacer` makes the budget shared. It keeps six tables (names
 prefixed with ``table_prefix``):
 
 ``<prefix>pacing`` - one row per pacing key, the GCRA state and the shared
@@ -38,6 +38,13 @@ computes the part of a key's rate its own waiting keys are owed
 which every governor applies within a refresh::
 
     fairness_key text PRIMARY KEY, weight float8, updated_at timestamptz
+
+``<prefix>learned`` - a key's limit learnt below its catalog's (from 429s), how and
+when, written by the worker that learnt it and read by every governor when it starts,
+so the fleet's next run starts at it rather than at the catalog's rate (an entry older
+than a week is ignored: plans change)::
+
+    key text PRIMARY KEY, rps float8, ceiling_rps float8, source text, learned_at timestamptz
 
 ``<prefix>windows`` - fleet-wide quota windows (``per_minute`` / ``per_hour`` /
 ``per_day``): calls counted in buckets of 1/60 of the window; a call is admitted
@@ -94,6 +101,7 @@ __all__ = [
     "FleetPacingUnavailable",
     "FleetRate",
     "FleetShare",
+    "LearnedLimit",
 ]
 
 T = TypeVar("T")
@@ -152,6 +160,22 @@ class FleetRate:
     burst: int
     epoch: int
     paused_for_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedLimit:
+    """A key's limit learnt below its catalog's by a worker of the fleet.
+
+    ``source`` says how (``429 measurement``); ``age_s`` how long ago, on the
+    database server's clock, and ``learned_at`` when (Unix seconds).
+    """
+
+    key: str
+    rps: float
+    ceiling_rps: float | None
+    source: str
+    age_s: float
+    learned_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +396,31 @@ class FleetPacer:
         _, l_rps, *rest = row
         stored = dict(zip(LIMIT_FIELDS[1:], rest, strict=True))
         return Limits(rps=None if l_rps is None else float(l_rps), **stored)
+
+    # ------------------------------------------------------------------ learned limits
+
+    async def record_learned(
+        self, key: str, rps: float, *, ceiling_rps: float | None, source: str
+    ) -> None:
+        """Remember ``rps`` as ``key``'s limit, learnt now by ``source``: the fleet's
+        next run starts there (see :meth:`read_learned`)."""
+        params = (key, rps, ceiling_rps, source)
+        await self._statement(lambda conn: conn.execute(self._q.record_learned, params))
+
+    async def read_learned(self) -> dict[str, LearnedLimit]:
+        """Every key's learned limit, with its age."""
+        rows = await self._statement(lambda conn: conn.all(self._q.read_learned))
+        return {
+            str(r[0]): LearnedLimit(
+                str(r[0]),
+                float(r[1]),
+                None if r[2] is None else float(r[2]),
+                str(r[3]),
+                max(0.0, float(r[4])),
+                float(r[5]),
+            )
+            for r in rows
+        }
 
     # ------------------------------------------------------------------ shares
 

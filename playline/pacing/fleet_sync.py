@@ -34,7 +34,13 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from playline.pacing.fleet_store import FleetKeyState, FleetPacer, FleetRate, FleetShare
+from playline.pacing.fleet_store import (
+    FleetKeyState,
+    FleetPacer,
+    FleetRate,
+    FleetShare,
+    LearnedLimit,
+)
 from playline.pacing.policy import Limits, PacingPolicy
 
 __all__ = [
@@ -78,6 +84,8 @@ class FleetFollower(Protocol):
     def set_fleet_part(
         self, key: str, part: float | None, weights: dict[str, float] | None = None
     ) -> None: ...
+
+    def seed_learned(self, key: str, learned: LearnedLimit) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +219,12 @@ class FleetSync:
         #: the weights last applied from ``playline limits share``
         self._weights: dict[str, float] = {}
         self._nudged = asyncio.Event()
+        #: the limits learnt by earlier runs (read once, at the first refresh), and the
+        #: keys already seeded from them
+        self._learned: dict[str, LearnedLimit] | None = None
+        self._seeded: set[str] = set()
+        #: per key, the learnt rate last written (a rate is written when it moves)
+        self._recorded: dict[str, float] = {}
 
     # ------------------------------------------------------------------ tickets
 
@@ -254,6 +268,11 @@ class FleetSync:
         """Read the fleet's state and apply it to every key the governor knows."""
         view = await self._store.read_state()
         self._view = view
+        if self._learned is None:
+            self._learned = await self._store.read_learned()
+        for key in self._learned:
+            if self._governor.has_key(key):
+                self._seed(key)
         for key, key_view in view.items():
             if self._governor.has_key(key):
                 self._apply(key, key_view)
@@ -291,9 +310,19 @@ class FleetSync:
 
     def key_created(self, key: str) -> None:
         """The governor just created ``key``: apply what the fleet already says of it."""
+        self._seed(key)  # first: the shared rate adopted next is a bound, not a start
         view = self._view.get(key)
         if view is not None:
             self._apply(key, view)
+
+    def _seed(self, key: str) -> None:
+        """Start ``key`` at the limit an earlier run learnt, once."""
+        learned = (self._learned or {}).get(key)
+        if learned is None or key in self._seeded:
+            return
+        self._seeded.add(key)
+        self._recorded[key] = learned.rps
+        self._governor.seed_learned(key, learned)
 
     def nudge(self) -> None:
         """Refresh now rather than at the next tick (a fairness key started waiting
@@ -364,6 +393,20 @@ class FleetSync:
                 self._adopt(key, shared)
 
         self._spawn(report(), f"report a rate increase of {key}")
+
+    def report_learned(self, key: str, rate: float, ceiling: float, source: str) -> None:
+        """This worker learnt ``key``'s limit: remember it for the fleet's next run
+        (written when it moved by more than 1 % since the last write)."""
+        last = self._recorded.get(key)
+        if last is not None and abs(rate - last) <= 0.01 * last:
+            return
+        self._recorded[key] = rate
+        store = self._store
+
+        async def report() -> None:
+            await store.record_learned(key, rate, ceiling_rps=ceiling, source=source)
+
+        self._spawn(report(), f"remember the learnt limit of {key}")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], what: str) -> None:
         try:

@@ -78,7 +78,7 @@ from playline.pacing.policy import Limits, PacingPolicy
 from playline.pacing.search import RateLimitOutcome, RateSearch, SearchConfig
 
 if TYPE_CHECKING:
-    from playline.pacing.fleet_store import FleetPacer
+    from playline.pacing.fleet_store import FleetPacer, LearnedLimit
     from playline.pacing.fleet_sync import FleetSync
 
 __all__ = ["Governor", "KeyBlocked", "Permit"]
@@ -109,6 +109,15 @@ MIN_FLEET_PART = 0.02
 FIRST_ANSWER_WAIT_S = 1.0
 #: How soon a key blocked by a reported quota looks again while answers are due.
 REPORT_RECHECK_S = 0.05
+#: A limit learnt by an earlier run is a starting point for this long; older, the
+#: provider may have changed its plans, and the catalog applies again.
+LEARNED_MAX_AGE_S = 7 * 86400.0
+#: How a key's rate in force was learnt (``snapshot()["limit_source"]``).
+FROM_CATALOG = "catalog"
+FROM_HEADERS = "headers"
+FROM_429S = "429 measurement"
+FROM_LIMITS_SET = "limits set"
+FROM_FLEET_STORE = "fleet store"
 #: Rows kept in flight beyond Little's law: a row also spends time on receipts
 #: and chunk turnover, and a row waiting at the governor costs only a lease.
 WIDTH_HEADROOM = 2.0
@@ -158,6 +167,10 @@ class _KeyState:
     #: with a fleet: the part of the provider's rate this worker's waiting fairness
     #: keys are owed among the fleet's (``None``: all of it, nobody else waits)
     fleet_part: float | None = None
+    #: how the rate in force was learnt (``FROM_*``) and when (Unix seconds; ``None``:
+    #: the catalog's, from the start)
+    limit_source: str = FROM_CATALOG
+    limit_since: float | None = None
 
     def rate_in_force(self, now: float) -> float:
         return self._lowest([self.search.rate], now)
@@ -581,6 +594,8 @@ class Governor:
                 log.debug("pacing key %s: %d in flight is fine", key, ticket.concurrency)
             self._probe_gate(state, now)
             grew = state.search.on_accepted(now, dispatched_at, ticket.epoch)
+            if state.search.learned_at == now:
+                self._learned(key, state)
             if self._relax_margin(state, now) and not grew:
                 self._sync_limiter(state)
             if grew:
@@ -588,6 +603,50 @@ class Governor:
                 log.debug("pacing key %s raised to %g rps", key, state.search.rate)
                 if self._fleet is not None:
                     self._fleet.report_increase(key, state.search.rate, state.search.ceiling_rps)
+
+    def _learned(self, key: str, state: _KeyState) -> None:
+        """The search just proved a rate under one that drew a 429: say so, and
+        remember it for the fleet's next run when it is below the catalog's."""
+        search = state.search
+        learned = search.learned_rps
+        if learned is None or not search.rate_limited:
+            return  # a limit seeded from the store, proven clean: still the store's
+        if state.limit_source != FROM_429S:
+            log.info(
+                "pacing key %s: limit learnt from 429s: %g rps (catalog %g)",
+                key,
+                learned,
+                search.ceiling_rps,
+            )
+        state.limit_source, state.limit_since = FROM_429S, self._wall_clock()
+        if self._fleet is not None and learned < search.ceiling_rps:
+            self._fleet.report_learned(key, learned, search.ceiling_rps, FROM_429S)
+
+    def seed_learned(self, key: str, learned: LearnedLimit) -> bool:
+        """Start ``key`` at a limit an earlier run learnt (the fleet store's), if it is
+        younger than ``LEARNED_MAX_AGE_S`` and this run has no evidence of its own yet.
+
+        The search starts at it with its upper bound a step above (see
+        :meth:`RateSearch.seed`): the first calls go at the learnt rate, not the
+        catalog's. Returns whether it was applied.
+        """
+        if learned.age_s > LEARNED_MAX_AGE_S:
+            return False
+        state = self._state(key)
+        if not state.search.seed(learned.rps, self._clock()):
+            return False
+        self._sync_limiter(state)
+        state.limit_source = f"{FROM_FLEET_STORE} ({learned.source})"
+        state.limit_since = learned.learned_at
+        log.info(
+            "pacing key %s starts at %g rps, learnt %.0f s ago by %s (catalog %g)",
+            key,
+            state.search.rate,
+            learned.age_s,
+            learned.source,
+            state.search.ceiling_rps,
+        )
+        return True
 
     def _on_rate_limited(
         self,
@@ -755,6 +814,7 @@ class Governor:
         old, state.policy = state.policy, policy
         if policy.rps != old.rps:
             state.search.set_ceiling(policy.rps, self._clock())
+            state.limit_source, state.limit_since = FROM_LIMITS_SET, self._wall_clock()
         if policy.min_rps != old.min_rps:
             state.search.set_min_rps(policy.min_rps)
         if policy.windows() != old.windows():
@@ -792,7 +852,10 @@ class Governor:
         ``paused_until`` / ``blocked_for_s`` (seconds from now, or ``None``),
         ``reported`` (the provider's header windows), ``latency_ewma_s``
         (``None`` before the first outcome), ``successes``, ``failures``,
-        ``suggested_parallelism``.
+        ``suggested_parallelism``, ``learned_rps`` (the limit learnt from 429s, or
+        ``None``), ``limit_source`` (how the rate in force was learnt: ``catalog``,
+        ``headers``, ``429 measurement``, ``limits set``, ``fleet store (...)``) and
+        ``limit_since`` (when, Unix seconds; ``None`` for the catalog's).
         """
         now = self._clock()
         out: dict[str, dict[str, Any]] = {}
@@ -831,6 +894,9 @@ class Governor:
                 "suggested_parallelism": self.suggested_parallelism(key),
                 "shares": _fair(state.turn).snapshot(),
                 "fleet_part": state.fleet_part,
+                "learned_rps": search.learned_rps,
+                "limit_source": _limit_source(state, now),
+                "limit_since": state.limit_since,
             }
         return out
 
@@ -970,6 +1036,14 @@ class Governor:
             math.isclose(limiter._rate_per_sec, rate, rel_tol=1e-3) and limiter.max_rate == burst
         ):
             limiter.reconfigure(rate, burst)
+
+
+def _limit_source(state: _KeyState, now: float) -> str:
+    """How the rate in force was learnt: the provider's headers when they bind it."""
+    reported = state.budget.rate(now)
+    if reported is not None and reported < state.search.rate * state.margin:
+        return FROM_HEADERS
+    return state.limit_source
 
 
 def _fair(gate: ResizableGate) -> FairOrder:

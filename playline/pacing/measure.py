@@ -133,6 +133,18 @@ class DispatchLog:
         refused = sum(1 for t in self._refused if start <= t <= end)
         return max(0, sent - refused)
 
+    def refusal_events(self, start: float, end: float, gap_s: float) -> int:
+        """Refused calls dispatched in ``[start, end]``, those within ``gap_s`` of the
+        previous one counted together: a clump a stalled sender let go at once is one
+        event, however many of its calls were refused."""
+        events, last = 0, -math.inf
+        for t in self._refused:
+            if start <= t <= end:
+                if t - last > gap_s:
+                    events += 1
+                last = t
+        return events
+
     def _trim(self, log: deque[float], now: float) -> None:
         while log and log[0] < now - self.keep_s:
             log.popleft()

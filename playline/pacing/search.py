@@ -12,7 +12,11 @@ is learnt from evidence:
   ``measure_s`` (what really got through, read from the
   :class:`~playline.pacing.measure.DispatchLog`), not of the rate attempted,
   and when too little was sent to measure that, it is halved. Only the first
-  429 of a burst counts (see *epoch* below).
+  429 of a burst counts (see *epoch* below). A 429 among few refusals (under
+  ``clump_share`` of the calls sent over the span) while calls went slower than the
+  rate is a clump a busy worker sent, not a rate above the limit: the rate is cut a
+  step of ``cut_fraction``, and what was sent is no bound. Refusals are counted as
+  *events* here and below: those within two intervals of each other are one clump.
 * a **clean window** (``window_s`` without a 429, at least ``min_window_calls``
   accepted, the rate actually used) is a lower bound.
 * between the bounds the rate **searches**: half way up after each clean window
@@ -29,10 +33,21 @@ is learnt from evidence:
   second or two (a GCRA with a burst of 3 absorbs two extra calls), and the search
   must not settle there.
 * a 429 at a rate already proven clean is first taken as **noise** (a busy
-  event loop sends a clump; loopback jitter): the key pauses as the provider
-  asks but the rate stands. A second one within ``noise_window_s`` means the
-  limit moved down: the lower bound is dropped and the rate cut to
-  ``cut_fraction`` of it.
+  event loop sends a clump; loopback jitter): the key pauses but the rate stands.
+  A second one within ``noise_window_s``, when more than ``noise_share`` of the
+  calls sent over that window were refused, means the limit moved down: the lower
+  bound is dropped and the rate cut to ``cut_fraction`` of it. (A limit that moved
+  down refuses a steady share of the calls; jitter refuses one now and then.)
+* a ``Retry-After`` of **one whole second** is a weak bound, not a wait: a strict
+  GCRA whose next slot is 30 ms away still writes ``1``, and honouring it costs a
+  second of calls per 429. The key pauses ``short_pause_intervals`` of the rate in
+  force instead (one after a noise 429; the provider's next slot is within an
+  interval of its true rate, at most twice the rate in force after a cut), until
+  every call sent after such a pause is refused: then the provider meant it (a
+  window that resets on the second) and it is honoured whole from then on
+  (``retry_after_trusted``). Two seconds or more are honoured whole (a small-burst
+  GCRA never asks for that much; a window does). What the provider admitted is
+  then measured across such short pauses, not from the last one.
 * a window is **used** when calls went at ``busy_fraction`` of the rate, or
   when at least half of them had others queued behind them (a worker whose
   fleet shares the rate sends only its part, but its calls still queue).
@@ -77,6 +92,12 @@ class SearchConfig:
     measure_s: float = 2.0
     min_measure_s: float = 0.5
     noise_window_s: float = 10.0
+    #: ...unless more than this share of the calls sent over that window were refused
+    #: (a limit that moved down refuses a steady share; jitter a few calls)
+    noise_share: float = 0.03
+    #: a 429 among so few refusals over the measured span (a rate above the limit
+    #: refuses a steady share) cuts a step, not to what got through
+    clump_share: float = 0.1
     #: pause after a 429 without ``Retry-After`` (a concurrency cap rarely sends one)
     default_pause_s: float = 0.25
     #: a ``Retry-After`` this long or longer means a window quota ran out
@@ -84,6 +105,14 @@ class SearchConfig:
     #: ``Retry-After`` is honoured up to this (a week: a daily quota is honoured whole)
     max_pause_s: float = 7 * 86400.0
     jitter_fraction: float = 0.1
+    #: a ``Retry-After`` of whole seconds up to this is a coarse bound, not a wait
+    coarse_retry_after_s: float = 1.0
+    #: ...so the key pauses this many intervals of the rate in force instead (after a
+    #: noise 429, at a rate proven clean, one: the provider's next slot is that close)...
+    short_pause_intervals: float = 3.0
+    noise_pause_intervals: float = 1.0
+    #: ...and at least this long
+    min_short_pause_s: float = 0.05
 
     def __post_init__(self) -> None:
         if not 0 < self.cut_fraction <= 1 or not 0 < self.blind_cut_factor < 1:
@@ -138,6 +167,9 @@ class RateSearch:
     noise: int = field(default=0, init=False)
     log: DispatchLog = field(default_factory=DispatchLog, init=False, repr=False)
     _epoch_started: float = field(default=-math.inf, init=False)
+    #: what the provider admitted is measured from here: the epoch's start, unless the
+    #: last pause was a short one (a few intervals stop nothing worth not measuring)
+    _measure_start: float = field(default=-math.inf, init=False)
     _window_start: float | None = field(default=None, init=False)
     _window_calls: int = field(default=0, init=False)
     _hold_started: float | None = field(default=None, init=False)
@@ -152,6 +184,17 @@ class RateSearch:
     _noise_at: float = field(default=-math.inf, init=False)
     _quota_mark: float | None = field(default=None, init=False)
     _quota_accepted: int = field(default=0, init=False)
+    #: the provider's whole-second ``Retry-After`` proved to mean it (a call sent after a
+    #: shorter pause was refused): it is honoured whole from then on
+    retry_after_trusted: bool = field(default=False, init=False)
+    #: short pauses taken instead of a coarse ``Retry-After``
+    short_pauses: int = field(default=0, init=False)
+    #: when the last short pause ends
+    _short_pause_end: float | None = field(default=None, init=False)
+    #: the provider's limit as learnt from its 429s: the highest rate proven clean
+    #: below a rate that drew one (``None``: nothing learnt yet), and when (``now``)
+    learned_rps: float | None = field(default=None, init=False)
+    learned_at: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         check_rate(self.ceiling_rps, "ceiling_rps")
@@ -169,6 +212,11 @@ class RateSearch:
         return max(0.0, self.paused_until - now)
 
     @property
+    def _clump_gap_s(self) -> float:
+        """Refusals closer than this (two intervals of the rate) are one clump's."""
+        return 2.0 / self.rate
+
+    @property
     def hold_in_force_s(self) -> float:
         """How long the search holds a settled rate before it re-probes the bound."""
         return self._hold_s
@@ -182,6 +230,7 @@ class RateSearch:
             self._quota_mark = now
         if self._epoch_started == -math.inf:
             self._epoch_started = now  # nothing before the first call is evidence
+            self._measure_start = now
 
     def on_accepted(self, now: float, dispatched_at: float, dispatch_epoch: int) -> bool:
         """The provider took a call (success, 5xx, timeout); return whether the rate grew."""
@@ -211,6 +260,9 @@ class RateSearch:
         if sent < cfg.busy_fraction * self.rate * (now - start) and backlogged < sent / 2:
             return False  # the rate was not used: no evidence about the limit
         self.lower = self.rate if self.lower is None else max(self.lower, self.rate)
+        if self.upper is not None and self.lower < self.upper:
+            # A clean rate under one that drew a 429: what the provider takes, so far.
+            self.learned_rps, self.learned_at = self.lower, now
         if self._reprobed_from is not None and self.lower > self._reprobed_from:
             # The re-probe ran clean past the old bound: the limit went up.
             self._hold_s, self._reprobed_from = cfg.hold_s, None
@@ -252,21 +304,38 @@ class RateSearch:
         """Account for one 429 of a call dispatched at ``dispatched_at`` in ``dispatch_epoch``."""
         self.rate_limited += 1
         self.log.refused(dispatched_at, now)
-        pause_s = self._pause_for(retry_after_s)
+        end = self._short_pause_end
+        if (
+            end is not None
+            and dispatched_at >= end
+            and not self.retry_after_trusted
+            and self.log.admitted(end, dispatched_at) == 0
+        ):
+            # Every call sent since a short pause was refused: the provider meant its
+            # Retry-After (a window, not an emission interval). Honoured from now on.
+            self.retry_after_trusted = True
         if dispatch_epoch != self.epoch:
             if self.paused_until > now:
+                pause_s = self._pause_for(retry_after_s, now)
                 self.paused_until = max(self.paused_until, now + pause_s)
             return RateLimitOutcome.ABSORBED
         cfg = self.config
         outcome = RateLimitOutcome.CUT
         if retry_after_s is not None and retry_after_s >= cfg.long_pause_s:
+            pause_s = self._pause_for(retry_after_s, now)
             self._learn_quota(now, pause_s)
         else:
             outcome = self._cut(now, dispatched_at)
+            intervals = cfg.short_pause_intervals
+            if outcome is RateLimitOutcome.NOISE:
+                intervals = cfg.noise_pause_intervals
+            pause_s = self._pause_for(retry_after_s, now, short=True, intervals=intervals)
         self.epoch += 1
         self.pauses += 1
         self.paused_until = max(self.paused_until, now + pause_s)
         self._epoch_started = self.paused_until
+        if not self._coarse(retry_after_s):
+            self._measure_start = self.paused_until
         self._window_start, self._window_calls = None, 0
         return outcome
 
@@ -282,14 +351,15 @@ class RateSearch:
         if retry_after_s is not None:
             if self.paused_until <= now:
                 self.pauses += 1
-            self.paused_until = max(self.paused_until, now + self._pause_for(retry_after_s))
+            self.paused_until = max(self.paused_until, now + self._pause_for(retry_after_s, now))
             # The pause is no measure of what the provider admits: measure after it.
             self._epoch_started = max(self._epoch_started, self.paused_until)
+            self._measure_start = max(self._measure_start, self.paused_until)
             self._window_start, self._window_calls = None, 0
 
     def _cut(self, now: float, dispatched_at: float) -> RateLimitOutcome:
         cfg = self.config
-        start = max(self._epoch_started, dispatched_at - cfg.measure_s)
+        start = max(self._measure_start, dispatched_at - cfg.measure_s)
         span = dispatched_at - start
         measured = span >= cfg.min_measure_s
         admitted: float | None = None
@@ -318,17 +388,33 @@ class RateSearch:
             self._reprobed_from = None
         if lower is not None and attempted <= lower * 1.001:
             self._proofs_lied = True
-            if now - self._noise_at > cfg.noise_window_s:
+            since = dispatched_at - cfg.noise_window_s
+            sent, _ = self.log.count(since, dispatched_at)
+            refused = self.log.refusal_events(since, dispatched_at, self._clump_gap_s)
+            steady = refused > max(1.0, cfg.noise_share * sent)  # one clump is no share
+            if now - self._noise_at > cfg.noise_window_s or not steady:
                 self._noise_at = now
                 self.noise += 1
                 return RateLimitOutcome.NOISE
             # A proven rate failed twice: the limit moved down (or the clumps are real).
-            self.upper = attempted if self.upper is None else min(self.upper, attempted)
+            # The proven rate is the bound, not what was sent below it (a busy worker
+            # sends slower than its rate and in clumps: that says nothing about lower).
+            self.upper = lower if self.upper is None else min(self.upper, lower)
             self.lower = None
             self.rate = max(self.floor_rps, min(self.rate, cfg.cut_fraction * lower))
             self.cuts += 1
             self._hold_started = None
             return RateLimitOutcome.CUT
+        refused_share = 1.0
+        if admitted is not None:
+            sent_n, _ = self.log.count(start, dispatched_at)
+            events = self.log.refusal_events(start, dispatched_at, self._clump_gap_s)
+            refused_share = events / max(1, sent_n)
+        clump = refused_share < cfg.clump_share and self._raised_at <= start
+        if clump and attempted < self.rate:
+            # Few refused, and sent slower than the rate: calls that left in clumps (a
+            # busy worker), not a rate above the limit; what was sent is no bound.
+            attempted = self.rate
         self.upper = attempted if self.upper is None else min(self.upper, attempted)
         if lower is not None and lower < self.upper:
             target = lower  # back to the proven rate; the search goes on between the bounds
@@ -336,6 +422,8 @@ class RateSearch:
             target = cfg.cut_fraction * admitted
             if not busy:
                 target = max(target, cfg.blind_cut_factor * self.rate)
+            if clump:
+                target = max(target, cfg.cut_fraction * self.rate)  # a step, not a fall
         else:
             target = cfg.blind_cut_factor * self.rate
         self.rate = max(self.floor_rps, min(self.rate, target))
@@ -352,7 +440,7 @@ class RateSearch:
         second". Only before the first cut.
         """
         if self.cuts == 0 and self._epoch_started < now:
-            self._epoch_started = now
+            self._epoch_started = self._measure_start = now
             self._window_start, self._window_calls = None, 0
 
     def _learn_quota(self, now: float, pause_s: float) -> None:
@@ -380,6 +468,7 @@ class RateSearch:
         self.ceiling_rps = ceiling_rps
         self.rate = ceiling_rps
         self.upper = self.lower = None
+        self.learned_rps = self.learned_at = None
         self._hold_s, self._reprobed_from, self._proofs_lied = self.config.hold_s, None, False
         self._new_epoch(now)
 
@@ -410,14 +499,64 @@ class RateSearch:
             self._new_epoch(now)
         return True
 
+    def seed(self, rps: float, now: float) -> bool:
+        """Start from a limit learnt by an earlier run (the fleet store's).
+
+        The rate in force becomes ``rps`` (clamped to the floor and the ceiling) and the
+        upper bound a step above it, so the search proves it in a window and then holds
+        there, re-probing as usual, instead of starting at the ceiling and paying the
+        429s again. Returns whether anything changed (nothing once the search has
+        evidence of its own).
+        """
+        if self.rate_limited or self.upper is not None or self.lower is not None:
+            return False
+        new = min(self.ceiling_rps, max(self.floor_rps, rps))
+        if new >= self.ceiling_rps:
+            return False
+        self.rate = new
+        self.upper = min(self.ceiling_rps, new * self.config.reprobe_factor)
+        self.learned_rps, self.learned_at = new, now
+        self._new_epoch(now)
+        return True
+
     def _new_epoch(self, now: float) -> None:
         self.epoch += 1
-        self._epoch_started = now
+        self._epoch_started = self._measure_start = now
         self._window_start, self._window_calls = None, 0
         self._hold_started = None
 
-    def _pause_for(self, retry_after_s: float | None) -> float:
+    def _coarse(self, retry_after_s: float | None) -> bool:
+        """Whether ``retry_after_s`` is a whole-second bound to take as a weak one.
+
+        ``Retry-After`` is written in whole seconds: a strict GCRA whose next slot is
+        30 ms away still says ``1``. Honouring it whole costs a second of calls per
+        429; the search pauses a few intervals of the rate in force instead, until a
+        call sent after such a pause is refused (then the provider meant it).
+        """
+        return (
+            retry_after_s is not None
+            and not self.retry_after_trusted
+            and 1.0 <= retry_after_s <= self.config.coarse_retry_after_s
+            and float(retry_after_s).is_integer()
+        )
+
+    def _pause_for(
+        self,
+        retry_after_s: float | None,
+        now: float,
+        *,
+        short: bool = False,
+        intervals: float | None = None,
+    ) -> float:
         cfg = self.config
+        if self._coarse(retry_after_s):
+            assert retry_after_s is not None
+            intervals = cfg.short_pause_intervals if intervals is None else intervals
+            pause = min(retry_after_s, max(cfg.min_short_pause_s, intervals / self.rate))
+            if short:  # a new pause (not one extended by an absorbed 429)
+                self.short_pauses += 1
+            self._short_pause_end = max(self.paused_until, now + pause)
+            return pause
         if retry_after_s is None or not math.isfinite(retry_after_s) or retry_after_s < 0:
             base = cfg.default_pause_s
         else:

@@ -121,7 +121,7 @@ async def fleet_prefix() -> AsyncIterator[str]:
     try:
         yield prefix
     finally:
-        for table in ("pacing", "limits", "windows", "shares", "share_weights"):
+        for table in ("pacing", "limits", "windows", "shares", "share_weights", "learned"):
             await conn.execute(
                 psycopg.sql.SQL("DROP TABLE IF EXISTS {}").format(
                     psycopg.sql.Identifier(prefix + table)
@@ -189,16 +189,14 @@ async def test_429_with_retry_after_pauses_the_key_then_recovers(
     limited = [c for c in calls if c["status"] == 429]
     assert len(limited) == 1
     t429 = limited[0]["t"]
-    # Calls already on the wire when the 429 went out complete within the provider's
-    # latency; after that nothing arrives until Retry-After (1 s, plus jitter) is over.
-    quiet = [c for c in calls if t429 + 0.05 < c["t"] < t429 + 0.95]
-    assert quiet == [], f"{len(quiet)} calls during the pause"
-    resumed = [c["t"] for c in calls if c["t"] > t429 + 0.05]
-    assert resumed and min(resumed) >= t429 + 0.95
+    # ``Retry-After: 1`` in whole seconds is a bound, not a wait (a strict limiter whose
+    # next slot is 50 ms away writes it too): the key pauses an interval or a few of its
+    # rate, not the whole second, and goes on. The whole second stood still before.
+    resumed = [c["t"] for c in calls if t429 < c["t"] < t429 + 1.0]
+    assert len(resumed) >= 5, f"only {len(resumed)} calls in the second after the 429"
     # One 429 at a rate the run had already proven clean is taken as noise (a clump,
-    # not a lower limit): after the pause the key goes on at its rate, never above it.
-    after = [t for t in resumed if t < min(resumed) + 1.0]
-    assert len(after) <= 20 + 2
+    # not a lower limit): the key goes on at its rate, never above it.
+    assert len(resumed) <= 20 + 2
     # The 429'd call was retried, and every row was paid for exactly once.
     ledger = provider.ledger()
     assert ledger["double_charged"] == 0

@@ -94,10 +94,14 @@ async def test_a_running_fleets_tables_open_in_place_with_their_state(
         assert await pacer.report_increase("acme", 8, ceiling_rps=10, epoch=3) is None
         raised = await pacer.report_increase("acme", 8, ceiling_rps=10, epoch=4)
         assert raised is not None and (raised.rps, raised.epoch) == (8, 4)
-    assert _versions(url) == {component: 1}
+        # Version 2 added the learnt limits beside the old tables.
+        assert await pacer.read_learned() == {}
+        await pacer.record_learned("acme", 6.5, ceiling_rps=10, source="429 measurement")
+    assert _versions(url) == {component: 2}
     async with await FleetPacer.create(url, table_prefix=prefix) as again:  # a second start
         rate = (await again.read_state())["acme"].rate
         assert rate is not None and (rate.rps, rate.epoch) == (8, 4)
+        assert (await again.read_learned())["acme"].rps == 6.5
 
 
 async def test_a_limits_table_of_playline_0_2_gets_the_quota_columns(url: str) -> None:
@@ -114,4 +118,4 @@ async def test_a_limits_table_of_playline_0_2_gets_the_quota_columns(url: str) -
         stored = await pacer.set_limits("acme", Limits(per_day=10))
         assert stored == Limits(rps=5, burst=2, max_concurrency=4, per_day=10)
         assert await pacer.set_limits("firmo", Limits(min_rps=1)) == Limits(min_rps=1)
-    assert _versions(url) == {"fleet": 1}
+    assert _versions(url) == {"fleet": 2}

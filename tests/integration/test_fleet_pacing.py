@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import itertools
 import os
 import time
 import uuid
@@ -18,6 +19,7 @@ import pytest
 
 from playline.cli.limits import add_limits_parser, run_limits
 from playline.pacing.fleet_store import FleetPacer, FleetPacingUnavailable
+from playline.pacing.fleet_sync import SHARE_MAX_AGE_S
 from playline.pacing.governor import Governor
 from playline.pacing.pacer import KeyBlocked
 from playline.pacing.policy import PacingPolicy
@@ -40,7 +42,7 @@ async def prefix() -> AsyncIterator[str]:
     try:
         yield name
     finally:
-        for table in ("pacing", "limits", "windows", "shares", "share_weights"):
+        for table in ("pacing", "limits", "windows", "shares", "share_weights", "learned"):
             await conn.execute(
                 psycopg.sql.SQL("DROP TABLE IF EXISTS {}").format(
                     psycopg.sql.Identifier(name + table)
@@ -218,22 +220,107 @@ async def test_limits_cli_show_and_set(prefix: str, capsys: pytest.CaptureFixtur
     assert await run_cli(prefix, "show", out=out) == 0
     lines = out.getvalue().splitlines()
     assert lines[0].split() == [
-        "KEY", "RPS", "ADAPTED_RPS", "MAX_CONCURRENCY", "BURST",
+        "KEY", "RPS", "ADAPTED_RPS", "HOW", "MAX_CONCURRENCY", "BURST",
         "PER_MINUTE", "PER_HOUR", "PER_DAY", "MIN_RPS", "PAUSED_S",
     ]  # fmt: skip
     # burst not set: the shared row's (1, no worker has used the key yet)
-    assert lines[1].split() == ["acme", "12.5", "12.5", "4", "1", "-", "-", "-", "-", "-"]
-    assert lines[2].split() == ["firmo", "3", "3", "2", "2", "-", "-", "-", "-", "-"]
+    acme = ["acme", "12.5", "12.5", "limits-set", "4", "1", "-", "-", "-", "-", "-"]
+    assert lines[1].split() == acme
+    assert lines[2].split() == ["firmo", "3", "3", "limits-set", "2", "2", "-", "-", "-", "-", "-"]
     # Each limit on its own: a daily quota alone keeps the rest.
     assert await run_cli(prefix, "set", "acme", "--per-day", "5000", "--min-rps", "2") == 0
     out = io.StringIO()
     assert await run_cli(prefix, "show", out=out) == 0
     acme = out.getvalue().splitlines()[1].split()
-    assert acme == ["acme", "12.5", "12.5", "4", "1", "-", "-", "5000", "2", "-"]
+    assert acme == ["acme", "12.5", "12.5", "limits-set", "4", "1", "-", "-", "5000", "2", "-"]
     assert await run_cli(prefix, "set", "acme") == 2
     assert "at least one limit" in capsys.readouterr().err
     assert await run_cli(prefix, "set", "acme", "--rps", "0", "--max-concurrency", "4") == 2
     assert "--rps must be" in capsys.readouterr().err
+
+
+async def test_limits_show_says_what_was_learnt_how_and_when(prefix: str) -> None:
+    async with await FleetPacer.create(DSN, table_prefix=prefix) as fleet:
+        await fleet.take("hunter", rps=30, burst=1)  # a key a worker used
+        await fleet.report_cut("hunter", 19.5, min_rps=1)
+        await fleet.record_learned("hunter", 19.5, ceiling_rps=30, source="429 measurement")
+        learned = await fleet.read_learned()
+    assert learned["hunter"].rps == 19.5 and learned["hunter"].ceiling_rps == 30
+    assert learned["hunter"].source == "429 measurement" and learned["hunter"].age_s < 60
+    out = io.StringIO()
+    assert await run_cli(prefix, "show", out=out) == 0
+    text = out.getvalue().splitlines()
+    assert text[1].split()[:4] == ["hunter", "-", "19.5", "429-measurement"]
+    at = text.index("learnt limits (the fleet's next run starts at them):")
+    assert text[at + 1].split() == ["KEY", "LEARNED_RPS", "CATALOG_RPS", "HOW", "WHEN", "AGE"]
+    row = text[at + 2].split()
+    assert row[:5] == ["hunter", "19.5", "30", "429", "measurement"]
+    assert row[-1] == "s"  # seconds ago
+
+
+async def test_a_second_run_starts_at_the_limit_the_first_learnt(prefix: str) -> None:
+    """A worker learns an unknown strict limit from its 429s and the fleet store
+    remembers it; the next run's worker starts there, not at the catalog's rate."""
+    from tests.gcra_sim import SimProvider
+
+    policy = {"acme": PacingPolicy(rps=60, burst=1, min_rps=1, max_concurrency=8)}
+    provider = SimProvider(15.0, 1)  # the provider's real limit, on this process's clock
+
+    sources: list[str] = []  # how the rate in force was learnt, after each answer
+
+    async def run(gov: Governor, until: Callable[[], bool], most_s: float) -> list[float]:
+        sent: list[float] = []
+        stop = time.monotonic() + most_s
+
+        async def lane() -> None:
+            while time.monotonic() < stop and not until():
+                async with gov.permit(["acme"]) as permit:
+                    now = time.monotonic()
+                    sent.append(now)
+                    wait = provider.admit(now)
+                    if wait is not None:
+                        permit.record_rate_limited(wait)
+                        continue
+                    await asyncio.sleep(0.02)
+                    permit.record_success(0.02)
+                sources.append(gov.snapshot()["acme"]["limit_source"])
+
+        await asyncio.gather(*(lane() for _ in range(4)))
+        return sent
+
+    async with await FleetPacer.create(DSN, table_prefix=prefix) as store:
+        first = Governor(policy, fleet=store)
+        try:
+            await first.start()
+            await run(first, lambda: first.snapshot()["acme"]["learned_rps"] is not None, 20.0)
+            await run(first, lambda: False, 3.0)  # the run goes on at what it learnt
+            learned = first.snapshot()["acme"]["learned_rps"]
+        finally:
+            await first.aclose()  # waits for the report to be written
+        remembered = (await store.read_learned())["acme"]
+    assert learned is not None and learned < 60
+    assert remembered.rps == pytest.approx(learned)
+    assert remembered.source == "429 measurement" and remembered.ceiling_rps == 60
+
+    # The next run comes later: the first worker's report of who waited on it has aged
+    # out (a fresh one would make the second worker take half the rate, as if shared).
+    await asyncio.sleep(SHARE_MAX_AGE_S)
+    provider.calls.clear()
+    provider.tat = None  # the provider's bucket refilled since
+    sources.clear()
+    async with await FleetPacer.create(DSN, table_prefix=prefix) as store:
+        second = Governor(policy, fleet=store)
+        try:
+            await second.start()
+            sent = await run(second, lambda: False, 1.0)
+        finally:
+            await second.aclose()
+    # (a 429 later in the run, a probe a step above it, would make it a measurement again)
+    assert sources[0] == "fleet store (429 measurement)"
+    # Its first calls went at the learnt rate, not at the catalog's 60/s.
+    gaps = [b - a for a, b in itertools.pairwise(sent)][1:11]
+    # (on average: one call of a loaded machine may leave a little late, the next on time)
+    assert len(gaps) == 10 and sum(gaps) / len(gaps) >= 0.8 / learned
 
 
 async def test_unreachable_database_is_a_clear_error() -> None:

@@ -39,6 +39,21 @@ def run_for(s: RateSearch, clock: FakeClock, seconds: float, rps: float) -> int:
     return grew
 
 
+def run_refused(s: RateSearch, clock: FakeClock, seconds: float, rps: float, admits: float) -> None:
+    """Send at ``rps`` for ``seconds`` while the provider admits ``admits`` per second: the
+    rest are refused, their 429s coming back after the epoch's cut (absorbed), the
+    admitted calls' answers not yet."""
+    taken = 0.0
+    for _ in range(round(seconds * rps)):
+        clock.advance(1 / rps)
+        s.on_dispatch(clock())
+        taken += admits / rps
+        if taken >= 1:
+            taken -= 1  # admitted: its answer is still on its way
+        else:
+            s.on_rate_limited(clock(), clock(), s.epoch - 1, 1.0)  # an earlier epoch's
+
+
 def limited(s: RateSearch, clock: FakeClock, retry_after: float | None = 1.0) -> RateLimitOutcome:
     clock.advance(0.001)
     s.on_dispatch(clock())
@@ -51,12 +66,32 @@ def limited(s: RateSearch, clock: FakeClock, retry_after: float | None = 1.0) ->
 def test_a_429_cuts_to_a_fraction_of_the_admitted_rate_not_the_attempted_one() -> None:
     clock = FakeClock()
     s = search(100)
-    run_for(s, clock, 2.0, 60)  # the provider took 60 rps while 100 were allowed
+    run_refused(s, clock, 2.0, 100, 60)  # the provider took 60 rps of the 100 sent
+    absorbed = s.rate_limited
     assert limited(s, clock) is RateLimitOutcome.CUT
     assert s.rate == pytest.approx(0.9 * 60, rel=0.03)
-    assert s.upper == pytest.approx(60, rel=0.03)
+    assert s.upper == pytest.approx(100, rel=0.03)
+    assert s.rate_limited == absorbed + 1
+    # Retry-After: 1 is a whole-second bound: a few intervals of the new rate instead
+    assert s.pause_remaining(clock()) == pytest.approx(3 / s.rate)
+    assert (s.cuts, s.pauses, s.short_pauses) == (1, 1, 1)
+
+
+def test_a_whole_second_retry_after_is_honoured_once_a_short_pause_proved_it_meant() -> None:
+    clock = FakeClock()
+    s = search(100)
+    run_for(s, clock, 2.0, 60)
+    limited(s, clock)
+    assert not s.retry_after_trusted
+    clock.advance(s.pause_remaining(clock()))
+    limited(s, clock)  # the first call after the short pause is refused: a real window
+    assert s.retry_after_trusted
     assert s.pause_remaining(clock()) == pytest.approx(1.0)
-    assert (s.cuts, s.pauses, s.rate_limited) == (1, 1, 1)
+    # a Retry-After that is not whole seconds, or long, is honoured whole from the start
+    other = search(100)
+    run_for(other, clock, 2.0, 60)
+    limited(other, clock, retry_after=0.4)
+    assert other.pause_remaining(clock()) == pytest.approx(0.4)
 
 
 def test_a_429_too_early_to_measure_halves_the_rate() -> None:
@@ -146,14 +181,30 @@ def test_a_429_at_a_proven_rate_is_noise_once_then_the_limit_moved() -> None:
     assert s.rate == 60 and s.lower == 60 and s.pause_remaining(clock()) > 0
     clock.advance(1.0)
     run_for(s, clock, 2.0, 40)  # the provider now only takes 40
-    assert limited(s, clock) is RateLimitOutcome.CUT  # twice: the limit moved down
+    # A few refusals are jitter; a steady share of them means the limit moved down.
+    outcomes = [limited(s, clock)]
+    while outcomes[-1] is RateLimitOutcome.NOISE and len(outcomes) < 5:
+        run_for(s, clock, 0.2, 40)  # refusals spread out (a clump's would count once)
+        outcomes.append(limited(s, clock))
+    assert outcomes[0] is RateLimitOutcome.NOISE and outcomes[-1] is RateLimitOutcome.CUT
     assert s.lower is None
     assert s.rate == pytest.approx(0.9 * 60)  # a step below the rate it had proven
-    assert s.upper == pytest.approx(40, rel=0.05)
+    assert s.upper is not None and s.upper <= 60
     clock.advance(1.0)
-    run_for(s, clock, 2.0, 40)
+    run_refused(s, clock, 2.0, s.rate, 40)
     limited(s, clock)  # now measured from what got through
     assert s.rate == pytest.approx(0.9 * 40, rel=0.05)
+
+
+def test_a_429_among_few_refusals_while_sending_slower_than_the_rate_cuts_a_step() -> None:
+    """A busy worker sends slower than its rate, and in clumps: a 429 then says the
+    clump was too much, not that the limit is what little was sent."""
+    clock = FakeClock()
+    s = search(100)
+    run_for(s, clock, 2.0, 60)  # 60 rps sent (the worker could do no more), all taken
+    assert limited(s, clock) is RateLimitOutcome.CUT
+    assert s.rate == pytest.approx(0.9 * 100)
+    assert s.upper == pytest.approx(100)
 
 
 def test_a_long_retry_after_learns_the_window_quota() -> None:
@@ -283,3 +334,17 @@ def test_ewma_prior_then_observations() -> None:
     assert e.value == 0.5
     e.observe(float("nan"))
     assert e.samples == 2
+
+
+def test_a_clump_of_refusals_at_a_proven_rate_is_one_event_not_a_lower_limit() -> None:
+    """A stalled sender lets several calls go at once and the provider refuses most of
+    them: one clump, whatever its size, is noise; it takes spread refusals to cut."""
+    clock = FakeClock()
+    s = search(100)
+    s.rate, s.upper = 20.0, 20.5
+    run_for(s, clock, 1.2, 20)
+    assert s.lower == 20
+    outcomes = [limited(s, clock) for _ in range(4)]  # 1 ms apart: one clump
+    assert set(outcomes) == {RateLimitOutcome.NOISE}
+    assert (s.rate, s.lower) == (20.0, 20.0)
+    assert s.log.refusal_events(clock() - 1, clock(), 0.1) == 1

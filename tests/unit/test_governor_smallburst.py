@@ -1,0 +1,118 @@
+"""The governor against strict small-burst GCRA limits it does not know, simulated.
+
+Every test runs the real :class:`~playline.pacing.governor.Governor` on a virtual clock
+against a strict GCRA (:mod:`tests.gcra_sim`): deterministic, CPU-light, a minute of
+calls in well under a second. The benchmark (``bench/governor.py --cells smallburst``)
+measures the same against the real provider server.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from playline.pacing.fleet_store import LearnedLimit
+from playline.pacing.governor import Governor
+from playline.pacing.policy import PacingPolicy
+from tests.gcra_sim import SimProvider, simulate
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "catalog"),
+    [(60.0, 5, 100.0), (40.0, 3, 100.0), (25.0, 2, 100.0), (30.0, 4, 120.0)],
+)
+def test_an_unknown_small_burst_limit_is_found_and_filled(
+    rate: float, burst: int, catalog: float
+) -> None:
+    run = simulate(rate=rate, burst=burst, catalog_rps=catalog, seconds=60, seed=3)
+    assert run.utilization >= 0.93  # over the whole run, convergence included
+    assert run.share_429 <= 0.01
+    snap = run.snapshot
+    assert snap["limit_source"] == "429 measurement"
+    assert snap["learned_rps"] == pytest.approx(rate, rel=0.1)
+    # Whole-second Retry-After were taken as bounds: short pauses, not a second each.
+    assert run.governor._state("acme").search.short_pauses >= 1
+
+
+def test_a_known_small_burst_limit_runs_clean_near_its_rate() -> None:
+    run = simulate(rate=50.0, burst=3, catalog_rps=50.0, seconds=60, seed=1)
+    assert run.utilization >= 0.95
+    assert run.refused == 0
+    assert run.snapshot["limit_source"] == "catalog"
+
+
+def test_a_whole_second_retry_after_that_means_it_is_honoured() -> None:
+    """A provider whose refusals last (a window that resets on the second) refuses the
+    calls sent after a short pause: from then on its Retry-After is honoured whole."""
+
+    class SecondWindow(SimProvider):
+        def admit(self, now: float) -> float | None:
+            second = int(now)
+            used = sum(1 for t, s in self.calls if int(t) == second and s != 429)
+            if used >= self.rate:
+                self.calls.append((now, 429))
+                return 1.0
+            self.calls.append((now, 200))
+            return None
+
+    run = simulate(rate=20.0, burst=1, catalog_rps=60.0, seconds=20, provider=SecondWindow(20.0, 1))
+    search = run.governor._state("acme").search
+    assert search.retry_after_trusted
+    assert run.share_429 <= 0.05
+
+
+def test_a_sliding_window_is_not_taken_for_a_small_burst_gcra() -> None:
+    """120 calls in any 2 s (a window: its refusals ask for 1-2 s and mean it): the
+    search must not halve itself to the floor on short pauses (it did, measuring
+    nothing across them)."""
+
+    class SlidingLog(SimProvider):
+        def admit(self, now: float) -> float | None:
+            recent = [t for t, s in self.calls if s != 429 and t > now - 2.0]
+            if len(recent) >= 120:
+                self.calls.append((now, 429))
+                return float(max(1, math.ceil(recent[0] + 2.0 - now)))
+            self.calls.append((now, 200))
+            return None
+
+    run = simulate(rate=60.0, burst=5, catalog_rps=180.0, seconds=60, provider=SlidingLog(60.0, 5))
+    assert run.utilization >= 0.8
+    assert run.snapshot["search_rps"] >= 50.0
+    assert run.share_429 <= 0.03
+
+
+def test_a_second_run_starts_at_the_limit_the_first_learnt() -> None:
+    first = simulate(rate=25.0, burst=2, catalog_rps=100.0, seconds=30, seed=2)
+    snap = first.snapshot
+    learned = snap["learned_rps"]
+    assert learned is not None and learned < 100.0
+    remembered = LearnedLimit("acme", learned, 100.0, snap["limit_source"], 60.0, 0.0)
+    policy = PacingPolicy(rps=100.0, burst=2, min_rps=1, max_concurrency=64)
+
+    def seeded(clock: object) -> Governor:
+        gov = Governor({"acme": policy}, clock=clock)  # type: ignore[arg-type]
+        assert gov.seed_learned("acme", remembered)
+        return gov
+
+    # (its first 1.5 s: later, the search probes a step above it, as after any settling)
+    second = simulate(rate=25.0, burst=2, catalog_rps=100.0, seconds=1.5, seed=2, governor=seeded)
+    # The first calls are spaced at the learnt rate, not the catalog's 100/s (10 ms), and
+    # none is refused.
+    gaps = second.first_gaps(20)[2:]  # after the first answer and the provider's burst
+    assert min(gaps) >= 0.9 / learned
+    assert second.refused == 0
+    assert second.snapshot["limit_source"] == "fleet store (429 measurement)"
+    # without the memory, the same provider's first calls came at the catalog's rate
+    assert min(first.first_gaps(20)[2:]) < 0.5 / learned
+
+
+def test_a_learnt_limit_older_than_a_week_is_not_a_starting_point() -> None:
+    gov = Governor({"acme": PacingPolicy(rps=100.0)})
+    old = LearnedLimit("acme", 20.0, 100.0, "429 measurement", 8 * 86400.0, 0.0)
+    assert not gov.seed_learned("acme", old)
+    assert gov.snapshot()["acme"]["search_rps"] == 100.0
+    fresh = LearnedLimit("acme", 20.0, 100.0, "429 measurement", 3600.0, 0.0)
+    assert gov.seed_learned("acme", fresh)
+    assert gov.snapshot()["acme"]["search_rps"] == 20.0
+    assert gov.snapshot()["acme"]["limit_source"] == "fleet store (429 measurement)"
