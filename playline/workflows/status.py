@@ -239,6 +239,10 @@ def _providers(
     waiting = {w.provider: w for w in waits if w.until > now}
     for pace in paces:
         rate = f"{pace.rate_rps:.3g} rps in force" if pace.rate_rps is not None else "not paced"
+        if pace.rate_rps is not None and pace.limit_source:
+            # How the limit was learnt (catalog, headers, 429 measurement...) and since when.
+            since = f" since {pace.limit_since}" if pace.limit_since else ""
+            rate += f" (limit from {pace.limit_source}{since})"
         wait = waiting.pop(pace.provider, None)
         suffix = f", waiting for {wait.reason} until {_at(wait.until, now)}" if wait else ""
         lines.append(f"- {pace.provider}: {rate}{suffix}{share_text(pace)}")

@@ -259,3 +259,18 @@ def test_a_shared_provider_says_this_runs_part() -> None:
         provider="acme", rate_rps=40, share_rps=25.1, share_part=0.66, total_rps=38, sharing=2
     )
     assert share_text(shared) == "; this run 25.1 rps (66%) of 38 rps, shared by 2"
+
+
+def test_a_pace_says_how_its_limit_was_learnt_and_since_when() -> None:
+    paces = [
+        ProviderPace(
+            provider="acme",
+            rate_rps=24.0,
+            limit_source="429 measurement",
+            limit_since="2026-12-06T14:04:50Z",
+        ),
+        ProviderPace(provider="firmo", rate_rps=5.0),
+    ]
+    text = dataset_current_details(run_state(paces=paces, waits=[]), NOW)
+    assert "- acme: 24 rps in force (limit from 429 measurement since 2026-12-06T14:04:50Z)" in text
+    assert "- firmo: 5 rps in force" in text and "firmo: 5 rps in force (" not in text
