@@ -36,7 +36,8 @@ from tests.e2e.test_crash_recovery import first_rows, wait_for
 from tests.pg import SERVER, schema_url
 from tests.plays import read_csv_rows
 
-pytestmark = pytest.mark.postgres
+#: It restarts the machine's PostgreSQL: run alone (``pytest -n 0 -m pg_restart``).
+pytestmark = [pytest.mark.postgres, pytest.mark.pg_restart]
 
 ROWS = 150
 CLUSTER = "main"
