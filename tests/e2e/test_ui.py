@@ -18,6 +18,7 @@ import os
 import shutil
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,21 +71,28 @@ async def ui_server(tmp_path: Path) -> AsyncIterator[DevServer]:
         server.stop()
 
 
-@pytest.fixture
-async def browser(tmp_path: Path) -> AsyncIterator[Any]:
-    """A headless Chromium page with a new, empty profile."""
+@asynccontextmanager
+async def chromium(profile: Path, *, height: int) -> AsyncIterator[Any]:
+    """Debian's Chromium, headless and offline, with a new, empty profile at ``profile``."""
     async with playwright.async_playwright() as pw:
         context = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
+            str(profile),
             executable_path=CHROMIUM,
             headless=True,
             args=CHROMIUM_FLAGS,
-            viewport={"width": 1400, "height": 1100},
+            viewport={"width": 1400, "height": height},
         )
         try:
             yield context
         finally:
             await context.close()
+
+
+@pytest.fixture
+async def browser(tmp_path: Path) -> AsyncIterator[Any]:
+    """A headless Chromium page with a new, empty profile."""
+    async with chromium(tmp_path / "chromium-profile", height=1100) as context:
+        yield context
 
 
 async def page_text(page: Any) -> str:

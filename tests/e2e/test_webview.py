@@ -35,7 +35,7 @@ from playline.worker import connect
 from tests.conftest import REPO, new_id
 from tests.e2e.test_budgets import waiting_state
 from tests.e2e.test_crash_recovery import first_rows
-from tests.e2e.test_ui import CHROMIUM, CHROMIUM_FLAGS, wait_for_texts
+from tests.e2e.test_ui import chromium, wait_for_texts
 from tests.pg import pg_schema
 
 playwright = pytest.importorskip("playwright.async_api")
@@ -60,18 +60,8 @@ def outside_address() -> str | None:
 
 @pytest.fixture
 async def browser(tmp_path: Path) -> AsyncIterator[Any]:
-    async with playwright.async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_FLAGS,
-            viewport={"width": 1400, "height": 900},
-        )
-        try:
-            yield context
-        finally:
-            await context.close()
+    async with chromium(tmp_path / "chromium-profile", height=900) as context:
+        yield context
 
 
 async def shoot(page: Any, name: str, height: int = 560) -> None:
