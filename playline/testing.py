@@ -155,13 +155,11 @@ class PlaylineEnv:
         self,
         play: type[PlayWorkflow[InputT, OutputT]],
         input: InputT,
-        *,
-        options: RunOptions | None = None,
-        id: str | None = None,
-        **start_options: Any,
+        **start: Any,
     ) -> PlayRunResult[OutputT]:
-        """Run ``play`` to completion on this environment's worker; its typed result."""
-        handle = await self.start(play, input, options=options, id=id, **start_options)
+        """Run ``play`` to completion on this environment's worker; its typed result
+        (``start``: what :meth:`start` takes after ``input``)."""
+        handle = await self.start(play, input, **start)
         return await handle.result()
 
 
