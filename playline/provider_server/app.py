@@ -108,7 +108,7 @@ from playline.provider_server.config import (
 )
 from playline.provider_server.crm import crm_routes
 from playline.provider_server.jobs import JOB_ROUTES, JobBadRequest, JobEngine, JobRoute
-from playline.provider_server.ledger import Charge, Ledger, idem_digest
+from playline.provider_server.ledger import Bill, Charge, Ledger, idem_digest
 from playline.provider_server.limiters import Decision, Limiter, build_limiter
 
 JSON_TYPE = "application/json"
@@ -155,19 +155,6 @@ PROVIDER_AUTH: dict[str, AuthScheme] = {
 
 #: The header a provider reports a call's charge in (``prospectr``'s contact enrich).
 CREDITS_HEADER = "X-Credits-Charged"
-
-
-@dataclass(frozen=True)
-class Bill:
-    """What one call costs: the charge, and what a refund-on-miss provider gives back."""
-
-    credits: float = 0.0
-    refunded: float = 0.0
-    refunds: int = 0
-
-    @property
-    def net(self) -> float:
-        return self.credits - self.refunded
 
 
 Inputs = Sequence[Mapping[str, str]]
@@ -929,9 +916,7 @@ class ProviderServer:
                 call.request_digest,
                 items,
                 len(call.inputs),
-                credits=bill.credits,
-                refunded=bill.refunded,
-                refunds=bill.refunds,
+                bill,
             )
         )
         encoded = body.encode()

@@ -121,7 +121,7 @@ import httpx
 
 from playline.provider_server import fake_data
 from playline.provider_server.config import ServerConfig
-from playline.provider_server.ledger import Charge, Ledger
+from playline.provider_server.ledger import Bill, Charge, Ledger
 
 __all__ = [
     "DROPCONTACT",
@@ -761,12 +761,10 @@ class JobEngine:
                 provider,
                 shape.submit_path,
                 member.key,
-                credits=member.credits,
-                refunded=refunded,
-                refunds=1 if refunded else 0,
+                bill=Bill(member.credits, refunded, 1 if refunded else 0),
             )
             self.ledger.charge(charge)
-            job.credits += charge.net_credits
+            job.credits += charge.bill.net
             spent = self._spent.get((provider, job.account), 0.0)
             # What the submit took up front is already spent: only the rest, less refunds.
             upfront = shape.charged_at_submit(1)

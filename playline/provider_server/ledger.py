@@ -119,6 +119,22 @@ def idem_digest(idempotency_key: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class Bill:
+    """What one call costs: the charge, and what a refund-on-miss provider gives back."""
+
+    #: what the provider charged for the call, before any refund
+    credits: float = 0.0
+    #: what it gave back (a refund-on-miss provider), and for how many misses
+    refunded: float = 0.0
+    refunds: int = 0
+
+    @property
+    def net(self) -> float:
+        """What the call costs in the end."""
+        return self.credits - self.refunded
+
+
+@dataclass(frozen=True)
 class Charge:
     """One charged call: where, which input, how many bulk items (1 for a single call)."""
 
@@ -128,16 +144,7 @@ class Charge:
     #: Digests of the company-lookup items bought (single or bulk), for item-level checks.
     item_digests: tuple[bytes, ...] = ()
     items: int = 1
-    #: what the provider charged for the call, before any refund
-    credits: float = 0.0
-    #: what it gave back (a refund-on-miss provider), and for how many misses
-    refunded: float = 0.0
-    refunds: int = 0
-
-    @property
-    def net_credits(self) -> float:
-        """What the call costs in the end."""
-        return self.credits - self.refunded
+    bill: Bill = Bill()
 
 
 class Ledger:
@@ -268,7 +275,7 @@ class Ledger:
                 self._charged_items.add(item)
 
     def _bill(self, charge: Charge) -> None:
-        net = charge.net_credits
+        net = charge.bill.net
         if net > 0:
             self.billed_by_provider[charge.provider] += 1
         self.credits += net
@@ -276,8 +283,8 @@ class Ledger:
             self.credits_by_provider.get(charge.provider, 0.0) + net
         )
         self.credits_by_path[charge.path] = self.credits_by_path.get(charge.path, 0.0) + net
-        self.refunds += charge.refunds
-        self.credits_refunded += charge.refunded
+        self.refunds += charge.bill.refunds
+        self.credits_refunded += charge.bill.refunded
 
     def record(
         self,
