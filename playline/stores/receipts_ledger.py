@@ -415,6 +415,35 @@ def _lock_members(conn: Conn, agg_key: str) -> None:
         )
 
 
+def _end_batch(
+    conn: Conn,
+    agg_key: str,
+    lease_id: str,
+    message: str,
+    *,
+    agg_set: str,
+    member_set: str,
+    members: str,
+) -> bool:
+    """Mark a batch's aggregate, if ``lease_id`` still holds it running, then the members
+    the condition ``members`` picks; both get ``message`` as their error, and the columns
+    ``agg_set`` / ``member_set`` assign. False, and nothing written, when the lease no
+    longer holds the aggregate."""
+    owned = conn.execute(
+        f"UPDATE playline_receipts SET {agg_set}, error = ?"
+        " WHERE key = ? AND lease_id = ? AND status = 'running'",
+        [message, agg_key, lease_id],
+    )
+    if owned != 1:
+        return False
+    _lock_members(conn, agg_key)
+    conn.execute(
+        f"UPDATE playline_receipts SET {member_set}, error = ? WHERE batch_key = ? AND {members}",
+        [message, agg_key],
+    )
+    return True
+
+
 def _write_in_order(conn: Conn, writes: list[tuple[str, Params]]) -> None:
     """Run ``writes`` in order, consecutive ones of one statement as one ``many``."""
     start = 0
@@ -897,20 +926,15 @@ class ReceiptLedger(LedgerStore):
         release = ", batch_key = NULL" if release_members else ""
 
         def tx(conn: Conn) -> None:
-            owned = conn.execute(
-                "UPDATE playline_receipts SET status = 'failed', error = ?, lease_id = NULL,"
-                " lease_expires_at = NULL, sent_at = NULL"
-                " WHERE key = ? AND lease_id = ? AND status = 'running'",
-                [message, agg_key, lease_id],
-            )
-            if owned != 1:
-                return
-            _lock_members(conn, agg_key)
-            conn.execute(
-                "UPDATE playline_receipts SET status = 'failed', error = ?, lease_id = NULL,"
-                f" lease_expires_at = NULL{release}"
-                " WHERE batch_key = ? AND status <> 'completed'",
-                [message, agg_key],
+            _end_batch(
+                conn,
+                agg_key,
+                lease_id,
+                message,
+                agg_set="status = 'failed', lease_id = NULL, lease_expires_at = NULL,"
+                " sent_at = NULL",
+                member_set=f"status = 'failed', lease_id = NULL, lease_expires_at = NULL{release}",
+                members="status <> 'completed'",
             )
 
         await self._write(tx)
@@ -919,21 +943,15 @@ class ReceiptLedger(LedgerStore):
         message = reason[:_ERROR_CHARS]
 
         def tx(conn: Conn) -> bool:
-            owned = conn.execute(
-                "UPDATE playline_receipts SET status = 'ambiguous', error = ?,"
-                " lease_expires_at = NULL"
-                " WHERE key = ? AND lease_id = ? AND status = 'running'",
-                [message, agg_key, lease_id],
+            return _end_batch(
+                conn,
+                agg_key,
+                lease_id,
+                message,
+                agg_set="status = 'ambiguous', lease_expires_at = NULL",
+                member_set="status = 'ambiguous', lease_expires_at = NULL",
+                members="status IN ('running', 'failed')",
             )
-            if owned != 1:
-                return False
-            _lock_members(conn, agg_key)
-            conn.execute(
-                "UPDATE playline_receipts SET status = 'ambiguous', error = ?,"
-                " lease_expires_at = NULL WHERE batch_key = ? AND status IN ('running', 'failed')",
-                [message, agg_key],
-            )
-            return True
 
         result: bool = await self._write(tx)
         return result
