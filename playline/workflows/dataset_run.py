@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
@@ -230,25 +231,17 @@ class DatasetRunWorkflow:
                 continue
             if not pending and work.holding is not None and not self._cancelling:
                 # Everything in flight settled: wait, durably, for more budget.
-                try:
-                    await self._wait_for_budget(work.holding)
-                except asyncio.CancelledError as err:
-                    self._on_cancel(err)
-                    continue
-                work.redo, work.held, work.holding = [*work.redo, *work.held], [], None
-                self._resumed += 1
+                if await self._waited(self._wait_for_budget(work.holding)):
+                    work.redo, work.held, work.holding = [*work.redo, *work.held], [], None
+                    self._resumed += 1
                 continue
             if not pending and work.parking is not None and not self._cancelling:
                 if self._job_waits_done(work.parking):
                     return  # continue as new with the rows still waiting on jobs
                 # Everything else is done: wait for the provider's reset, durably.
-                try:
-                    await self._wait_for_reset(work.parking)
-                except asyncio.CancelledError as err:
-                    self._on_cancel(err)
-                    continue
-                work.redo, work.parked, work.parking = [*work.redo, *work.parked], [], None
-                self._resumed += 1
+                if await self._waited(self._wait_for_reset(work.parking)):
+                    work.redo, work.parked, work.parking = [*work.redo, *work.parked], [], None
+                    self._resumed += 1
                 continue
             if not pending and self._cancelling and await self._read_jobs_on_cancel(input):
                 continue  # rows whose jobs are paid for are read before the run ends
@@ -258,12 +251,9 @@ class DatasetRunWorkflow:
                 return
             # Here dispatch waits: for a chunk to finish, or (nothing in flight) for
             # the play to resume it. A parked provider waits above, on its timer.
-            try:
-                await workflow.wait_condition(
-                    lambda: self._woken or any(task.done() for task in pending)
-                )
-            except asyncio.CancelledError as err:
-                self._on_cancel(err)
+            if not await self._waited(
+                workflow.wait_condition(lambda: self._woken or any(t.done() for t in pending))
+            ):
                 continue
             self._woken = False
             self._collect()
@@ -501,6 +491,16 @@ class DatasetRunWorkflow:
             self._input.prepared.providers if self._input else []
         )
         return providers[0] if providers else "provider"
+
+    async def _waited(self, wait: Awaitable[None]) -> bool:
+        """Await ``wait``; False when a cancellation request interrupted it (the run then
+        stops dispatching, see :meth:`_on_cancel`)."""
+        try:
+            await wait
+        except asyncio.CancelledError as err:
+            self._on_cancel(err)
+            return False
+        return True
 
     def _on_cancel(self, err: BaseException) -> None:
         """A cancellation request becomes "stop dispatching"; anything else is raised."""
