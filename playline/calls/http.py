@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 import httpx
 
@@ -75,6 +75,14 @@ class Exchange:
     def result(self) -> Any:
         """The JSON body, or the typed ``ProviderError`` this response amounts to."""
         return _classify(self)
+
+
+class SendOptions(TypedDict, total=False):
+    """The keywords of :meth:`ProviderClient.exchange` (and ``send``) after the payload."""
+
+    idempotency_key: Required[str]
+    path: str | None
+    key_env: str | None
 
 
 class ProviderClient:
@@ -257,19 +265,10 @@ class ProviderClient:
         replayed = response.headers.get(REPLAYED_HEADER, "").strip().lower() == "true"
         return Exchange(tool, response.status_code, report, body, self.scrub, charged, replayed)
 
-    async def send(
-        self,
-        tool: ToolSpec,
-        payload: Any,
-        *,
-        idempotency_key: str,
-        path: str | None = None,
-        key_env: str | None = None,
-    ) -> Any:
-        """Send one request; return its JSON body or raise a typed provider error."""
-        exchange = await self.exchange(
-            tool, payload, idempotency_key=idempotency_key, path=path, key_env=key_env
-        )
+    async def send(self, tool: ToolSpec, payload: Any, **how: Unpack[SendOptions]) -> Any:
+        """Send one request (``how``: :meth:`exchange`'s keywords); return its JSON body or
+        raise a typed provider error."""
+        exchange = await self.exchange(tool, payload, **how)
         return exchange.result()
 
 
