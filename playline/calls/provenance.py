@@ -33,7 +33,7 @@ get`` and the summary all print it (:func:`spend_lines`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from playline.calls.billing import is_present
@@ -174,15 +174,10 @@ class SpendTally:
             tally_cell(self, column, cell)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "rows": self.rows,
-            "credits": self.credits,
-            "by_provider": dict(self.by_provider),
-            "by_column": dict(self.by_column),
-            "steps": {c: dict(v) for c, v in self.steps.items()},
-            "tried": {c: {t: list(f) for t, f in v.items()} for c, v in self.tried.items()},
-            "receipts": dict(self.receipts),
-        }
+        """Every field but ``skipped_input``, deep-copied (``asdict``)."""
+        tally = asdict(self)
+        del tally["skipped_input"]
+        return tally
 
 
 def tally_cell(tally: SpendTally, column: str, cell: Mapping[str, Any]) -> None:
