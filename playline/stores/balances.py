@@ -13,7 +13,7 @@ component), created by its first use by a worker or a client alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from playline.db.conn import Conn
@@ -72,16 +72,11 @@ class BalanceReading:
     read_at: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        """The reading as JSON output shows it (``runs reconcile``, ``providers show``)."""
-        return {
-            "run": self.run,
-            "phase": self.phase,
-            "provider": self.provider,
-            "kind": self.kind,
-            "value": self.value,
-            "error": self.error,
-            "read_at": self.read_at,
-        }
+        """The reading as JSON output shows it (``runs reconcile``, ``providers show``):
+        every field but ``run_id``."""
+        reading = asdict(self)
+        del reading["run_id"]
+        return reading
 
 
 def _reading(row: tuple[Any, ...]) -> BalanceReading:
