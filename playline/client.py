@@ -61,9 +61,9 @@ OutputT = TypeVar("OutputT", bound=BaseModel | None)
 PlayHandle: TypeAlias = WorkflowHandle[PlayWorkflow[InputT, OutputT], PlayRunResult[OutputT]]
 
 
-def new_workflow_id(play: type[PlayWorkflow[Any, Any]]) -> str:
-    """``PLAY-YYYYmmdd-HHMMSS-xxxxxx``, the id ``playline run`` gives a run."""
-    return f"{play.play_name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+def new_workflow_id(play_name: str) -> str:
+    """A run's default id, here and in ``playline run``: ``PLAY-YYYYmmdd-HHMMSS-xxxxxx``."""
+    return f"{play_name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
 @contextlib.contextmanager
@@ -119,7 +119,7 @@ async def start_play(
     """
     checked = _validated(play, input)
     options = options or RunOptions()
-    workflow_id = id or new_workflow_id(play)
+    workflow_id = id or new_workflow_id(play.play_name)
     sheet = sheet_link(sheets_url, workflow_id) if sheets_url else None
     summary, details = play_static(
         play.play_name, checked.model_dump(mode="json"), options, sheet=sheet

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from playline.cli.starting import (
     run_options,
     upload_input_csv,
 )
+from playline.client import new_workflow_id
 from playline.config import Settings
 from playline.contract import PlayRunResult
 from playline.datasets import export_run
@@ -131,11 +131,6 @@ async def export_result(
             raw=raw,
             provenance=provenance,
         )
-
-
-def new_workflow_id(play: str) -> str:
-    """A run's default id: ``PLAY-timestamp-random``."""
-    return f"{play}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
 def rows_failed(result: PlayRunResult, workflow_id: str, *, any_row: bool = False) -> str | None:
