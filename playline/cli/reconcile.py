@@ -9,7 +9,6 @@ match, so a script can ask.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -19,13 +18,13 @@ from temporalio.client import WorkflowExecutionDescription
 from playline import demo
 from playline.calls.catalog import Catalog
 from playline.cli.render import out, print_json
+from playline.cli.run_refs import memo_run_refs
 from playline.cli.spend import store_spend
 from playline.config import Settings
 from playline.errors import PlaylineError
 from playline.reconcile.compare import Reconciliation
 from playline.reconcile.gather import reconcile_run
 from playline.stores.backends import open_stores
-from playline.workflows.context import RUN_REFS_MEMO
 
 __all__ = ["read_reconciliation"]
 
@@ -73,9 +72,7 @@ async def reconcile_command(
     desc: WorkflowExecutionDescription, settings: Settings, *, json_out: bool
 ) -> int:
     """``runs reconcile``: print the reconciliation; 1 when a balance does not match."""
-    refs: list[str] = []
-    with contextlib.suppress(KeyError):
-        refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
+    refs = await memo_run_refs(desc)
     report = await read_reconciliation(desc, settings, await store_spend(settings, refs))
     if report is None:
         raise PlaylineError(

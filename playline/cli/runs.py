@@ -46,6 +46,7 @@ from playline.cli.render import (
     ui_url,
 )
 from playline.cli.run import PROVENANCE_HELP, RAW_HELP, export_format, export_result
+from playline.cli.run_refs import memo_run_refs
 from playline.cli.setup import registered_search_attributes
 from playline.cli.spend import store_changes, store_spend
 from playline.client import not_found_as
@@ -64,7 +65,6 @@ from playline.services import Services
 from playline.spend import spend_lines
 from playline.stores.backends import open_stores
 from playline.worker import connect
-from playline.workflows.context import RUN_REFS_MEMO
 from playline.workflows.status import due_line, job_lines, sync_line
 
 #: What each control command asks of the play (its update) and says when done.
@@ -317,9 +317,7 @@ async def get_run(
     settings: Settings,
 ) -> int:
     state = await _state(handle)
-    refs: list[str] = []
-    with contextlib.suppress(KeyError):
-        refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
+    refs = await memo_run_refs(desc)
     spend = await store_spend(settings, refs)
     changes = await store_changes(settings, refs)
     if args.json:
@@ -458,9 +456,7 @@ async def export_done(
         return await export_result(
             await handle.result(), path, settings, raw=raw, provenance=provenance
         )
-    refs: list[str] = []
-    with contextlib.suppress(KeyError):
-        refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
+    refs = await memo_run_refs(desc)
     if not refs:
         raise PlaylineError(
             f"run {handle.id} ({_status(desc.status)}) has no dataset run to export yet"
@@ -488,9 +484,8 @@ async def export_changed(
         datasets = (await handle.result()).datasets
         run_ref = datasets[-1].run_ref if datasets else None
     else:
-        with contextlib.suppress(KeyError):
-            refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
-            run_ref = refs[-1] if refs else None
+        refs = await memo_run_refs(desc)
+        run_ref = refs[-1] if refs else None
     if run_ref is None:
         raise PlaylineError(f"run {handle.id} ({_status(desc.status)}) has no dataset run")
     async with await open_stores(settings, create=False) as stores:

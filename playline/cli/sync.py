@@ -15,7 +15,6 @@ Exit status: 0 when every record with something to write was written or rejected
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +24,7 @@ from temporalio.client import WorkflowExecutionStatus
 from playline.calls.catalog import Catalog
 from playline.calls.transport import make_http_client
 from playline.cli.render import out
+from playline.cli.run_refs import memo_run_refs
 from playline.client import not_found_as
 from playline.config import Settings
 from playline.contract import PlayRunResult, SyncInput
@@ -35,7 +35,6 @@ from playline.sinks.engine import SyncReport
 from playline.sinks.open import find_sink, sync_mapping, sync_sink
 from playline.stores.backends import open_stores
 from playline.worker import connect
-from playline.workflows.context import RUN_REFS_MEMO
 
 __all__ = ["add_sync_parser", "cmd_sync"]
 
@@ -155,9 +154,7 @@ async def _run_ref(run_id: str, settings: Settings) -> str:
         datasets = (await handle.result()).datasets
         if datasets:
             return str(datasets[-1].run_ref)
-    refs: list[str] = []
-    with contextlib.suppress(KeyError):
-        refs = await desc.memo_value(RUN_REFS_MEMO, type_hint=list[str])
+    refs = await memo_run_refs(desc)
     if not refs:
         raise PlaylineError(f"run {run_id} has no dataset run to sync")
     return refs[-1]
