@@ -17,7 +17,7 @@ from temporalio.client import WorkflowExecutionDescription
 
 from playline import demo
 from playline.calls.catalog import Catalog
-from playline.cli.render import out, print_json
+from playline.cli.render import print_store_report
 from playline.cli.run_refs import memo_run_refs
 from playline.cli.spend import store_spend
 from playline.config import Settings
@@ -74,14 +74,4 @@ async def reconcile_command(
     """``runs reconcile``: print the reconciliation; 1 when a balance does not match."""
     refs = await memo_run_refs(desc)
     report = await read_reconciliation(desc, settings, await store_spend(settings, refs))
-    if report is None:
-        raise PlaylineError(
-            f"cannot reconcile {desc.id}: the workers' store is not reachable from here "
-            "(set PLAYLINE_STORE_URL or PLAYLINE_HOME as the workers have it)"
-        )
-    if json_out:
-        print_json(report.as_dict())
-    else:
-        for line in report.lines():
-            out().print(line, markup=False, highlight=False)
-    return 0 if report.ok else 1
+    return print_store_report(report, f"reconcile {desc.id}", json_out=json_out)

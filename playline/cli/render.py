@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from pydantic import BaseModel, Field
@@ -12,7 +12,7 @@ from rich.console import Console
 
 from playline.config import Settings
 from playline.contract import PlayRunResult, PlayState
-from playline.errors import root_cause
+from playline.errors import PlaylineError, root_cause
 from playline.money import money_text
 from playline.sheet_links import sheet_link
 from playline.spend import account_lines, exact_accounts, spend_lines
@@ -218,3 +218,31 @@ def print_json(document: BaseModel | list[Any] | dict[str, Any]) -> None:
         text = json.dumps(document, indent=2, default=str)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+class StoreReport(Protocol):
+    """A check read from the workers' store (``runs audit``, ``runs reconcile``)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def lines(self) -> list[str]: ...
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+def print_store_report(report: StoreReport | None, doing: str, *, json_out: bool) -> int:
+    """Print ``report`` (JSON with ``json_out``, else its lines) and give the exit status:
+    1 when it does not hold. ``None`` (the store cannot be opened from here) is an error
+    saying what could not be done (``doing``: "audit RUN") and how to reach the store."""
+    if report is None:
+        raise PlaylineError(
+            f"cannot {doing}: the workers' store is not reachable from here "
+            "(set PLAYLINE_STORE_URL or PLAYLINE_HOME as the workers have it)"
+        )
+    if json_out:
+        print_json(report.as_dict())
+    else:
+        for line in report.lines():
+            out().print(line, markup=False, highlight=False)
+    return 0 if report.ok else 1

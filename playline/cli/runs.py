@@ -42,6 +42,7 @@ from playline.cli.render import (
     print_changes,
     print_failure,
     print_json,
+    print_store_report,
     print_summary,
     ui_url,
 )
@@ -427,17 +428,7 @@ async def audit(
 ) -> int:
     """``runs audit``: the four invariants; exit 1 when one does not hold."""
     report = await read_audit(handle, desc, settings)
-    if report is None:
-        raise PlaylineError(
-            f"cannot audit {args.id}: the workers' store is not reachable from here "
-            "(set PLAYLINE_STORE_URL or PLAYLINE_HOME as the workers have it)"
-        )
-    if args.json:
-        print_json(report.as_dict())
-    else:
-        for line in report.lines():
-            out().print(line, markup=False, highlight=False)
-    return 0 if report.ok else 1
+    return print_store_report(report, f"audit {args.id}", json_out=args.json)
 
 
 async def export_done(
