@@ -143,11 +143,16 @@ async def execute_play(
     client: Client,
     play: type[PlayWorkflow[InputT, OutputT]],
     input: InputT,
-    **start: Any,
+    *,
+    options: RunOptions | None = None,
+    id: str | None = None,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    **start_options: Any,
 ) -> PlayRunResult[OutputT]:
-    """Start ``play`` and wait for its result; ``start`` is what :func:`start_play` takes
-    after ``input`` (``options``, ``id``, ``task_queue``...)."""
-    handle = await start_play(client, play, input, **start)
+    """Start ``play`` and wait for its result (see :func:`start_play`)."""
+    handle = await start_play(
+        client, play, input, options=options, id=id, task_queue=task_queue, **start_options
+    )
     return await handle.result()
 
 

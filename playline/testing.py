@@ -155,11 +155,13 @@ class PlaylineEnv:
         self,
         play: type[PlayWorkflow[InputT, OutputT]],
         input: InputT,
-        **start: Any,
+        *,
+        options: RunOptions | None = None,
+        id: str | None = None,
+        **start_options: Any,
     ) -> PlayRunResult[OutputT]:
-        """Run ``play`` to completion on this environment's worker; its typed result
-        (``start``: what :meth:`start` takes after ``input``)."""
-        handle = await self.start(play, input, **start)
+        """Run ``play`` to completion on this environment's worker; its typed result."""
+        handle = await self.start(play, input, options=options, id=id, **start_options)
         return await handle.result()
 
 
