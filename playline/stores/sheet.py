@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol
 
 from playline.contract import RunMode
 from playline.errors import InvalidPlayInput, header_summary
+from playline.stores.sheet_pace import PaceSample, PaceSeries
 
 RowStatus = Literal["pending", "ok", "error"]
 
@@ -259,6 +260,17 @@ class SheetStore(Protocol):
     async def run_figures(self, run_ref: str, buckets: int) -> RunFigures | None:
         """The run's spend per provider over ``buckets`` time spans and each
         waterfall's steps, summed in the store; ``None`` as for :meth:`query_run_rows`."""
+        ...
+
+    async def write_pace(self, samples: Sequence[PaceSample]) -> None:
+        """Append a worker's pace samples (of any runs) in one write
+        (:mod:`~playline.stores.sheet_pace`)."""
+        ...
+
+    async def pace_series(self, run_ref: str, buckets: int, least_s: float) -> PaceSeries | None:
+        """The run's pace per provider over at most ``buckets`` time buckets of at least
+        ``least_s`` seconds, summed over workers in the store; ``None`` when no worker
+        sampled the run (or the store is older than its pace table)."""
         ...
 
     async def close(self) -> None: ...
