@@ -87,12 +87,11 @@ class RowResult:
     cell_meta: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RowsQuery:
-    """Which of a run's rows a reader wants, in which order (one page of them)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowsFilter:
+    """Which of a run's rows a reader wants, in which order (the store's query and the
+    sheet view's page share it)."""
 
-    offset: int = 0
-    limit: int = 50
     #: only rows with a cell of this outcome (:func:`~playline.stores.sheet_index.cell_outcome`),
     #: in ``outcome_column`` or any computed column
     outcome: str | None = None
@@ -104,6 +103,19 @@ class RowsQuery:
     #: run order; ``None``: run order
     sort: str | None = None
     descending: bool = False
+
+    @property
+    def filtered(self) -> bool:
+        """Whether it leaves rows out (a text filter needs its column and its text)."""
+        return bool(self.outcome) or bool(self.text_column and self.text)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowsQuery(RowsFilter):
+    """One page of a run's rows a reader wants: a filter, from ``offset``."""
+
+    offset: int = 0
+    limit: int = 50
 
 
 @dataclass(frozen=True, slots=True)
