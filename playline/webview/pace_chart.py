@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 
 from playline.stores.sheet_pace import PaceSeries
 
-__all__ = ["PACE_HEIGHT", "PaceChart", "draw_pace"]
+__all__ = ["PACE_BOTTOM", "PACE_HEIGHT", "PACE_PAD", "PACE_TOP", "PaceChart", "draw_pace"]
 
-#: A provider's chart, SVG units (the width and padding are the spend chart's).
-PACE_WIDTH, PACE_HEIGHT, PACE_PAD = 640, 180, 56
+#: A provider's chart, SVG units: its size, the side padding (the spend chart's: the
+#: axes line up) and the room above (the 429 marks) and below (the time axis).
+PACE_WIDTH, PACE_HEIGHT, PACE_PAD, PACE_TOP, PACE_BOTTOM = 640, 150, 56, 30, 20
 
 
 @dataclass
@@ -64,7 +65,13 @@ class PaceChart:
     #: seconds per bucket, and the run's span drawn
     width_s: float = 0.0
     span_s: float = 0.0
-    size: tuple[int, int, int] = (PACE_WIDTH, PACE_HEIGHT, PACE_PAD)
+    size: tuple[int, int, int, int, int] = (
+        PACE_WIDTH,
+        PACE_HEIGHT,
+        PACE_PAD,
+        PACE_TOP,
+        PACE_BOTTOM,
+    )
 
 
 def draw_pace(series: PaceSeries, colours: tuple[str, ...]) -> list[PaceChart]:
@@ -94,13 +101,13 @@ def _draw_one(
     rates = _held_rates(buckets, count)
     top = max([*per_s, *(r for r in rates if r is not None), 1e-9])
     inner_w = PACE_WIDTH - 2 * PACE_PAD
-    inner_h = PACE_HEIGHT - 2 * PACE_PAD
+    inner_h = PACE_HEIGHT - PACE_TOP - PACE_BOTTOM
 
     def x_at(slot: float) -> float:
         return PACE_PAD + inner_w * slot / count
 
     def y_at(value: float) -> float:
-        return PACE_HEIGHT - PACE_PAD - inner_h * value / top
+        return PACE_HEIGHT - PACE_BOTTOM - inner_h * value / top
 
     calls = " ".join(f"{x_at(b + 0.5):.1f},{y_at(v):.1f}" for b, v in enumerate(per_s))
     chart = PaceChart(

@@ -25,6 +25,7 @@ import pytest
 
 from playline.calls.provenance import tally
 from playline.cli.ui import serving, sheet_view_running, ui_app
+from playline.client import start_estimate
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
 from playline.sockets import free_port
@@ -45,6 +46,8 @@ ROWS = 30
 TOKEN = "e2e-token"
 #: credits the run may spend before it is held: some rows, not all
 CAP = 40
+#: rows of the run whose pace is drawn: enough for a few seconds of calls
+PACED_ROWS = 80
 
 
 def outside_address() -> str | None:
@@ -256,3 +259,96 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
         assert url.startswith("http://127.0.0.1:")
         await page.goto(url + "/")
         await wait_for_texts(page, play_id, "completed")
+
+
+async def test_the_charts_show_each_providers_pace_and_the_estimate_beside_the_spend(
+    client, provider, worker, task_queue, home, tmp_path, browser, store_url
+) -> None:
+    """A run whose provider answers some 429s, estimated first: its charts show, per
+    provider, the calls sent and the 429s (as the provider's ledger counts them), the
+    rate in force and how it was learnt, and the estimate beside the credits spent (the
+    ledger's, per provider)."""
+    # prospectr allows 8 requests a second (a token bucket the governor is not told
+    # of: it learns it from the 429s).
+    provider.configure(
+        latency_ms=[20, 40],
+        retry_after_header=True,
+        rate_limit_rps={"prospectr": 8},
+        rate_limit_burst={"prospectr": 2},
+    )
+    csv_path = first_rows(PACED_ROWS, tmp_path / "leads.csv")
+    play_input = {"csv_path": str(csv_path)}
+    options = RunOptions(chunk_size=5)
+    play_id = new_id("paced")
+    async with worker(store_url=store_url):
+        estimated = await start_estimate(
+            client, "t_waterfall", play_input, options=options, task_queue=task_queue
+        )
+        await asyncio.wait_for(estimated.result(), 120)
+        assert provider.ledger()["received"] == 0  # an estimate sends nothing
+        # The next few requests are refused with 429 (and Retry-After): the run waits
+        # them out and retries.
+        await asyncio.to_thread(provider.configure, fail_next={"429": 4})
+        handle = await client.start_workflow(
+            "t_waterfall",
+            args=[play_input, options],
+            id=play_id,
+            task_queue=task_queue,
+            result_type=PlayRunResult,
+        )
+        result = await asyncio.wait_for(handle.result(), 180)
+        assert result.stats.rows_ok == PACED_ROWS
+    ledger = provider.ledger()
+    assert ledger["rate_limited"] >= 4
+    sent: dict[str, int] = {}
+    for call in provider.calls():
+        sent[call["provider"]] = sent.get(call["provider"], 0) + 1
+
+    settings = Settings.from_env(
+        home=home, temporal_address=client.service_client.config.target_host, store_url=store_url
+    )
+    view_client = await connect(settings=settings)
+    port = free_port()
+    async with serving(ui_app(view_client, settings), "127.0.0.1", port):
+        page = await browser.new_page()
+        await page.goto(f"http://127.0.0.1:{port}/charts?id={play_id}")
+        await wait_for_texts(page, "Calls per second", "The estimate beside what was spent")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        for part in ("spend", "pace", "estimate"):
+            await page.locator(f"#{part}").screenshot(path=str(ARTIFACTS / f"charts-{part}.png"))
+
+        # Per provider: the calls it received and the 429s it sent, as its ledger says.
+        shown: dict[str, tuple[int, int]] = {}
+        for chart in await page.locator("#pace div.pace").all():
+            name = await chart.get_attribute("data-provider")
+            calls = int(await chart.locator(".calls-total").inner_text())
+            limited = int(await chart.locator(".n429").inner_text())
+            shown[str(name)] = (calls, limited)
+            # the rate in force is drawn, and said how it was learnt
+            assert await chart.locator("svg path.rate").count() == 1
+            assert re.search(r"/s from the \w", await chart.locator(".learnt").inner_text())
+            # one red mark per time bucket with 429s, their counts adding up
+            marks = [int(t) for t in await chart.locator(".mark-429 text").all_text_contents()]
+            assert sum(marks) == limited
+        limited_by = ledger["rate_limited_by_provider"]
+        assert shown == {p: (n, limited_by.get(p, 0)) for p, n in sent.items()}
+        assert sum(limited for _, limited in shown.values()) == ledger["rate_limited"]
+
+        # The estimate made before the run, beside what each provider charged.
+        assert await page.locator("#estimate-id").inner_text() == estimated.id
+        spent = {
+            str(await row.get_attribute("data-provider")): float(
+                await row.locator("td.spent").inner_text()
+            )
+            for row in await page.locator("#estimate table.estimate tbody tr").all()
+        }
+        charged = {p: c for p, c in ledger["credits_by_provider"].items() if c}
+        assert {p: c for p, c in spent.items() if c} == pytest.approx(charged, abs=1e-9)
+        worst = {
+            str(await row.get_attribute("data-provider")): float(
+                await row.locator("td.worst").inner_text()
+            )
+            for row in await page.locator("#estimate table.estimate tbody tr").all()
+        }
+        # Nothing was in the receipts: the run paid at most the estimate's worst case.
+        assert all(spent[p] <= worst[p] + 1e-9 for p in spent)

@@ -24,7 +24,14 @@ from playline.webview import webview_app
 from playline.webview.charts import COLOURS
 from playline.webview.desk import ProviderEstimate, RunEstimate
 from playline.webview.estimate_chart import BAR_WIDTH, beside
-from playline.webview.pace_chart import PACE_HEIGHT, PACE_PAD, PACE_WIDTH, draw_pace
+from playline.webview.pace_chart import (
+    PACE_BOTTOM,
+    PACE_HEIGHT,
+    PACE_PAD,
+    PACE_TOP,
+    PACE_WIDTH,
+    draw_pace,
+)
 from tests.unit.test_webview import LOCAL, RUN, Desk, fill
 
 
@@ -151,13 +158,13 @@ def test_the_pace_chart_draws_calls_per_second_the_rate_as_steps_and_marks_429s(
         ],
     )
     [chart] = draw_pace(series, COLOURS)
-    inner_w, inner_h = PACE_WIDTH - 2 * PACE_PAD, PACE_HEIGHT - 2 * PACE_PAD
+    inner_w, inner_h = PACE_WIDTH - 2 * PACE_PAD, PACE_HEIGHT - PACE_TOP - PACE_BOTTOM
     assert chart.top == 10.0  # 20 calls in 2 s; the catalog's 10/s
     assert (chart.total_calls, chart.total_429s, chart.peak_rps) == (44, 3, 10.0)
     xs = [PACE_PAD + inner_w * (b + 0.5) / 4 for b in range(4)]
-    ys = [PACE_HEIGHT - PACE_PAD - inner_h * v / 10.0 for v in (10.0, 8.0, 0.0, 4.0)]
+    ys = [PACE_HEIGHT - PACE_BOTTOM - inner_h * v / 10.0 for v in (10.0, 8.0, 0.0, 4.0)]
     assert chart.calls == " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True))
-    y10, y5 = PACE_HEIGHT - PACE_PAD - inner_h, PACE_HEIGHT - PACE_PAD - inner_h / 2
+    y10, y5 = PACE_TOP, PACE_HEIGHT - PACE_BOTTOM - inner_h / 2
     edges = [PACE_PAD + inner_w * b / 4 for b in range(5)]
     assert chart.rate == (
         f"M{edges[0]:.1f},{y10:.1f} H{edges[1]:.1f} V{y5:.1f} H{edges[2]:.1f}"
