@@ -37,6 +37,8 @@ __all__ = ["SAMPLE_S", "PaceMetrics", "PaceRecorder", "worker_name"]
 
 logger = logging.getLogger("playline.pace")
 
+#: The longest a sample write is waited for (then its samples are dropped).
+WRITE_TIMEOUT_S = 5.0
 #: Call outcomes that sent nothing to the provider.
 NOT_SENT = frozenset({"parked", "fixture"})
 
@@ -163,8 +165,10 @@ class PaceRecorder:
             if not samples:
                 return
             try:
-                await self._sheet.write_pace(samples)
-            except Exception as err:  # a chart is not worth a row
+                # Never long: a chunk's end waits for its run's last samples.
+                async with asyncio.timeout(WRITE_TIMEOUT_S):
+                    await self._sheet.write_pace(samples)
+            except Exception as err:  # a timeout too: a chart is not worth a row
                 logger.warning("pace samples not written (%d dropped): %s", len(samples), err)
 
     def _limits(self) -> dict[str, tuple[float | None, str | None]]:
