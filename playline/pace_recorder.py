@@ -24,6 +24,7 @@ import math
 import os
 import socket
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -44,8 +45,9 @@ NOT_SENT = frozenset({"parked", "fixture"})
 
 
 def worker_name() -> str:
-    """This process among a fleet's workers: host and process id."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This worker among a fleet's: host, process id and a few random letters (a
+    process may run several workers)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 @dataclass

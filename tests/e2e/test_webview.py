@@ -7,7 +7,10 @@ says why, raising the budget from the page lets it finish (every row once, the
 provider's ledger equal to the credits the page shows), the sheet filled in
 meanwhile, a waterfall cell's provenance lists each step, filtering by "no match"
 shows exactly those rows, and a request from another address without the token is
-refused. Chromium is driven as in ``test_ui.py`` (``executable_path``, offline flags).
+refused. A run estimated first, against a provider answering 429s, shows per provider
+its calls, 429s and rate in force (the ledger's figures) and the estimate beside its
+spend; a run finished by a second worker shows both workers' samples summed.
+Chromium is driven as in ``test_ui.py`` (``executable_path``, offline flags).
 Screenshots go to ``test-artifacts/webview/`` (git-ignored).
 """
 
@@ -352,3 +355,72 @@ async def test_the_charts_show_each_providers_pace_and_the_estimate_beside_the_s
         }
         # Nothing was in the receipts: the run paid at most the estimate's worst case.
         assert all(spent[p] <= worst[p] + 1e-9 for p in spent)
+
+
+@pytest.mark.postgres
+async def test_each_worker_of_a_fleet_samples_the_pace_and_the_chart_sums_them(
+    client, provider, worker, task_queue, home, tmp_path, browser
+) -> None:
+    """One run on two workers sharing PostgreSQL, one after the other: the first runs
+    it until its cap holds it and stops, the second finishes it once the budget is
+    raised from the page (and gets the provider's 429s). Each wrote its own samples;
+    the chart's calls and 429s per provider are both workers' together, the ledger's."""
+    provider.configure(latency_ms=[20, 40], retry_after_header=True)
+    csv_path = first_rows(ROWS, tmp_path / "leads.csv")
+    play_id = new_id("fleet")
+    async with pg_schema() as store_url:
+        settings = Settings.from_env(
+            home=home,
+            temporal_address=client.service_client.config.target_host,
+            store_url=store_url,
+        )
+        async with worker(store_url=store_url):
+            handle = await client.start_workflow(
+                "t_waterfall",
+                args=[{"csv_path": str(csv_path)}, RunOptions(max_credits=CAP, chunk_size=5)],
+                id=play_id,
+                task_queue=task_queue,
+                result_type=PlayRunResult,
+            )
+            await waiting_state(handle)
+        await asyncio.to_thread(provider.configure, fail_next={"429": 3})
+        view_client = await connect(settings=settings)
+        port = free_port()
+        async with (
+            worker(store_url=store_url),
+            serving(ui_app(view_client, settings), "127.0.0.1", port),
+        ):
+            page = await browser.new_page()
+            await page.goto(f"http://127.0.0.1:{port}/sheet?id={play_id}")
+            await page.fill("input[name=add]", "100000")
+            await page.get_by_role("button", name="raise budget").click()
+            await page.locator("#said").wait_for()
+            result = await asyncio.wait_for(handle.result(), 120)
+            assert result.stats.rows_ok == ROWS
+
+            import psycopg
+
+            with psycopg.connect(store_url, autocommit=True) as pg:
+                found = pg.execute(
+                    "SELECT count(DISTINCT worker), sum(limited) FROM playline_run_pace"
+                    " WHERE run_ref = %s",
+                    [result.datasets[0].run_ref],
+                ).fetchone()
+            assert found is not None and (found[0], found[1]) == (2, 3)
+
+            ledger = provider.ledger()
+            sent: dict[str, int] = {}
+            for call in provider.calls():
+                sent[call["provider"]] = sent.get(call["provider"], 0) + 1
+            await page.goto(f"http://127.0.0.1:{port}/charts?id={play_id}")
+            await wait_for_texts(page, "Calls per second")
+            shown = {
+                str(await chart.get_attribute("data-provider")): (
+                    int(await chart.locator(".calls-total").inner_text()),
+                    int(await chart.locator(".n429").inner_text()),
+                )
+                for chart in await page.locator("#pace div.pace").all()
+            }
+            limited_by = ledger["rate_limited_by_provider"]
+            assert shown == {p: (n, limited_by.get(p, 0)) for p, n in sent.items()}
+            assert ledger["rate_limited"] == 3
