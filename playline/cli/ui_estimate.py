@@ -6,8 +6,9 @@
 that completed, of the same play, started before the run, whose input is the run's
 input (the play's first argument, decoded and compared as canonical JSON: a CSV given
 to ``playline run`` is uploaded to the store under its content's digest, so the same
-file is the same input). Nothing is written to find it and nothing changes on the run
-path; a view reads at most :data:`CANDIDATES` first history events and one result.
+file is the same input) in the same integration mode, with the same fixtures. Nothing
+is written to find it and nothing changes on the run path; a view reads at most
+:data:`CANDIDATES` first history events and one result.
 """
 
 from __future__ import annotations
@@ -25,22 +26,30 @@ from playline.calls.estimate_tally import Estimate
 from playline.contract import PlayRunResult
 from playline.webview.desk import ProviderEstimate, RunEstimate
 
-__all__ = ["CANDIDATES", "find_estimate", "input_digest"]
+__all__ = ["CANDIDATES", "SAME_OPTIONS", "find_estimate", "input_digest"]
 
 #: Estimates of the play (newest first, before the run) whose input is compared.
 CANDIDATES = 10
 
 
+#: The run options an estimate must share with the run (a fixture-mode estimate says
+#: nothing of a live run's spend); the others (its budget, its width) change no price.
+SAME_OPTIONS = ("integration_mode", "fixtures")
+
+
 async def input_digest(client: Client, handle: WorkflowHandle[Any, Any]) -> str | None:
-    """The workflow's first argument as canonical JSON (``None``: no history or input)."""
+    """The workflow's input (its first argument) and :data:`SAME_OPTIONS` of its run
+    options (its second) as canonical JSON (``None``: no history or input)."""
     with contextlib.suppress(RPCError):
         async for event in handle.fetch_history_events(page_size=1):
             started = event.workflow_execution_started_event_attributes
             payloads = list(started.input.payloads)
             if not payloads:
                 return None
-            values = await client.data_converter.decode(payloads[:1])
-            return json.dumps(values[0], sort_keys=True, separators=(",", ":"), default=str)
+            values = await client.data_converter.decode(payloads[:2])
+            options = values[1] if len(values) > 1 and isinstance(values[1], dict) else {}
+            shown = [values[0], {k: options.get(k) for k in SAME_OPTIONS}]
+            return json.dumps(shown, sort_keys=True, separators=(",", ":"), default=str)
     return None
 
 

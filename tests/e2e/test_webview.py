@@ -176,6 +176,8 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
             # The charts of the finished run: each provider's account.
             await page.goto(f"{base}/charts?id={play_id}")
             await wait_for_texts(page, "Providers", "prospectr", "receipt hits")
+            # No estimate was made of it: the page says how to make one.
+            await wait_for_texts(page, "No estimate of this play on this input")
             await shoot(page, "charts", height=900)
             await page.goto(f"{base}/sheet?id={play_id}")
 
