@@ -426,3 +426,40 @@ async def test_each_worker_of_a_fleet_samples_the_pace_and_the_chart_sums_them(
             limited_by = ledger["rate_limited_by_provider"]
             assert shown == {p: (n, limited_by.get(p, 0)) for p, n in sent.items()}
             assert ledger["rate_limited"] == 3
+
+
+async def test_a_run_from_the_command_line_is_shown_beside_its_estimate(
+    client, provider, worker, temporal_address, task_queue, home, tmp_path, browser
+) -> None:
+    """``playline estimate`` then ``playline run`` on the same file (each uploads it):
+    the run is shown beside that estimate. ``playline run --confirm-over`` estimates
+    first: that run is shown beside its own pre-flight estimate, the newer one."""
+    from tests.e2e.test_cli import playline
+
+    provider.configure(latency_ms=[5, 10])
+    csv_path = first_rows(ROWS, tmp_path / "leads.csv")
+    common = ("--csv", str(csv_path), "--address", temporal_address, "--task-queue", task_queue)
+    async with worker():
+        made = await playline("estimate", "t_waterfall", "--id", "est-1", *common, home=home)
+        assert made.returncode == 0, made.stderr
+        ran = await playline("run", "t_waterfall", "--id", "cli-run-1", *common, home=home)
+        assert ran.returncode == 0, ran.stderr
+        checked = await playline(
+            "run", "t_waterfall", "--id", "cli-run-2", "--confirm-over", "100000", *common,
+            home=home,
+        )  # fmt: skip
+        assert checked.returncode == 0, checked.stderr
+        said = checked.stdout + checked.stderr
+        assert "is within --confirm-over" in said, said
+
+    settings = Settings.from_env(home=home, temporal_address=temporal_address)
+    port = free_port()
+    async with serving(ui_app(await connect(settings=settings), settings), "127.0.0.1", port):
+        page = await browser.new_page()
+        await page.goto(f"http://127.0.0.1:{port}/charts?id=cli-run-1")
+        await wait_for_texts(page, "The estimate beside what was spent")
+        assert await page.locator("#estimate-id").inner_text() == "est-1"
+        await page.goto(f"http://127.0.0.1:{port}/charts?id=cli-run-2")
+        await wait_for_texts(page, "The estimate beside what was spent")
+        preflight = await page.locator("#estimate-id").inner_text()
+        assert preflight.startswith("estimate-t_waterfall-"), preflight
