@@ -34,7 +34,9 @@ tables PostgreSQL's names; on PostgreSQL the component ``sheet`` (whose versions
 creates every table ``IF NOT EXISTS`` in its final shape, so a database the old
 code made (its tables under the ``stores`` component) is adopted as it is. A
 worker migrates by its first use; a client (``create=False``) never does, and
-reads an older store as it finds it (:class:`_Shape`).
+reads an older store as it finds it (:class:`_Shape`). Version 6 added the outcomes
+and facts the sheet view queries, 7 the runs' pace samples
+(:mod:`~playline.stores.sheet_pace`), on both databases alike.
 """
 
 from __future__ import annotations
