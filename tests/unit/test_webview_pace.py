@@ -7,6 +7,7 @@ answers ``snapshot()`` (the recorder reads nothing else of it).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator
@@ -140,6 +141,27 @@ async def test_the_recorder_counts_a_runs_calls_and_writes_when_its_chunks_end(
         three.call("mailfox", "mailfox_email", "ok")
     series = await sheet.pace_series(RUN, 60, 2.0)
     assert series is not None and sum(p.calls for p in series.points) == 6
+
+
+async def test_the_recorder_samples_a_running_chunk_every_few_seconds(sheet: SheetStore) -> None:
+    """While a chunk runs, the recorder's own task writes what it counted (the chunk
+    never waits for it), once per period for every run active on the worker."""
+    recorder = PaceRecorder(sheet, Governor(), every_s=0.01, worker="w1")  # type: ignore[arg-type]
+    async with recorder.recording(RUN) as metrics:
+        for _ in range(3):
+            metrics.call("mailfox", "mailfox_email", "ok")
+        series = None
+        for _ in range(1000):  # until the task has written (no time is asserted)
+            series = await sheet.pace_series(RUN, 60, 2.0)
+            if series is not None and sum(p.calls for p in series.points) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert series is not None and sum(p.calls for p in series.points) == 3
+        metrics.call("mailfox", "mailfox_email", "rate_limited")
+    series = await sheet.pace_series(RUN, 60, 2.0)
+    assert series is not None
+    assert (sum(p.calls for p in series.points), sum(p.limited for p in series.points)) == (4, 1)
+    assert recorder._task is None  # no run active: the task is gone
 
 
 # ------------------------------------------------------------------ the drawings
