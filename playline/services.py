@@ -23,6 +23,7 @@ from playline.calls.http import ProviderClient, SecretScrubber
 from playline.calls.transport import make_http_client
 from playline.config import PACING_MODES, Settings
 from playline.errors import CatalogError
+from playline.pace_recorder import PaceRecorder
 from playline.pacing.governor import Governor
 from playline.pacing.pacer import Pacer
 from playline.pacing.unpaced import UnpacedGovernor
@@ -106,6 +107,8 @@ class Services:
         #: paid results the receipt store would not take, kept on this worker's disk
         self.journal = ResultJournal(settings.journal_dir)
         self._fixture_books: dict[tuple[tuple[str, int, int], ...], FixtureBook] = {}
+        #: the runs' pace over time, sampled for the sheet view's charts
+        self.pace = PaceRecorder(sheet, governor)
 
     @classmethod
     async def open(cls, settings: Settings | None = None) -> Services:

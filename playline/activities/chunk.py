@@ -212,6 +212,7 @@ def make_runner(
     lease_ttl_s: float,
     force_token: str,
     reading: bool = False,
+    metrics: ProviderMetrics | None = None,
 ) -> ToolRunner:
     """A tool runner owned by the current activity attempt, in the run's integration mode.
 
@@ -228,7 +229,7 @@ def make_runner(
         # A provider blocked for longer than a heartbeat budget (a spent daily quota, a
         # Retry-After of minutes) is parked durably by the workflow, not waited for here.
         park_after_s=lease_ttl_s,
-        metrics=ProviderMetrics(),
+        metrics=metrics or ProviderMetrics(),
         force_token=force_token,
         retry_ambiguous=options.retry_ambiguous,
         journal=services.journal,
@@ -314,14 +315,17 @@ class ChunkActivities(HolderActivities):
     async def run_chunk(self, input: ChunkInput) -> ChunkStats:
         services = self._holder.services
         await services.settle_journal()
-        runner = make_runner(
-            services,
-            input.options,
-            lease_ttl_s=input.options.heartbeat_timeout_s,
-            force_token=input.run_ref,
-            reading=input.reading,
-        )
-        return await ChunkRun(services, input, runner).run()
+        # Its calls and 429s also count in the run's pace (the sheet view's chart).
+        async with services.pace.recording(input.run_ref) as metrics:
+            runner = make_runner(
+                services,
+                input.options,
+                lease_ttl_s=input.options.heartbeat_timeout_s,
+                force_token=input.run_ref,
+                reading=input.reading,
+                metrics=metrics,
+            )
+            return await ChunkRun(services, input, runner).run()
 
 
 class ChunkRun:

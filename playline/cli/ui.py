@@ -41,6 +41,7 @@ from playline.cli.runs import (
 )
 from playline.cli.runs import cancel as cancel_run
 from playline.cli.setup import registered_search_attributes
+from playline.cli.ui_estimate import find_estimate
 from playline.client import not_found_as
 from playline.config import Settings
 from playline.contract import PlayRunResult, PlayState
@@ -51,7 +52,7 @@ from playline.stores.backends import open_stores
 from playline.stores.budget_ids import RunBudgetId
 from playline.stores.sheet import SheetStore
 from playline.webview import ExportChoice, RunSummary, check_exposure, webview_app
-from playline.webview.desk import Action
+from playline.webview.desk import Action, RunEstimate
 from playline.worker import connect
 from playline.workflows.context import RUN_REFS_MEMO
 
@@ -68,6 +69,8 @@ __all__ = [
 DEFAULT_PORT = 8234
 #: How long a page waits for a worker to answer a run's ``state`` query.
 STATE_TIMEOUT = timedelta(seconds=3)
+#: Runs whose estimate a view keeps.
+KEPT_ESTIMATES = 256
 
 
 class CliDesk:
@@ -77,6 +80,8 @@ class CliDesk:
         self.client = client
         self.settings = settings
         self._printing = asyncio.Lock()
+        #: each run's estimate once found (or, for a run that ended, found missing)
+        self._estimates: dict[str, RunEstimate | None] = {}
 
     async def _state(self, handle: WorkflowHandle[Any, Any]) -> PlayState | None:
         with contextlib.suppress(RPCError, asyncio.TimeoutError):
@@ -224,6 +229,28 @@ class CliDesk:
         except (PlaylineError, OSError):
             return None
         return state.limit if state is not None else None
+
+    async def estimate(self, run: RunSummary) -> RunEstimate | None:
+        """The latest estimate of the run's play on its input made before it
+        (:mod:`playline.cli.ui_estimate`); found once per run and kept."""
+        if run.workflow_id in self._estimates:
+            return self._estimates[run.workflow_id]
+        handle = self.client.get_workflow_handle(run.workflow_id, run_id=run.run_id)
+        with not_found_as(PlaylineError(f"no run with id {run.workflow_id!r}")):
+            desc = await handle.describe()
+        found = await find_estimate(
+            self.client,
+            run.play,
+            handle,
+            desc.start_time,
+            registered=set(await registered_search_attributes(self.client)),
+            ui_url=lambda wid, rid: ui_url(self.settings, wid, rid),
+        )
+        if found is not None or not run.running:
+            if len(self._estimates) >= KEPT_ESTIMATES:
+                self._estimates.pop(next(iter(self._estimates)))
+            self._estimates[run.workflow_id] = found
+        return found
 
     async def export(self, workflow_id: str, path: Path, choice: ExportChoice) -> int:
         handle = self.client.get_workflow_handle(workflow_id, result_type=PlayRunResult)

@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol
 
 from playline.contract import RunMode
 from playline.errors import InvalidPlayInput, header_summary
+from playline.stores.sheet_pace import PaceSample, PaceSeries
 
 RowStatus = Literal["pending", "ok", "error"]
 
@@ -86,12 +87,11 @@ class RowResult:
     cell_meta: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RowsQuery:
-    """Which of a run's rows a reader wants, in which order (one page of them)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowsFilter:
+    """Which of a run's rows a reader wants, in which order (the store's query and the
+    sheet view's page share it)."""
 
-    offset: int = 0
-    limit: int = 50
     #: only rows with a cell of this outcome (:func:`~playline.stores.sheet_index.cell_outcome`),
     #: in ``outcome_column`` or any computed column
     outcome: str | None = None
@@ -103,6 +103,19 @@ class RowsQuery:
     #: run order; ``None``: run order
     sort: str | None = None
     descending: bool = False
+
+    @property
+    def filtered(self) -> bool:
+        """Whether it leaves rows out (a text filter needs its column and its text)."""
+        return bool(self.outcome) or bool(self.text_column and self.text)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowsQuery(RowsFilter):
+    """One page of a run's rows a reader wants: a filter, from ``offset``."""
+
+    offset: int = 0
+    limit: int = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +272,17 @@ class SheetStore(Protocol):
     async def run_figures(self, run_ref: str, buckets: int) -> RunFigures | None:
         """The run's spend per provider over ``buckets`` time spans and each
         waterfall's steps, summed in the store; ``None`` as for :meth:`query_run_rows`."""
+        ...
+
+    async def write_pace(self, samples: Sequence[PaceSample]) -> None:
+        """Append a worker's pace samples (of any runs) in one write
+        (:mod:`~playline.stores.sheet_pace`)."""
+        ...
+
+    async def pace_series(self, run_ref: str, buckets: int, least_s: float) -> PaceSeries | None:
+        """The run's pace per provider over at most ``buckets`` time buckets of at least
+        ``least_s`` seconds, summed over workers in the store; ``None`` when no worker
+        sampled the run (or the store is older than its pace table)."""
         ...
 
     async def close(self) -> None: ...

@@ -34,7 +34,9 @@ tables PostgreSQL's names; on PostgreSQL the component ``sheet`` (whose versions
 creates every table ``IF NOT EXISTS`` in its final shape, so a database the old
 code made (its tables under the ``stores`` component) is adopted as it is. A
 worker migrates by its first use; a client (``create=False``) never does, and
-reads an older store as it finds it (:class:`_Shape`).
+reads an older store as it finds it (:class:`_Shape`). Version 6 added the outcomes
+and facts the sheet view queries, 7 the runs' pace samples
+(:mod:`~playline.stores.sheet_pace`), on both databases alike.
 """
 
 from __future__ import annotations
@@ -81,6 +83,14 @@ from playline.stores.sheet_index import (
     outcome_pattern,
     outcomes_text,
     row_facts,
+)
+from playline.stores.sheet_pace import (
+    CREATE_PACE,
+    INDEX_PACE,
+    PaceSample,
+    PaceSeries,
+    read_series,
+    write_samples,
 )
 
 __all__ = ["SCHEMA", "SheetLedger"]
@@ -204,6 +214,12 @@ SCHEMA = Schema(
                 _INDEX_FACTS,
             ),
         ),
+        Migration(
+            7,
+            "runs keep their pace: per worker and provider, calls, 429s and the rate in"
+            " force every few seconds (playline_run_pace), for the sheet view's charts",
+            statements=(CREATE_PACE, INDEX_PACE),
+        ),
     ),
     clients_read_older=True,
 )
@@ -225,6 +241,8 @@ class _Shape:
     changes: bool
     #: run rows' ``outcomes`` and the ``playline_run_facts`` table
     indexed: bool = False
+    #: the ``playline_run_pace`` table
+    paced: bool = False
 
 
 _LATEST = _Shape(
@@ -237,6 +255,7 @@ _LATEST = _Shape(
     provenance=True,
     changes=True,
     indexed=True,
+    paced=True,
 )
 
 
@@ -246,8 +265,8 @@ def _shape(dialect: str, version: int) -> _Shape:
     from its first tables, PostgreSQL's ``sheet`` from its first later column)."""
     if version >= SCHEMA.latest:
         return _LATEST
-    if version >= 5:  # both databases: today's names, no outcomes or facts yet
-        return replace(_LATEST, indexed=False)
+    if version >= 5:  # both databases: today's names, outcomes and facts from 6
+        return replace(_LATEST, indexed=version >= 6, paced=False)
     if dialect == "sqlite":
         old = _Shape("sources", "source_rows", "sheet_rows", "runs", "run_rows", *([False] * 3))
         return replace(
@@ -259,6 +278,7 @@ def _shape(dialect: str, version: int) -> _Shape:
         provenance=version >= 2,
         changes=version >= 3,
         indexed=False,
+        paced=False,
     )
 
 
@@ -532,6 +552,18 @@ class SheetLedger(LedgerStore):
             return _run_figures(conn, run_ref, max(1, buckets))
 
         return await db.read(read)
+
+    async def write_pace(self, samples: Sequence[PaceSample]) -> None:
+        if not samples:
+            return
+        db, _ = await self._db()
+        await db.write(lambda conn: write_samples(conn, samples))
+
+    async def pace_series(self, run_ref: str, buckets: int, least_s: float) -> PaceSeries | None:
+        db, shape = await self._db()
+        if not shape.paced:
+            return None
+        return await db.read(lambda conn: read_series(conn, run_ref, max(1, buckets), least_s))
 
     async def _indexed(self, db: Database, shape: _Shape, run_ref: str) -> bool:
         """Whether every finished row of the run has its outcomes and facts (a row

@@ -8,13 +8,14 @@ is given; it imports nothing of the command line.
 
 from playline.sheet_links import sheet_link
 from playline.webview.app import webview_app
-from playline.webview.desk import ACTIONS, ExportChoice, RunDesk, RunSummary
+from playline.webview.desk import ACTIONS, ExportChoice, RunDesk, RunEstimate, RunSummary
 from playline.webview.guard import check_exposure
 
 __all__ = [
     "ACTIONS",
     "ExportChoice",
     "RunDesk",
+    "RunEstimate",
     "RunSummary",
     "check_exposure",
     "sheet_link",

@@ -36,6 +36,7 @@ from playline.stores.sheet import SheetStore
 from playline.webview.cells import cell_panel
 from playline.webview.charts import read_charts
 from playline.webview.desk import ACTIONS, ExportChoice, RunDesk, RunSummary
+from playline.webview.estimate_chart import beside
 from playline.webview.guard import Guard
 from playline.webview.notes import Notes
 from playline.webview.outcomes import OUTCOMES, row_outcomes, row_status
@@ -64,7 +65,15 @@ def _credits(value: Any) -> str:
     return credits_text(value) or "0"
 
 
+def _rps(value: Any) -> str:
+    """A rate, calls per second: two decimals at most; ``-`` when there is none."""
+    if value is None or isinstance(value, Undefined):
+        return "-"
+    return f"{float(value):.2f}".rstrip("0").rstrip(".")
+
+
 _ENV.filters["credits"] = _credits
+_ENV.filters["rps"] = _rps
 
 
 def _render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -112,15 +121,23 @@ def webview_app(
         going = any(r.running for r in runs)
         return _render("runs.html", runs=runs, refresh=refresh_s if going else None)
 
-    async def sheet_page(request: Request) -> Response:
-        params = request.query_params
-        workflow_id = params.get("id", "")
+    async def picked_run(params: Any) -> tuple[RunSummary, int] | Response:
+        """The run a page names (``id``) and which of its dataset runs (``ref``, default
+        the last), or the error page when there is no such run."""
         try:
-            run = await desk.run(workflow_id)
+            run = await desk.run(params.get("id", ""))
         except PlaylineError as err:
             return _render("error.html", 404, message=str(err))
-        refs = run.run_refs
-        ref_index = min(_int(params.get("ref"), len(refs) - 1), max(0, len(refs) - 1))
+        last = len(run.run_refs) - 1
+        return run, min(_int(params.get("ref"), last), max(0, last))
+
+    async def sheet_page(request: Request) -> Response:
+        params = request.query_params
+        picked = await picked_run(params)
+        if isinstance(picked, Response):
+            return picked
+        run, ref_index = picked
+        workflow_id, refs = run.workflow_id, run.run_refs
         columns_known: list[str] = []
         query = SheetQuery(
             page=_int(params.get("page"), 0),
@@ -216,21 +233,21 @@ def webview_app(
         }
 
     async def charts_page(request: Request) -> Response:
-        params = request.query_params
-        workflow_id = params.get("id", "")
-        try:
-            run = await desk.run(workflow_id)
-        except PlaylineError as err:
-            return _render("error.html", 404, message=str(err))
+        picked = await picked_run(request.query_params)
+        if isinstance(picked, Response):
+            return picked
+        run, ref_index = picked
         refs = run.run_refs
-        ref_index = min(_int(params.get("ref"), len(refs) - 1), max(0, len(refs) - 1))
         charts = None
         if refs:
             charts = await read_charts(held["sheet"], refs[ref_index], await desk.budget(run))
+        estimate = await desk.estimate(run)
         return _render(
             "charts.html",
             run=run,
             charts=charts,
+            estimate=estimate,
+            estimated=beside(estimate, run.providers, run.prices) if estimate else [],
             ref_index=ref_index,
             when=iso_utc,
             refresh=refresh_s * 10 if run.running else None,  # a picture: slower reloads

@@ -8,7 +8,10 @@
   its hits and credits, and credits per hit (the figures to order a waterfall by,
   as :class:`~playline.calls.provenance.SpendTally` counts them).
 
-Both are summed by the store (``run_figures``: SQL over the facts it records with
+* **Per provider, calls per second, the 429s and the rate in force** over the run
+  (:mod:`.pace_chart`), from the pace samples the workers wrote.
+
+The first two are summed by the store (``run_figures``: SQL over the facts it records with
 each row). A run whose rows were written before the store recorded them is read in
 store pages instead (``read_provenance``): memory holds a page and the buckets, never
 the run.
@@ -21,6 +24,8 @@ from dataclasses import dataclass, field
 from playline.calls.provenance import SpendTally
 from playline.spend import NO_STEP
 from playline.stores.sheet import RunFigures, SheetStore
+from playline.stores.sheet_pace import SAMPLE_S
+from playline.webview.pace_chart import PaceChart, draw_pace
 
 __all__ = ["BUCKETS", "Charts", "read_charts"]
 
@@ -68,6 +73,8 @@ class Charts:
     funnels: dict[str, list[FunnelStep]] = field(default_factory=dict)
     #: rows no step answered, per waterfall column
     unanswered: dict[str, int] = field(default_factory=dict)
+    #: per provider, calls per second, 429s and the rate in force over the run
+    pace: list[PaceChart] = field(default_factory=list)
     size: tuple[int, int, int] = (WIDTH, HEIGHT, PAD)
 
 
@@ -78,6 +85,16 @@ async def read_charts(
     info = await sheet.run_info(run_ref)
     if info is None:
         return None
+    charts = await _spend_and_funnels(sheet, run_ref, info.admitted, budget)
+    series = await sheet.pace_series(run_ref, BUCKETS, SAMPLE_S)
+    if series is not None:
+        charts.pace = draw_pace(series, COLOURS)
+    return charts
+
+
+async def _spend_and_funnels(
+    sheet: SheetStore, run_ref: str, admitted: int, budget: float | None
+) -> Charts:
     figures = await sheet.run_figures(run_ref, BUCKETS)
     if figures is not None:
         return _from_figures(figures, budget)
@@ -86,7 +103,7 @@ async def read_charts(
     # provenance keep memory flat where one would hold every paid cell.
     first: float | None = None
     last: float | None = None
-    for start in range(0, info.admitted, PAGE):
+    for start in range(0, admitted, PAGE):
         for _, provenance in await sheet.read_provenance(run_ref, start, start + PAGE):
             tally.add_row(provenance)
             for cell in provenance.values():
@@ -98,7 +115,7 @@ async def read_charts(
     if first is not None and last is not None:
         span = max(last - first, 1e-9)
         buckets: dict[str, list[float]] = {}
-        for start in range(0, info.admitted, PAGE):
+        for start in range(0, admitted, PAGE):
             for _, provenance in await sheet.read_provenance(run_ref, start, start + PAGE):
                 for cell in provenance.values():
                     at = cell.get("fetched_at")

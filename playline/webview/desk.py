@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-__all__ = ["ACTIONS", "Action", "ExportChoice", "RunDesk", "RunSummary"]
+__all__ = ["ACTIONS", "Action", "ExportChoice", "RunDesk", "RunEstimate", "RunSummary"]
 
 Action = Literal["pause", "resume", "cancel", "budget"]
 ACTIONS: tuple[Action, ...] = ("pause", "resume", "cancel", "budget")
@@ -53,6 +53,30 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class ProviderEstimate:
+    """What an estimate said of one provider: credits in the worst case and expected."""
+
+    worst: float
+    expected: float
+
+
+@dataclass
+class RunEstimate:
+    """The estimate a run is shown beside: the latest ``playline estimate`` of the same
+    play on the same input, made before the run started (``playline run``'s pre-flight
+    estimate is one)."""
+
+    workflow_id: str
+    #: when it was made (UTC text)
+    made: str | None
+    rows: int
+    by_provider: dict[str, ProviderEstimate] = field(default_factory=dict)
+    #: ``{provider: {"credit_price", "currency"}}`` as the estimate priced credits
+    prices: dict[str, Any] = field(default_factory=dict)
+    ui_url: str | None = None
+
+
+@dataclass(frozen=True)
 class ExportChoice:
     """What ``runs export`` writes: CSV or JSON lines, with provenance, changes only."""
 
@@ -84,4 +108,9 @@ class RunDesk(Protocol):
 
     async def export(self, workflow_id: str, path: Path, choice: ExportChoice) -> int:
         """Write what ``playline runs export`` writes to ``path``; the rows written."""
+        ...
+
+    async def estimate(self, run: RunSummary) -> RunEstimate | None:
+        """The estimate to show beside the run's spend (:class:`RunEstimate`), or
+        ``None`` when none was made (or it is no longer kept)."""
         ...

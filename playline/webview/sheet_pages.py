@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import total_ordering
 from typing import Any
 
-from playline.stores.sheet import RowsQuery, RunInfo, RunRow, SheetStore
+from playline.stores.sheet import RowsFilter, RowsQuery, RunInfo, RunRow, SheetStore
 from playline.webview.outcomes import cell_outcome
 
 __all__ = ["SCAN_ROWS", "SheetPage", "SheetQuery", "computed_columns", "read_page"]
@@ -34,25 +34,27 @@ SCAN_ROWS = 5000
 PROBE_ROWS = 500
 
 
-@dataclass(frozen=True)
-class SheetQuery:
-    """What a sheet page shows: which rows (filters), in which order, which page."""
+@dataclass(frozen=True, kw_only=True)
+class SheetQuery(RowsFilter):
+    """What a sheet page shows: which rows (the filter), in which order, which page."""
 
     page: int = 0
     size: int = 50
-    #: only cells with this outcome (in ``outcome_column``, or in any computed column)
-    outcome: str | None = None
-    outcome_column: str | None = None
-    #: only rows whose ``text_column`` contains ``text`` (case-insensitive)
-    text_column: str | None = None
-    text: str | None = None
-    #: order by this column's value (text order; empty cells last), else run order
-    sort: str | None = None
-    descending: bool = False
 
-    @property
-    def filtered(self) -> bool:
-        return bool(self.outcome) or bool(self.text_column and self.text)
+    def rows(self, offset: int, limit: int) -> RowsQuery:
+        """The store's query for ``limit`` rows from ``offset`` (a text filter without
+        its column or its text filters nothing)."""
+        text = bool(self.text_column and self.text)
+        return RowsQuery(
+            offset=offset,
+            limit=limit,
+            outcome=self.outcome,
+            outcome_column=self.outcome_column,
+            text_column=self.text_column if text else None,
+            text=self.text if text else None,
+            sort=self.sort,
+            descending=self.descending,
+        )
 
 
 @dataclass
@@ -157,16 +159,7 @@ async def read_page(sheet: SheetStore, run_ref: str, query: SheetQuery) -> Sheet
         return SheetPage(info, rows, _columns(info, computed), computed, info.admitted, query)
     found = await sheet.query_run_rows(
         run_ref,
-        RowsQuery(
-            offset=start,
-            limit=size,
-            outcome=query.outcome,
-            outcome_column=query.outcome_column,
-            text_column=query.text_column if query.text else None,
-            text=query.text if query.text_column else None,
-            sort=query.sort,
-            descending=query.descending,
-        ),
+        query.rows(start, size),
     )
     if found is not None:
         computed = await computed_columns(sheet, run_ref, found.rows)

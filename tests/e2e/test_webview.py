@@ -7,7 +7,10 @@ says why, raising the budget from the page lets it finish (every row once, the
 provider's ledger equal to the credits the page shows), the sheet filled in
 meanwhile, a waterfall cell's provenance lists each step, filtering by "no match"
 shows exactly those rows, and a request from another address without the token is
-refused. Chromium is driven as in ``test_ui.py`` (``executable_path``, offline flags).
+refused. A run estimated first, against a provider answering 429s, shows per provider
+its calls, 429s and rate in force (the ledger's figures) and the estimate beside its
+spend; a run finished by a second worker shows both workers' samples summed.
+Chromium is driven as in ``test_ui.py`` (``executable_path``, offline flags).
 Screenshots go to ``test-artifacts/webview/`` (git-ignored).
 """
 
@@ -25,6 +28,7 @@ import pytest
 
 from playline.calls.provenance import tally
 from playline.cli.ui import serving, sheet_view_running, ui_app
+from playline.client import start_estimate
 from playline.config import Settings
 from playline.contract import PlayRunResult, RunOptions
 from playline.sockets import free_port
@@ -45,6 +49,8 @@ ROWS = 30
 TOKEN = "e2e-token"
 #: credits the run may spend before it is held: some rows, not all
 CAP = 40
+#: rows of the run whose pace is drawn: enough for a few seconds of calls
+PACED_ROWS = 80
 
 
 def outside_address() -> str | None:
@@ -170,6 +176,8 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
             # The charts of the finished run: each provider's account.
             await page.goto(f"{base}/charts?id={play_id}")
             await wait_for_texts(page, "Providers", "prospectr", "receipt hits")
+            # No estimate was made of it: the page says how to make one.
+            await wait_for_texts(page, "No estimate of this play on this input")
             await shoot(page, "charts", height=900)
             await page.goto(f"{base}/sheet?id={play_id}")
 
@@ -256,3 +264,202 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
         assert url.startswith("http://127.0.0.1:")
         await page.goto(url + "/")
         await wait_for_texts(page, play_id, "completed")
+
+
+async def test_the_charts_show_each_providers_pace_and_the_estimate_beside_the_spend(
+    client, provider, worker, task_queue, home, tmp_path, browser, store_url
+) -> None:
+    """A run whose provider answers some 429s, estimated first: its charts show, per
+    provider, the calls sent and the 429s (as the provider's ledger counts them), the
+    rate in force and how it was learnt, and the estimate beside the credits spent (the
+    ledger's, per provider)."""
+    # prospectr allows 8 requests a second (a token bucket the governor is not told
+    # of: it learns it from the 429s).
+    provider.configure(
+        latency_ms=[20, 40],
+        retry_after_header=True,
+        rate_limit_rps={"prospectr": 8},
+        rate_limit_burst={"prospectr": 2},
+    )
+    csv_path = first_rows(PACED_ROWS, tmp_path / "leads.csv")
+    play_input = {"csv_path": str(csv_path)}
+    options = RunOptions(chunk_size=5)
+    play_id = new_id("paced")
+    async with worker(store_url=store_url):
+        estimated = await start_estimate(
+            client, "t_waterfall", play_input, options=options, task_queue=task_queue
+        )
+        await asyncio.wait_for(estimated.result(), 120)
+        assert provider.ledger()["received"] == 0  # an estimate sends nothing
+        # The next few requests are refused with 429 (and Retry-After): the run waits
+        # them out and retries.
+        await asyncio.to_thread(provider.configure, fail_next={"429": 4})
+        handle = await client.start_workflow(
+            "t_waterfall",
+            args=[play_input, options],
+            id=play_id,
+            task_queue=task_queue,
+            result_type=PlayRunResult,
+        )
+        result = await asyncio.wait_for(handle.result(), 180)
+        assert result.stats.rows_ok == PACED_ROWS
+    ledger = provider.ledger()
+    assert ledger["rate_limited"] >= 4
+    sent: dict[str, int] = {}
+    for call in provider.calls():
+        sent[call["provider"]] = sent.get(call["provider"], 0) + 1
+
+    settings = Settings.from_env(
+        home=home, temporal_address=client.service_client.config.target_host, store_url=store_url
+    )
+    view_client = await connect(settings=settings)
+    port = free_port()
+    async with serving(ui_app(view_client, settings), "127.0.0.1", port):
+        page = await browser.new_page()
+        await page.goto(f"http://127.0.0.1:{port}/charts?id={play_id}")
+        await wait_for_texts(page, "Calls per second", "The estimate beside what was spent")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        for part in ("spend", "pace", "estimate"):
+            await page.locator(f"#{part}").screenshot(path=str(ARTIFACTS / f"charts-{part}.png"))
+
+        # Per provider: the calls it received and the 429s it sent, as its ledger says.
+        shown: dict[str, tuple[int, int]] = {}
+        for chart in await page.locator("#pace div.pace").all():
+            name = await chart.get_attribute("data-provider")
+            calls = int(await chart.locator(".calls-total").inner_text())
+            limited = int(await chart.locator(".n429").inner_text())
+            shown[str(name)] = (calls, limited)
+            # the rate in force is drawn, and said how it was learnt
+            assert await chart.locator("svg path.rate").count() == 1
+            assert re.search(r"/s from the \w", await chart.locator(".learnt").inner_text())
+            # one red mark per time bucket with 429s, their counts adding up
+            marks = [int(t) for t in await chart.locator(".mark-429 text").all_text_contents()]
+            assert sum(marks) == limited
+        limited_by = ledger["rate_limited_by_provider"]
+        assert shown == {p: (n, limited_by.get(p, 0)) for p, n in sent.items()}
+        assert sum(limited for _, limited in shown.values()) == ledger["rate_limited"]
+
+        # The estimate made before the run, beside what each provider charged.
+        assert await page.locator("#estimate-id").inner_text() == estimated.id
+        spent = {
+            str(await row.get_attribute("data-provider")): float(
+                await row.locator("td.spent").inner_text()
+            )
+            for row in await page.locator("#estimate table.estimate tbody tr").all()
+        }
+        charged = {p: c for p, c in ledger["credits_by_provider"].items() if c}
+        assert {p: c for p, c in spent.items() if c} == pytest.approx(charged, abs=1e-9)
+        worst = {
+            str(await row.get_attribute("data-provider")): float(
+                await row.locator("td.worst").inner_text()
+            )
+            for row in await page.locator("#estimate table.estimate tbody tr").all()
+        }
+        # Nothing was in the receipts: the run paid at most the estimate's worst case.
+        assert all(spent[p] <= worst[p] + 1e-9 for p in spent)
+
+
+@pytest.mark.postgres
+async def test_each_worker_of_a_fleet_samples_the_pace_and_the_chart_sums_them(
+    client, provider, worker, task_queue, home, tmp_path, browser
+) -> None:
+    """One run on two workers sharing PostgreSQL, one after the other: the first runs
+    it until its cap holds it and stops, the second finishes it once the budget is
+    raised from the page (and gets the provider's 429s). Each wrote its own samples;
+    the chart's calls and 429s per provider are both workers' together, the ledger's."""
+    provider.configure(latency_ms=[20, 40], retry_after_header=True)
+    csv_path = first_rows(ROWS, tmp_path / "leads.csv")
+    play_id = new_id("fleet")
+    async with pg_schema() as store_url:
+        settings = Settings.from_env(
+            home=home,
+            temporal_address=client.service_client.config.target_host,
+            store_url=store_url,
+        )
+        async with worker(store_url=store_url):
+            handle = await client.start_workflow(
+                "t_waterfall",
+                args=[{"csv_path": str(csv_path)}, RunOptions(max_credits=CAP, chunk_size=5)],
+                id=play_id,
+                task_queue=task_queue,
+                result_type=PlayRunResult,
+            )
+            await waiting_state(handle)
+        await asyncio.to_thread(provider.configure, fail_next={"429": 3})
+        view_client = await connect(settings=settings)
+        port = free_port()
+        async with (
+            worker(store_url=store_url),
+            serving(ui_app(view_client, settings), "127.0.0.1", port),
+        ):
+            page = await browser.new_page()
+            await page.goto(f"http://127.0.0.1:{port}/sheet?id={play_id}")
+            await page.fill("input[name=add]", "100000")
+            await page.get_by_role("button", name="raise budget").click()
+            await page.locator("#said").wait_for()
+            result = await asyncio.wait_for(handle.result(), 120)
+            assert result.stats.rows_ok == ROWS
+
+            import psycopg
+
+            with psycopg.connect(store_url, autocommit=True) as pg:
+                found = pg.execute(
+                    "SELECT count(DISTINCT worker), sum(limited) FROM playline_run_pace"
+                    " WHERE run_ref = %s",
+                    [result.datasets[0].run_ref],
+                ).fetchone()
+            assert found is not None and (found[0], found[1]) == (2, 3)
+
+            ledger = provider.ledger()
+            sent: dict[str, int] = {}
+            for call in provider.calls():
+                sent[call["provider"]] = sent.get(call["provider"], 0) + 1
+            await page.goto(f"http://127.0.0.1:{port}/charts?id={play_id}")
+            await wait_for_texts(page, "Calls per second")
+            shown = {
+                str(await chart.get_attribute("data-provider")): (
+                    int(await chart.locator(".calls-total").inner_text()),
+                    int(await chart.locator(".n429").inner_text()),
+                )
+                for chart in await page.locator("#pace div.pace").all()
+            }
+            limited_by = ledger["rate_limited_by_provider"]
+            assert shown == {p: (n, limited_by.get(p, 0)) for p, n in sent.items()}
+            assert ledger["rate_limited"] == 3
+
+
+async def test_a_run_from_the_command_line_is_shown_beside_its_estimate(
+    client, provider, worker, temporal_address, task_queue, home, tmp_path, browser
+) -> None:
+    """``playline estimate`` then ``playline run`` on the same file (each uploads it):
+    the run is shown beside that estimate. ``playline run --confirm-over`` estimates
+    first: that run is shown beside its own pre-flight estimate, the newer one."""
+    from tests.e2e.test_cli import playline
+
+    provider.configure(latency_ms=[5, 10])
+    csv_path = first_rows(ROWS, tmp_path / "leads.csv")
+    common = ("--csv", str(csv_path), "--address", temporal_address, "--task-queue", task_queue)
+    async with worker():
+        made = await playline("estimate", "t_waterfall", "--id", "est-1", *common, home=home)
+        assert made.returncode == 0, made.stderr
+        ran = await playline("run", "t_waterfall", "--id", "cli-run-1", *common, home=home)
+        assert ran.returncode == 0, ran.stderr
+        checked = await playline(
+            "run", "t_waterfall", "--id", "cli-run-2", "--confirm-over", "100000", *common,
+            home=home,
+        )  # fmt: skip
+        assert checked.returncode == 0, checked.stderr
+        said = checked.stdout + checked.stderr
+        assert "is within --confirm-over" in said, said
+
+    settings = Settings.from_env(home=home, temporal_address=temporal_address)
+    port = free_port()
+    async with serving(ui_app(await connect(settings=settings), settings), "127.0.0.1", port):
+        page = await browser.new_page()
+        await page.goto(f"http://127.0.0.1:{port}/charts?id=cli-run-1")
+        await wait_for_texts(page, "The estimate beside what was spent")
+        assert await page.locator("#estimate-id").inner_text() == "est-1"
+        await page.goto(f"http://127.0.0.1:{port}/charts?id=cli-run-2")
+        await wait_for_texts(page, "The estimate beside what was spent")
+        preflight = await page.locator("#estimate-id").inner_text()
+        assert preflight.startswith("estimate-t_waterfall-"), preflight

@@ -21,6 +21,7 @@ from playline.db.migrations import Schema
 from playline.db.postgres import PostgresPool
 from playline.stores.sheet import RowResult, RowsQuery, RunInfo, RunRow
 from playline.stores.sheet_ledger import SCHEMA, SheetLedger
+from playline.stores.sheet_pace import PaceSample
 from tests.old_schemas import old_postgres_sheet, old_sqlite_sheet
 from tests.pg import pg_schema
 
@@ -188,6 +189,7 @@ async def test_an_old_sheet_opens_in_place_and_keeps_every_row(
             "playline_runs",
             "playline_run_rows",
             "playline_run_facts",
+            "playline_run_pace",
         }
     # Still usable: a rerun of the old source keeps the old rows' cells, records
     # what it changed against them, and loading the same source again reads nothing.
@@ -317,7 +319,7 @@ async def test_a_sheet_from_before_outcomes_gains_them_in_place(
 
     worker = await open_sheet(True)
     await _everything_is_there(worker)
-    assert _version(where) == SCHEMA.latest == 6
+    assert _version(where) == SCHEMA.latest
     assert await worker.query_run_rows("r0", RowsQuery(outcome="hit")) is None
     await worker.prepare_run(
         "r1",
@@ -339,6 +341,56 @@ async def test_a_sheet_from_before_outcomes_gains_them_in_place(
     figures = await worker.run_figures("r1", 4)
     assert figures is not None and (figures.start, figures.end) == (7.0, 7.0)
     assert [(p.provider, p.credits) for p in figures.spend] == [("mailfox", 1.5)]
+
+
+class _BeforePace(SheetLedger):
+    """The sheet store as it was before it kept runs' pace (version 6)."""
+
+    SCHEMA = Schema("sheet", SCHEMA.migrations[:6], clients_read_older=True)
+
+
+async def test_a_sheet_from_before_pace_samples_gains_their_table_in_place(
+    where: str, open_sheet: Opener
+) -> None:
+    """A version-6 sheet with a run: a client reads it as it is (no pace, its rows and
+    charts as before), a worker adds the pace table and the run's samples are kept and
+    summed from then on."""
+    if _postgres(where):
+        pool = await PostgresPool.open(where)
+        before = _BeforePace.in_database(pool)
+    else:
+        before = _BeforePace.in_file(where)
+    await before.open()
+    await before.close()
+    if _postgres(where):
+        await pool.close()
+    _insert(where, [*_SOURCE_AND_RUN, *_ENRICHED])
+    assert _version(where) == 6
+
+    client = await open_sheet(False)
+    assert await client.pace_series("r0", 60, 2.0) is None
+    await _everything_is_there(client)
+    assert _version(where) == 6
+
+    worker = await open_sheet(True)
+    await _everything_is_there(worker)
+    assert _version(where) == SCHEMA.latest == 7
+    assert await worker.pace_series("r0", 60, 2.0) is None
+    await worker.write_pace(
+        [
+            PaceSample("r0", "w1", 12.0, 2.0, "mailfox", 5, 1, 4.0, "catalog"),
+            PaceSample("r0", "w2", 12.0, 2.0, "mailfox", 3, 0, 4.0, "catalog"),
+        ]
+    )
+    series = await worker.pace_series("r0", 60, 2.0)
+    assert series is not None
+    assert [(p.provider, p.calls, p.limited, p.rate_rps) for p in series.points] == [
+        ("mailfox", 8, 1, 4.0)
+    ]
+    # The client that opened the older store sees the table once it is there.
+    later = await open_sheet(False)
+    found = await later.pace_series("r0", 60, 2.0)
+    assert found is not None and found.points == series.points
 
 
 async def test_a_client_finds_no_sheet_where_no_worker_made_one(

@@ -22,6 +22,7 @@ from playline.stores.sheet import RowResult, RunRow, SheetStore
 from playline.stores.sheet_ledger import SheetLedger
 from playline.webview import ExportChoice, RunSummary, check_exposure, sheet_link, webview_app
 from playline.webview.charts import read_charts
+from playline.webview.desk import RunEstimate
 from playline.webview.outcomes import cell_outcome, row_status
 from playline.webview.sheet_pages import SheetQuery, read_page
 
@@ -106,6 +107,7 @@ async def fill(sheet: SheetStore, rows: int = ROWS) -> None:
 class Desk:
     def __init__(self) -> None:
         self.acted: list[tuple[str, str, float | None]] = []
+        self.estimated: RunEstimate | None = None
         self.summary = RunSummary(
             "wf-1",
             "r1",
@@ -139,6 +141,9 @@ class Desk:
     async def export(self, workflow_id: str, path: Path, choice: ExportChoice) -> int:
         path.write_text("id\nL0000\n")
         return 1
+
+    async def estimate(self, run: RunSummary) -> RunEstimate | None:
+        return self.estimated
 
 
 @pytest.fixture
