@@ -161,6 +161,7 @@ def simulate(
     stall_share: float = 0.0,
     wire_late_share: float = 0.002,
     stamp: bool = True,
+    path_s: float = 0.0,
     governor: Callable[[Callable[[], float]], Governor] | None = None,
     provider: SimProvider | None = None,
 ) -> SimResult:
@@ -169,7 +170,9 @@ def simulate(
     ``stall_share``: the share of calls after which the worker's event loop stalls for
     20-60 ms (a busy machine): every call due meanwhile leaves when it ends, together.
     ``wire_late_share``: the share of calls delayed 2-10 ms after they left (unseen by
-    the worker); ``stamp``: whether the call path stamps its sends.
+    the worker); ``stamp``: whether the call path stamps its sends; ``path_s``: how long
+    every call takes from its permit to the wire besides (a receipt written first,
+    the request built).
     ``governor`` builds the governor from the loop's clock (default: one key, ``acme``,
     paced as the catalog says); ``provider`` may be passed to keep its state between
     runs (a second run against the same provider).
@@ -188,7 +191,7 @@ def simulate(
     async def call() -> bool:
         """One call; whether the provider admitted it."""
         async with gov.permit(["acme"]) as permit:
-            delay = _send_delay(rng, late_share)
+            delay = path_s + _send_delay(rng, late_share)
             delay = max(delay, stalled_until[0] - loop.time() + delay / 10)
             if stall_share and rng.random() < stall_share:
                 stalled_until[0] = loop.time() + rng.uniform(0.02, 0.06)

@@ -61,6 +61,7 @@ import contextlib
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -104,6 +105,8 @@ NO_BURST_MARGIN = 0.96
 #: The least part of a key's rate a worker keeps while the fleet's higher classes or
 #: other keys are owed the rest: a trickle, so its own calls are never starved.
 MIN_FLEET_PART = 0.02
+#: How many recent admission-to-wire times a key keeps (see ``_lead``).
+PATH_SAMPLES = 32
 #: How long a key's other calls wait for its first call's answer at most.
 FIRST_ANSWER_WAIT_S = 1.0
 #: How soon a key blocked by a reported quota looks again while answers are due.
@@ -156,6 +159,9 @@ class _KeyState:
     #: when its last call left (the event loop's clock): a key without a local burst
     #: spaces the next from then, not from its token (see ``Governor._wait_spacing``)
     sent_at: float = -math.inf
+    #: how long its recent calls took from admission to leaving (stamped by the
+    #: transport): the next call is admitted that much before it is due to leave
+    paths: deque[float] = field(default_factory=lambda: deque(maxlen=PATH_SAMPLES))
     #: calls waiting to be dispatched, by fairness key (at the slots, the turn or a
     #: fleet ticket), the share they count for and when one last waited: what this
     #: worker tells the fleet (``Governor.waiting_shares``)
@@ -447,9 +453,10 @@ class Governor:
             state.steer.on_sent(now)
             state.sent_at = asyncio.get_running_loop().time()
             tickets.append(_Ticket(state.search.epoch, state.in_flight))
+        admitted = asyncio.get_running_loop().time()
         try:
             # The transport stamps when the request really leaves (see pacing.sending).
-            with sending_stamp(lambda: _left(states)):
+            with sending_stamp(lambda: _left(states, admitted)):
                 yield Permit(self, keys, tuple(tickets), now)
         finally:
             for state in states:
@@ -514,7 +521,7 @@ class Governor:
         while True:
             now = self._clock()
             due = [
-                state.sent_at + 1 / state.pace_rate(now)
+                state.sent_at + _interval_less_lead(state, 1 / state.pace_rate(now))
                 for state in states
                 if state.limiter.max_rate <= 1  # no local burst: spaced one by one
             ]
@@ -1036,12 +1043,26 @@ class Governor:
             limiter.reconfigure(rate, burst)
 
 
-def _left(states: Sequence[_KeyState]) -> None:
-    """A permit's request is being written now: its keys space their next call from
-    here (a call that left late pushes the next one, see ``Governor._wait_spacing``)."""
+def _left(states: Sequence[_KeyState], admitted: float) -> None:
+    """A permit's request (admitted at ``admitted``, the loop's clock) is being written
+    now: its keys space their next call from here (a call that left late pushes the
+    next one, see ``Governor._wait_spacing``), and learn how long a call takes from
+    admission to the wire."""
     now = asyncio.get_running_loop().time()
     for state in states:
         state.sent_at = max(state.sent_at, now)
+        state.paths.append(now - admitted)
+
+
+def _interval_less_lead(state: _KeyState, interval: float) -> float:
+    """How long after the last call left to admit a no-burst key's next one, so that
+    it *leaves* ``interval`` after it: less the quickest of the key's recent
+    admission-to-wire times (the next call takes at least about that; spaced from the
+    last one's departure without it, every call's own path would be added to the
+    interval), and less no more than half an interval."""
+    if len(state.paths) < PATH_SAMPLES // 4:
+        return interval
+    return interval - min(min(state.paths), 0.5 * interval)
 
 
 def _limit_source(state: _KeyState, now: float) -> str:
