@@ -1111,10 +1111,12 @@ def write_strict_results(
     seconds: float,
     others: list[Result],
     rows: int,
+    section: str = "issue17-matrix",
 ) -> None:
-    """Replace the text between the issue-17 markers of RESULTS.md with this run
+    """Replace the text between the ``section`` markers of RESULTS.md (issue 17's, or
+    with ``--section issue34-regression`` issue 34's regression check) with this run
     (with the issue-8 cells that ran beside it, when they were not the whole matrix)."""
-    begin, end = "<!-- issue17-matrix:begin -->", "<!-- issue17-matrix:end -->"
+    begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
     beside = []
     if others:
         beside = [
@@ -1338,7 +1340,8 @@ async def main_async(args: argparse.Namespace) -> int:
         if small_runs:
             write_smallburst_results(command, stamp, small_runs, issue17_runs, others, rows)
         elif issue17_runs:
-            write_strict_results(command, stamp, issue17_runs, seconds, others, rows)
+            section = "issue17-matrix" if args.section == "auto" else args.section
+            write_strict_results(command, stamp, issue17_runs, seconds, others, rows, section)
         print(f"table written to {RESULTS.relative_to(REPO)}")
     return 0
 
@@ -1361,6 +1364,13 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per cell")
     parser.add_argument("--keep", action="store_true", help="keep the temp work directory")
     parser.add_argument("--write", action="store_true", help="write the table into RESULTS.md")
+    parser.add_argument(
+        "--section",
+        choices=["auto", "issue34-regression"],
+        default="auto",
+        help="where --write puts issue 17's cells: their own section (auto) or issue 34's "
+        "regression check (the slow and stacked cells run again beside issue 34's)",
+    )
     return asyncio.run(main_async(parser.parse_args()))
 
 

@@ -10,9 +10,14 @@ waits, the loop jumps to the next timer instead of sleeping. So a minute of call
 The provider is a strict GCRA (ITU-T virtual scheduling, no slack, as the benchmark's
 ``StrictLimits``): ``rate`` per second, ``burst`` back to back, a refusal answered at
 once with ``Retry-After`` in whole seconds (at least 1). Between the governor and it:
-a send delay (the event loop and the network: a small jitter, now and then a late
-call), the provider's latency for admitted calls (uniform), a quick answer for
-refused ones.
+a send delay in two parts, the provider's latency for admitted calls (uniform), a
+quick answer for refused ones. The first part of the delay is the worker's (its event
+loop: a small jitter, now and then a late call, a stall); at its end the call path
+stamps the send (``playline.pacing.sending.note_sending``, as the HTTP client does
+just before writing the request; ``stamp=False`` leaves it out). The second part
+happens after the stamp, where the worker cannot see it (the network, the provider's
+own event loop): a small jitter and, for ``wire_late_share`` of the calls, 2-10 ms
+more.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from playline.pacing.governor import Governor
 from playline.pacing.policy import PacingPolicy
+from playline.pacing.sending import note_sending
 
 __all__ = ["SimProvider", "SimResult", "simulate"]
 
@@ -123,14 +129,22 @@ class SimResult:
 
 
 def _send_delay(rng: random.Random, late_share: float) -> float:
-    """The event loop and the network: under a millisecond, now and then 4-20 ms late.
+    """The worker's event loop: under a millisecond, now and then 4-20 ms late.
 
     Shaped on the benchmark machine's loopback: a bare client spacing calls 52 ms apart
     saw server-side gaps of 50.8 ms at the 1 % quantile and 48.9 ms at the 0.1 %.
     """
-    delay = 0.0005 + rng.expovariate(1 / 0.0003)
+    delay = 0.0003 + rng.expovariate(1 / 0.0002)
     if rng.random() < late_share:
         delay += rng.uniform(0.004, 0.020)
+    return delay
+
+
+def _wire_delay(rng: random.Random, late_share: float) -> float:
+    """After the stamp (the network, the provider's event loop): unseen by the worker."""
+    delay = 0.0002 + rng.expovariate(1 / 0.0001)
+    if rng.random() < late_share:
+        delay += rng.uniform(0.002, 0.010)
     return delay
 
 
@@ -145,6 +159,9 @@ def simulate(
     seed: int = 1,
     late_share: float = 0.005,
     stall_share: float = 0.0,
+    wire_late_share: float = 0.002,
+    stamp: bool = True,
+    path_s: float = 0.0,
     governor: Callable[[Callable[[], float]], Governor] | None = None,
     provider: SimProvider | None = None,
 ) -> SimResult:
@@ -152,6 +169,10 @@ def simulate(
 
     ``stall_share``: the share of calls after which the worker's event loop stalls for
     20-60 ms (a busy machine): every call due meanwhile leaves when it ends, together.
+    ``wire_late_share``: the share of calls delayed 2-10 ms after they left (unseen by
+    the worker); ``stamp``: whether the call path stamps its sends; ``path_s``: how long
+    every call takes from its permit to the wire besides (a receipt written first,
+    the request built).
     ``governor`` builds the governor from the loop's clock (default: one key, ``acme``,
     paced as the catalog says); ``provider`` may be passed to keep its state between
     runs (a second run against the same provider).
@@ -170,11 +191,14 @@ def simulate(
     async def call() -> bool:
         """One call; whether the provider admitted it."""
         async with gov.permit(["acme"]) as permit:
-            delay = _send_delay(rng, late_share)
+            delay = path_s + _send_delay(rng, late_share)
             delay = max(delay, stalled_until[0] - loop.time() + delay / 10)
             if stall_share and rng.random() < stall_share:
                 stalled_until[0] = loop.time() + rng.uniform(0.02, 0.06)
             await asyncio.sleep(delay)
+            if stamp:
+                note_sending()
+            await asyncio.sleep(_wire_delay(rng, wire_late_share))
             sent = loop.time()
             retry_after = sim.admit(sent)
             if retry_after is not None:

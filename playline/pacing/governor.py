@@ -61,6 +61,7 @@ import contextlib
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -72,10 +73,12 @@ from playline.pacing.fair import ANONYMOUS, FORGET_AFTER_S, SHARE, FairOrder, Sh
 from playline.pacing.gate import WORK_STARTED, ResizableGate
 from playline.pacing.headers import RateLimitReport
 from playline.pacing.limiter import AdjustableLimiter
+from playline.pacing.margin import PacingMargin
 from playline.pacing.measure import EPSILON_S, Ewma, little_width
 from playline.pacing.pacer import KeyBlocked
 from playline.pacing.policy import Limits, PacingPolicy
 from playline.pacing.search import RateLimitOutcome, RateSearch, SearchConfig
+from playline.pacing.sending import sending_stamp
 
 if TYPE_CHECKING:
     from playline.pacing.fleet_store import FleetPacer, LearnedLimit
@@ -96,15 +99,14 @@ PACING_MARGIN = 0.98
 #: sooner than ``1 / rate`` after the last) has no bucket to absorb those clumps: the
 #: spacing itself must, so such a key starts further below its rate.
 NO_BURST_MARGIN = 0.96
-#: A 429 at a rate proven clean (the search's "noise": calls that left evenly spaced
-#: arrived bunched) takes this much more margin, down to ``MIN_MARGIN``...
-MARGIN_STEP = 0.01
-MIN_MARGIN = 0.90
-#: ...and every this many seconds without a 429 gives a step of it back.
-MARGIN_RELAX_S = 60.0
+#: From there the margin follows the "noise" 429s (refusals at a rate proven clean:
+#: calls that left evenly spaced arrived bunched), by their measured share of the calls
+#: sent: see :class:`~playline.pacing.margin.PacingMargin` (0.90-0.98).
 #: The least part of a key's rate a worker keeps while the fleet's higher classes or
 #: other keys are owed the rest: a trickle, so its own calls are never starved.
 MIN_FLEET_PART = 0.02
+#: How many recent admission-to-wire times a key keeps (see ``_lead``).
+PATH_SAMPLES = 32
 #: How long a key's other calls wait for its first call's answer at most.
 FIRST_ANSWER_WAIT_S = 1.0
 #: How soon a key blocked by a reported quota looks again while answers are due.
@@ -153,11 +155,13 @@ class _KeyState:
     successes: int = 0
     failures: int = 0
     #: how far below the rate in force the limiter runs (see ``PACING_MARGIN``)
-    margin: float = PACING_MARGIN
-    margin_at: float = 0.0
+    steer: PacingMargin = field(default_factory=lambda: PacingMargin(PACING_MARGIN))
     #: when its last call left (the event loop's clock): a key without a local burst
     #: spaces the next from then, not from its token (see ``Governor._wait_spacing``)
     sent_at: float = -math.inf
+    #: how long its recent calls took from admission to leaving (stamped by the
+    #: transport): the next call is admitted that much before it is due to leave
+    paths: deque[float] = field(default_factory=lambda: deque(maxlen=PATH_SAMPLES))
     #: calls waiting to be dispatched, by fairness key (at the slots, the turn or a
     #: fleet ticket), the share they count for and when one last waited: what this
     #: worker tells the fleet (``Governor.waiting_shares``)
@@ -171,6 +175,10 @@ class _KeyState:
     #: the catalog's, from the start)
     limit_source: str = FROM_CATALOG
     limit_since: float | None = None
+
+    @property
+    def margin(self) -> float:
+        return self.steer.value
 
     def rate_in_force(self, now: float) -> float:
         return self._lowest([self.search.rate], now)
@@ -442,10 +450,14 @@ class Governor:
             queued = state.waiting > state.gate.waiting
             state.search.on_dispatch(now, backlogged=held or queued)
             state.budget.on_dispatch(now)
+            state.steer.on_sent(now)
             state.sent_at = asyncio.get_running_loop().time()
             tickets.append(_Ticket(state.search.epoch, state.in_flight))
+        admitted = asyncio.get_running_loop().time()
         try:
-            yield Permit(self, keys, tuple(tickets), now)
+            # The transport stamps when the request really leaves (see pacing.sending).
+            with sending_stamp(lambda: _left(states, admitted)):
+                yield Permit(self, keys, tuple(tickets), now)
         finally:
             for state in states:
                 state.in_flight -= 1
@@ -509,7 +521,7 @@ class Governor:
         while True:
             now = self._clock()
             due = [
-                state.sent_at + 1 / state.pace_rate(now)
+                state.sent_at + _interval_less_lead(state, 1 / state.pace_rate(now))
                 for state in states
                 if state.limiter.max_rate <= 1  # no local burst: spaced one by one
             ]
@@ -596,7 +608,7 @@ class Governor:
             grew = state.search.on_accepted(now, dispatched_at, ticket.epoch)
             if state.search.learned_at == now:
                 self._learned(key, state)
-            if self._relax_margin(state, now) and not grew:
+            if state.steer.relax(now, _margin_ceiling(state)) and not grew:
                 self._sync_limiter(state)
             if grew:
                 self._sync_limiter(state)
@@ -688,9 +700,12 @@ class Governor:
                 log.debug("pacing key %s: 429 from a call sent before the last cut", key)
                 continue
             if outcome is RateLimitOutcome.NOISE:
-                # Evenly spaced calls arrived bunched: space them further apart.
-                state.margin = max(MIN_MARGIN, state.margin - MARGIN_STEP)
-            state.margin_at = now
+                # Evenly spaced calls arrived bunched: more margin if that is no longer
+                # an isolated refusal (their share of the calls sent says so).
+                if state.steer.on_noise(now):
+                    log.info("pacing key %s: pacing margin now %.3f", key, state.margin)
+            else:
+                state.steer.hold(now)  # a cut: the margin relaxes only once it is clean
             self._sync_limiter(state)
             pause_s = search.pause_remaining(now)
             log.warning(
@@ -743,16 +758,6 @@ class Governor:
             # spaces the next call from its answer, not from when it left.
             with contextlib.suppress(RuntimeError):  # no running loop: nothing to space
                 state.sent_at = asyncio.get_running_loop().time()
-
-    @staticmethod
-    def _relax_margin(state: _KeyState, now: float) -> bool:
-        """Give back a step of margin after a long clean period; whether it changed."""
-        base = _base_margin(state.policy)
-        if state.margin >= base or now - state.margin_at < MARGIN_RELAX_S:
-            return False
-        state.margin = min(base, state.margin + MARGIN_STEP)
-        state.margin_at = now
-        return True
 
     def _probe_gate(self, state: _KeyState, now: float) -> None:
         """Probe a learnt concurrency cap one wider once it has been clean long enough."""
@@ -828,7 +833,7 @@ class Governor:
             state.concurrency.reset(policy.max_concurrency)  # forget the learnt cap
         state.gate.resize(state.concurrency.limit)
         if policy.burst != old.burst:
-            state.margin = _base_margin(policy)
+            state.steer.reset(_base_margin(policy))
         self._sync_limiter(state)
         log.info(
             "pacing key %s limits set: %g rps, burst %d, windows %s, max concurrency %d",
@@ -1011,7 +1016,7 @@ class Governor:
             state = _KeyState(
                 key=key,
                 policy=policy,
-                margin=_base_margin(policy),
+                steer=PacingMargin(_base_margin(policy)),
                 search=RateSearch(policy.rps, policy.min_rps, self._search_config),
                 limiter=AdjustableLimiter(policy.rps, _local_burst(policy.burst)),
                 gate=ResizableGate(policy.max_concurrency, self._fair_order()),
@@ -1038,6 +1043,28 @@ class Governor:
             limiter.reconfigure(rate, burst)
 
 
+def _left(states: Sequence[_KeyState], admitted: float) -> None:
+    """A permit's request (admitted at ``admitted``, the loop's clock) is being written
+    now: its keys space their next call from here (a call that left late pushes the
+    next one, see ``Governor._wait_spacing``), and learn how long a call takes from
+    admission to the wire."""
+    now = asyncio.get_running_loop().time()
+    for state in states:
+        state.sent_at = max(state.sent_at, now)
+        state.paths.append(now - admitted)
+
+
+def _interval_less_lead(state: _KeyState, interval: float) -> float:
+    """How long after the last call left to admit a no-burst key's next one, so that
+    it *leaves* ``interval`` after it: less the quickest of the key's recent
+    admission-to-wire times (the next call takes at least about that; spaced from the
+    last one's departure without it, every call's own path would be added to the
+    interval), and less no more than half an interval."""
+    if len(state.paths) < PATH_SAMPLES // 4:
+        return interval
+    return interval - min(min(state.paths), 0.5 * interval)
+
+
 def _limit_source(state: _KeyState, now: float) -> str:
     """How the rate in force was learnt: the provider's headers when they bind it."""
     reported = state.budget.rate(now)
@@ -1055,6 +1082,14 @@ def _fair(gate: ResizableGate) -> FairOrder:
 def _base_margin(policy: PacingPolicy) -> float:
     """The margin a key starts with: more for a provider that allows no burst."""
     return NO_BURST_MARGIN if policy.burst <= 1 else PACING_MARGIN
+
+
+def _margin_ceiling(state: _KeyState) -> float:
+    """How close to its rate a clean key may be paced: as close as the margin allows
+    while its rate is the catalog's; once the search has learnt a limit from 429s, no
+    closer than the key's base margin (the rate it proved clean was proven *with* that
+    margin: paced closer, it would send above what was proven)."""
+    return PACING_MARGIN if state.search.upper is None else _base_margin(state.policy)
 
 
 def _local_burst(burst: int) -> int:

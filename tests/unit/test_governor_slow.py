@@ -15,6 +15,8 @@ from playline.pacing.governor import Governor, Permit
 from playline.pacing.measure import DispatchLog
 from playline.pacing.policy import Limits, PacingPolicy
 from playline.pacing.search import RateSearch, SearchConfig
+from playline.pacing.sending import note_sending
+from tests.gcra_sim import VirtualLoop
 
 
 class Clock:
@@ -324,7 +326,7 @@ async def test_a_provider_without_burst_is_paced_further_below_its_rate() -> Non
     assert roomy.snapshot()["acme"]["pacing_margin"] == 0.98
 
 
-async def test_a_429_at_a_proven_rate_spaces_the_calls_further_apart() -> None:
+async def test_noise_429s_widen_the_margin_only_as_a_steady_share() -> None:
     clock = Clock()
     gov = Governor(
         {"acme": PacingPolicy(rps=20, burst=4, max_concurrency=8)},
@@ -332,20 +334,62 @@ async def test_a_429_at_a_proven_rate_spaces_the_calls_further_apart() -> None:
         search=SearchConfig(jitter_fraction=0.0),
     )
     await warm(gov, 0.05)
-    for _ in range(60):  # a clean minute at the catalog's rate: proven
+
+    async def clean(calls: int) -> None:
+        for _ in range(calls):
+            clock.now += 0.05
+            async with gov.permit(["acme"]) as permit:
+                permit.record_success(0.05)
+
+    async def refused() -> None:
         clock.now += 0.05
         async with gov.permit(["acme"]) as permit:
-            permit.record_success(0.05)
-    clock.now += 0.05
-    async with gov.permit(["acme"]) as permit:
-        permit.record_rate_limited(1.0)  # noise: calls left evenly, arrived bunched
+            permit.record_rate_limited(1.0)  # noise: calls left evenly, arrived bunched
+
+    await clean(60)  # clean seconds at the catalog's rate: proven
+    await refused()
     snap = gov.snapshot()["acme"]
     assert (snap["noise"], snap["rate_rps"]) == (1, 20)
-    assert snap["pacing_margin"] == pytest.approx(0.97)
-    clock.now += 61.0
-    async with gov.permit(["acme"]) as permit:
-        permit.record_success(0.05)
-    assert gov.snapshot()["acme"]["pacing_margin"] == pytest.approx(0.98)  # given back
+    assert snap["pacing_margin"] == pytest.approx(0.98)  # one refusal moves nothing
+    for _ in range(2):  # three within half a minute of ~200 calls: a steady share
+        await clean(60)
+        await refused()
+    snap = gov.snapshot()["acme"]
+    assert (snap["noise"], snap["rate_rps"]) == (3, 20)
+    widened = snap["pacing_margin"]
+    assert widened < 0.975
+    clock.now += 16.0  # a clean quarter of a minute gives a step back
+    await clean(1)
+    assert gov.snapshot()["acme"]["pacing_margin"] == pytest.approx(widened + 0.01)
+
+
+@pytest.mark.parametrize("stamped", [True, False])
+def test_a_late_send_pushes_the_next_call_of_a_key_without_burst(stamped: bool) -> None:
+    """A call that left late (stamped by the transport) spaces the next from then; a
+    call path that does not stamp is spaced from its admission. On a virtual clock."""
+    loop = VirtualLoop()
+    gov = Governor({"acme": PacingPolicy(rps=20, burst=1, max_concurrency=8)}, clock=loop.time)
+
+    async def two_calls() -> float:
+        async with gov.permit(["acme"]) as permit:  # the first answer
+            permit.record_success(0.01)
+        async with gov.permit(["acme"]) as permit:
+            admitted = loop.time()
+            await asyncio.sleep(0.03)  # admitted on time, left 30 ms later
+            if stamped:
+                note_sending()
+            permit.record_success(0.01)
+        async with gov.permit(["acme"]) as permit:
+            permit.record_success(0.01)
+            return loop.time() - admitted
+
+    try:
+        gap = loop.run_until_complete(two_calls())
+    finally:
+        loop.close()
+    interval = 1 / (20 * 0.96)  # the key's rate at its no-burst margin
+    expected = 0.03 + interval if stamped else interval
+    assert gap == pytest.approx(expected, abs=0.002)
 
 
 def test_a_429_that_answers_a_raise_is_not_noise() -> None:
