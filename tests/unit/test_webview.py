@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,19 +154,26 @@ async def sheet(tmp_path: Path) -> AsyncIterator[SheetStore]:
     await store.close()
 
 
-@pytest.fixture
-def client(tmp_path: Path, sheet: SheetStore) -> Iterator[tuple[TestClient, Desk]]:
-    desk = Desk()
+def sheet_reader(path: Path) -> Callable[[], contextlib.AbstractAsyncContextManager[SheetStore]]:
+    """How the view opens the store: read-only, a reader per request, as ``playline ui`` does."""
 
     @contextlib.asynccontextmanager
     async def open_sheet() -> AsyncIterator[SheetStore]:
-        reader = SheetLedger.in_file(tmp_path / "sheet.db", create=False)
+        reader = SheetLedger.in_file(path, create=False)
         try:
             yield reader
         finally:
             await reader.close()
 
-    app = webview_app(desk, open_sheet, token="s3cret", hosts=["testserver"])
+    return open_sheet
+
+
+@pytest.fixture
+def client(tmp_path: Path, sheet: SheetStore) -> Iterator[tuple[TestClient, Desk]]:
+    desk = Desk()
+    app = webview_app(
+        desk, sheet_reader(tmp_path / "sheet.db"), token="s3cret", hosts=["testserver"]
+    )
     with TestClient(app, client=LOCAL) as test_client:
         yield test_client, desk
 

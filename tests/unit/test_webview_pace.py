@@ -8,7 +8,6 @@ answers ``snapshot()`` (the recorder reads nothing else of it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,7 +32,7 @@ from playline.webview.pace_chart import (
     PACE_WIDTH,
     draw_pace,
 )
-from tests.unit.test_webview import LOCAL, RUN, Desk, fill
+from tests.unit.test_webview import LOCAL, RUN, Desk, fill, sheet_reader
 
 
 def sample(worker: str, at: float, provider: str, calls: int, limited: int = 0, **kw: Any) -> Any:
@@ -231,16 +230,7 @@ async def test_the_charts_page_shows_the_pace_and_the_estimate(
     tmp_path: Path, sheet: SheetStore
 ) -> None:
     desk = Desk()
-
-    @contextlib.asynccontextmanager
-    async def open_sheet() -> AsyncIterator[SheetStore]:
-        reader = SheetLedger.in_file(tmp_path / "sheet.db", create=False)
-        try:
-            yield reader
-        finally:
-            await reader.close()
-
-    app = webview_app(desk, open_sheet, hosts=["testserver"])
+    app = webview_app(desk, sheet_reader(tmp_path / "sheet.db"), hosts=["testserver"])
     with TestClient(app, client=LOCAL) as http:
         page = http.get("/charts?id=wf-1").text
         assert "No provider call sampled" in page and "No estimate of this play" in page
