@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import quote
 
-from playline.calls.catalog import JobSpec
+from playline.calls.catalog import JobSpec, ToolSpec
 from playline.freshness import dig
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "named_job_id",
     "put",
     "read_state",
+    "status_call",
     "status_request",
 ]
 
@@ -71,6 +72,26 @@ def status_request(spec: JobSpec, job_id: str) -> tuple[str, dict[str, Any]]:
         return value
 
     return path, fill(spec.status_body) if spec.status_body is not None else {}
+
+
+def status_call(tool: ToolSpec, job_id: str) -> tuple[ToolSpec, dict[str, Any]]:
+    """The tool and payload that poll job ``job_id`` of ``tool``'s job: the status
+    method and path, sent with a key, and no match or error rules of the submit's (a
+    status answer is judged by the job's states, not the tool's)."""
+    spec = tool.job
+    assert spec is not None
+    path, payload = status_request(spec, job_id)
+    status_tool = tool.model_copy(
+        update={
+            "method": spec.status_method,
+            "path": path,
+            "job": None,
+            "idempotency": "key",
+            "no_match_status": (),
+            "error_field": None,
+        }
+    )
+    return status_tool, payload
 
 
 def job_id_of(spec: JobSpec, answer: Any) -> str | None:

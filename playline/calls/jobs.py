@@ -65,7 +65,7 @@ from playline.calls.job_status import (
     member_results,
     put,
     read_state,
-    status_request,
+    status_call,
     submit_body,
 )
 from playline.calls.outcome import Ambiguous, Answered, CallOutcome, Failed, Parked
@@ -316,18 +316,7 @@ class JobDispatcher(QueueingDispatcher[_Queued]):
         """Ask the provider for the job's status and keep the answer."""
         spec = tool.job
         assert spec is not None and job.job_id is not None
-        path, payload = status_request(spec, job.job_id)
-        status_tool = tool.model_copy(
-            update={
-                "method": spec.status_method,
-                "path": path,
-                "job": None,
-                "idempotency": "key",
-                # A status answer is judged by the job's rules (its states), not the tool's.
-                "no_match_status": (),
-                "error_field": None,
-            }
-        )
+        status_tool, payload = status_call(tool, job.job_id)
         outcome = await self._sender.send(
             Request(
                 status_tool,

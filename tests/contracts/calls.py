@@ -24,7 +24,7 @@ from playline.calls.job_status import (
     job_id_of,
     member_results,
     read_state,
-    status_request,
+    status_call,
     submit_body,
 )
 from playline.errors import (
@@ -104,17 +104,7 @@ async def _job(
     job_id = job_id_of(spec, answer)
     if job_id is None:
         return Observed("transient", error=f"the submit's answer has no job id at {spec.job_id!r}")
-    path, status_payload = status_request(spec, job_id)
-    status_tool = tool.model_copy(
-        update={
-            "method": spec.status_method,
-            "path": path,
-            "job": None,
-            "idempotency": "key",
-            "no_match_status": (),
-            "error_field": None,
-        }
-    )
+    status_tool, status_payload = status_call(tool, job_id)
     for at in range(polls):
         try:
             status = await client.send(
