@@ -292,6 +292,19 @@ def _insert(where: str, rows: list[tuple[str, list[Any]]]) -> None:
             pg.execute(sql.format_map(names).replace("?", "%s"), params)
 
 
+async def _create_with(where: str, old: type[SheetLedger]) -> None:
+    """Create the store at ``where`` with an older version's schema (``old``), empty."""
+    if _postgres(where):
+        pool = await PostgresPool.open(where)
+        before = old.in_database(pool)
+    else:
+        before = old.in_file(where)
+    await before.open()
+    await before.close()
+    if _postgres(where):
+        await pool.close()
+
+
 async def test_a_sheet_from_before_outcomes_gains_them_in_place(
     where: str, open_sheet: Opener
 ) -> None:
@@ -299,15 +312,7 @@ async def test_a_sheet_from_before_outcomes_gains_them_in_place(
     view falls back to reading the run in pages), a worker adds the outcomes column and
     the facts table, the old run still falls back (its rows have no outcomes), and a run
     written now is answered in SQL."""
-    if _postgres(where):
-        pool = await PostgresPool.open(where)
-        before = _BeforeOutcomes.in_database(pool)
-    else:
-        before = _BeforeOutcomes.in_file(where)
-    await before.open()
-    await before.close()
-    if _postgres(where):
-        await pool.close()
+    await _create_with(where, _BeforeOutcomes)
     _insert(where, [*_SOURCE_AND_RUN, *_ENRICHED])
     assert _version(where) == 5
 
@@ -355,15 +360,7 @@ async def test_a_sheet_from_before_pace_samples_gains_their_table_in_place(
     """A version-6 sheet with a run: a client reads it as it is (no pace, its rows and
     charts as before), a worker adds the pace table and the run's samples are kept and
     summed from then on."""
-    if _postgres(where):
-        pool = await PostgresPool.open(where)
-        before = _BeforePace.in_database(pool)
-    else:
-        before = _BeforePace.in_file(where)
-    await before.open()
-    await before.close()
-    if _postgres(where):
-        await pool.close()
+    await _create_with(where, _BeforePace)
     _insert(where, [*_SOURCE_AND_RUN, *_ENRICHED])
     assert _version(where) == 6
 
