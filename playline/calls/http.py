@@ -40,7 +40,6 @@ from playline.errors import (
 )
 from playline.pacing.headers import RateLimitReport, parse_rate_limit
 from playline.pacing.headers import parse_retry_after as _parse_retry_after
-from playline.pacing.sending import note_sending
 
 __all__ = ["REDACTED", "Exchange", "ProviderClient", "SecretScrubber", "parse_retry_after"]
 
@@ -230,7 +229,6 @@ class ProviderClient:
             )
         try:
             async with asyncio.timeout(timeout):
-                note_sending()  # the governor spaces a no-burst key's next call from here
                 response = await self._http.send(request, stream=True)
                 try:
                     body = await _read_capped(response, provider.max_response_bytes, tool)

@@ -31,6 +31,8 @@ import httpx
 from httpx._types import CertTypes
 from httpx_aiohttp import AiohttpTransport
 
+from playline.pacing.sending import note_sending
+
 __all__ = ["Transport", "make_http_client"]
 
 Transport = Literal["aiohttp", "httpx"]
@@ -58,8 +60,28 @@ def make_http_client(
     """
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive)
     if transport == "httpx":
-        return _CookielessClient(limits=limits, timeout=timeout)
+        # httpcore has no hook at the wire that keeps the task's context: stamped as
+        # the request is handed to the pool (see pacing.sending).
+        hooks = {"request": [_request_leaving]}
+        return _CookielessClient(limits=limits, timeout=timeout, event_hooks=hooks)
     return _AiohttpClient(limits=limits, timeout=timeout)
+
+
+async def _request_leaving(_request: httpx.Request) -> None:
+    note_sending()
+
+
+async def _headers_sent(*_args: object) -> None:
+    """aiohttp wrote a request's headers: the moment a paced call left (see
+    pacing.sending), after any wait for a connection or its setup, in the task that
+    holds the call's permit."""
+    note_sending()
+
+
+def _stamping_trace() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(_headers_sent)
+    return trace
 
 
 class _NoCookies(httpx.Cookies):
@@ -93,7 +115,11 @@ class _Transport(AiohttpTransport):
             local_addr=(self.local_address, 0) if self.local_address else None,
             limit=100 if limit is None else limit,  # aiohttp's default when none is set
         )
-        return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+        return aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trace_configs=[_stamping_trace()],
+        )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:

@@ -28,6 +28,7 @@ from playline.calls.catalog import Catalog, ToolSpec
 from playline.calls.http import ProviderClient
 from playline.calls.transport import Transport, make_http_client
 from playline.errors import ProviderTimeout, ProviderTransientError
+from playline.pacing.sending import sending_stamp
 from playline.provider_server.process import bind_socket
 
 TRANSPORTS: list[Transport] = ["httpx", "aiohttp"]
@@ -38,10 +39,12 @@ class Recorder:
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
         self.slow_started = threading.Event()
+        self.arrived: list[float] = []
 
 
 def make_app(seen: Recorder) -> Starlette:
     async def ok(request: Request) -> Response:
+        seen.arrived.append(time.perf_counter())
         seen.paths.append(request.url.path)
         seen.headers.append(dict(request.headers))
         body = await request.json()
@@ -162,6 +165,25 @@ async def test_headers_and_body_arrive_as_sent(
     assert data == {"echo": {"q": "é"}, "idempotency_key": "idem-1"}
     assert seen.headers[0]["x-api-key"] == "the-key"
     assert seen.headers[0]["accept"] == "application/json"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_transport_stamps_each_request_once_as_it_leaves(
+    plain: str, seen: Recorder, transport: Transport
+) -> None:
+    """The governor spaces a no-burst key's calls from this stamp (pacing.sending): one
+    per request, before the provider has it, the first over a new connection too."""
+    catalog = catalog_for(plain)
+    async with provider_client(catalog, transport) as client:
+        for n in range(3):
+            stamps: list[float] = []
+            with sending_stamp(lambda stamps=stamps: stamps.append(time.perf_counter())):
+                started = time.perf_counter()
+                await client.send(tool(catalog, "ok"), {"n": n}, idempotency_key=f"s{n}")
+            assert len(stamps) == 1
+            assert started <= stamps[0] <= seen.arrived[n]
+        await client.send(tool(catalog, "ok"), {}, idempotency_key="unstamped")  # no permit
+    assert len(seen.arrived) == 4
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
