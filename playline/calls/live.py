@@ -28,7 +28,7 @@ import asyncio
 import hashlib
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from playline.calls.attempt import Attempt
 from playline.calls.bulk import BulkDispatcher
@@ -86,6 +86,7 @@ def _outcome(err: ProviderError) -> str:
     return "transient"
 
 
+@dataclass(eq=False)  # a sender is one attempt's, compared by identity
 class PacedSender:
     """Sends provider requests through the governor; see the module docstring.
 
@@ -97,22 +98,18 @@ class PacedSender:
     it, so a retry reuses the key its idempotency key was first sent with.
     """
 
-    def __init__(
-        self,
-        attempt: Attempt,
-        pacer: Pacer,
-        provider: ProviderClient,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        self._attempt = attempt
-        self._pacer = pacer
-        self.provider = provider
-        self._retry = retry or RetryPolicy()
+    #: the chunk attempt whose leases, stats and metrics the requests go under
+    attempt: Attempt
+    #: the governor that admits each try
+    pacer: Pacer
+    #: the provider HTTP client that sends them
+    provider: ProviderClient
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     async def send(self, request: Request) -> CallOutcome:
         """Send ``request`` (retrying what may be retried); what became of it."""
         tool = request.tool
-        attempt = self._attempt
+        attempt = self.attempt
         failures = conflicts = 0  # conflicts are waited out, not counted as failures
         conflict_deadline: float | None = None
         limited_since: float | None = None
@@ -122,13 +119,13 @@ class PacedSender:
         timeout = self.provider.timeout_s(tool)
         while True:
             if choices and chosen is None:
-                picked = self._pacer.pick([key for key, _ in choices])
+                picked = self.pacer.pick([key for key, _ in choices])
                 chosen = next(choice for choice in choices if choice[0] == picked)
             paced_as = request.pacing_key or tool.provider
             keys = [paced_as] if chosen is None else [paced_as, chosen[0]]
             started = time.monotonic()
             try:
-                permit_cm = self._pacer.permit(keys, park_after_s=attempt.park_after_s)
+                permit_cm = self.pacer.permit(keys, park_after_s=attempt.park_after_s)
                 async with permit_cm as permit:
                     attempt.metrics.governor_wait(tool.provider, time.monotonic() - started)
                     attempt.check_before_dispatch(request.lease_keys, timeout_s=timeout)
@@ -177,31 +174,31 @@ class PacedSender:
                 if now - limited_since < attempt.park_after_s:
                     stats.retries += 1
                     continue
-                wait = max(failure.retry_after_s or 0.0, self._retry.max_delay_s)
+                wait = max(failure.retry_after_s or 0.0, self.retry.max_delay_s)
                 return Parked(
                     ProviderQuotaExhausted(tool.provider, time.time() + wait, tool_id=tool.id)
                 )
             if failure.status in IN_FLIGHT_STATUSES and tool.idempotency == "key":
                 if conflict_deadline is None:
-                    conflict_deadline = now + self._retry.conflict_patience * timeout
+                    conflict_deadline = now + self.retry.conflict_patience * timeout
                 if now < conflict_deadline:
                     conflicts += 1
                     stats.retries += 1
-                    pause = max(self._retry.delay(conflicts), failure.retry_after_s or 0.0)
+                    pause = max(self.retry.delay(conflicts), failure.retry_after_s or 0.0)
                     await asyncio.sleep(min(pause, conflict_deadline - now))
                     continue
             failures += 1
-            if failures >= self._retry.max_attempts:
+            if failures >= self.retry.max_attempts:
                 return Failed(failure)
             stats.retries += 1
             if not isinstance(failure, ProviderRateLimited):
                 # 429s wait on the governor's pause; other transient errors back off here.
-                await asyncio.sleep(max(self._retry.delay(failures), failure.retry_after_s or 0.0))
+                await asyncio.sleep(max(self.retry.delay(failures), failure.retry_after_s or 0.0))
 
     async def _exchange(self, request: Request, chosen: tuple[str, str] | None) -> Exchange:
         """One HTTP request, counted in the provider's account once it went out (or may
         have: a timeout or a cut connection in flight); one that never connected is not."""
-        tool, attempt = request.tool, self._attempt
+        tool, attempt = request.tool, self.attempt
         try:
             exchange = await self.provider.exchange(
                 tool,
@@ -220,9 +217,9 @@ class PacedSender:
         return exchange
 
     def _observe(self, tool: ToolSpec, outcome: str, started: float) -> None:
-        metrics = self._attempt.metrics
+        metrics = self.attempt.metrics
         metrics.call(tool.provider, tool.id, outcome, time.monotonic() - started)
-        metrics.rate(tool.provider, self._pacer.rate_in_force(tool.provider))
+        metrics.rate(tool.provider, self.pacer.rate_in_force(tool.provider))
 
 
 def _preference(choices: list[tuple[str, str]], idempotency_key: str) -> list[tuple[str, str]]:

@@ -175,30 +175,6 @@ class WaterfallResult:
         return default if self.result is None else self.result.get(name, default)
 
 
-def spec_from_code(
-    steps: Sequence[str | Step],
-    *,
-    value: str,
-    accept: AcceptSpec | None = None,
-    validate: ValidateSpec | None = None,
-    on_unavailable: str = "skip",
-    max_credits: float | None = None,
-) -> tuple[WaterfallSpec, list[Step]]:
-    """A waterfall written in code as a spec (for the rules) and its code steps."""
-    code_steps = [Step(s) if isinstance(s, str) else s for s in steps]
-    spec = WaterfallSpec.model_validate(
-        {
-            "steps": [{"tool": s.tool} for s in code_steps],
-            "value": value,
-            "accept": accept or AcceptSpec(),
-            "validate": validate,
-            "on_unavailable": on_unavailable,
-            "max_credits": max_credits,
-        }
-    )
-    return spec, code_steps
-
-
 def _steps_of(spec: WaterfallSpec) -> list[Step]:
     return [_from_spec(step) for step in spec.steps]
 
@@ -466,18 +442,23 @@ def waterfall_of(
     max_credits: float | None = None,
 ) -> tuple[WaterfallSpec, list[Step] | None]:
     """What ``rc.waterfall`` asks for: the catalog's waterfall ``name``, or ``steps``
-    written in code reading ``value`` (with their code steps); a one-line error else."""
+    written in code reading ``value`` as a spec (for the rules) with their code steps;
+    a one-line error else."""
     if steps is None:
         if name is None:
             raise InvalidPlayInput("rc.waterfall needs a catalog waterfall's name or steps")
         return catalog.waterfall(name), None
     if value is None:
         raise InvalidPlayInput("rc.waterfall(steps=...) needs value=: the getter to read")
-    return spec_from_code(
-        steps,
-        value=value,
-        accept=accept,
-        validate=validate,
-        on_unavailable=on_unavailable,
-        max_credits=max_credits,
+    code_steps = [Step(s) if isinstance(s, str) else s for s in steps]
+    spec = WaterfallSpec.model_validate(
+        {
+            "steps": [{"tool": s.tool} for s in code_steps],
+            "value": value,
+            "accept": accept or AcceptSpec(),
+            "validate": validate,
+            "on_unavailable": on_unavailable,
+            "max_credits": max_credits,
+        }
     )
+    return spec, code_steps

@@ -21,7 +21,7 @@ from playline.calls.catalog import Catalog
 from playline.calls.estimate import Unknown
 from playline.calls.provenance import SKIPPED_INPUT, ColumnCalls, cell_provenance, tally
 from playline.calls.runner import ToolResult
-from playline.calls.waterfall import Step, run_waterfall, spec_from_code
+from playline.calls.waterfall import Step, run_waterfall, waterfall_of
 from playline.contract import ChunkInput, ChunkStats, ColumnSpec, DatasetRunState, RunOptions
 from playline.errors import BlankInput, InvalidToolInput, PlaylineError, non_retryable_types
 from playline.stores.sheet import RunRow
@@ -161,7 +161,9 @@ class ValidatingCalls:
 
 async def test_a_blank_step_is_skipped_free_and_the_next_step_with_its_own_input_runs() -> None:
     calls = ValidatingCalls({"find": {"email": "a@x.io"}, "linked": {"email": "l@x.io"}})
-    spec, steps = spec_from_code(
+    spec, steps = waterfall_of(
+        CATALOG,
+        None,
         [
             Step("find", input={"first_name": "Ada", "domain": ""}),
             Step("linked", input={"url": "https://in.example/ada"}),
@@ -180,7 +182,9 @@ async def test_a_blank_step_is_skipped_free_and_the_next_step_with_its_own_input
 
 async def test_a_waterfall_whose_every_step_is_blank_leaves_a_skipped_input_cell() -> None:
     calls = ValidatingCalls({})
-    spec, steps = spec_from_code(
+    spec, steps = waterfall_of(
+        CATALOG,
+        None,
         [Step("find", input={"first_name": "Ada"}), Step("linked", input={"url": None})],
         value="email",
     )
@@ -238,7 +242,9 @@ async def test_an_estimated_blank_call_is_refused_and_counted_nowhere() -> None:
 
 async def test_an_estimated_waterfall_skips_a_blank_step_and_reaches_the_next_in_full() -> None:
     counting = estimating_runner(Reader())
-    spec, steps = spec_from_code(
+    spec, steps = waterfall_of(
+        CATALOG,
+        None,
         [Step("finder", input={"name": ""}), Step("dear", input={"name": "ada"})],
         value="email",
     )

@@ -16,7 +16,7 @@ import pytest
 from playline.calls.catalog import Catalog
 from playline.calls.provenance import ColumnCalls, cell_provenance, tally
 from playline.calls.runner import ToolResult
-from playline.calls.waterfall import Step, run_waterfall, spec_from_code
+from playline.calls.waterfall import Step, run_waterfall, waterfall_of
 from playline.calls.waterfall_spec import AcceptSpec, ValidateSpec, WaterfallSpec
 from playline.contract import ChunkStats
 from playline.errors import ProviderQuotaExhausted, ProviderTransientError
@@ -110,8 +110,8 @@ async def test_no_step_found_a_value_and_the_miss_says_why() -> None:
 
 
 async def test_the_accept_rule_rejects_with_its_reason() -> None:
-    spec, steps = spec_from_code(
-        ["a", "b"], value="email", accept=AcceptSpec(min={"confidence": 50})
+    spec, steps = waterfall_of(
+        CATALOG, None, ["a", "b"], value="email", accept=AcceptSpec(min={"confidence": 50})
     )
     calls = FakeCalls({"a": {"email": "lo@x.io", "score": 20}, "b": {"mail": "ok@x.io"}})
     result = await _run(calls, spec, steps)
@@ -123,7 +123,9 @@ async def test_the_accept_rule_rejects_with_its_reason() -> None:
 
 async def test_a_found_but_invalid_value_moves_on_and_the_verification_is_counted() -> None:
     verdicts = {"bad@x.io": "invalid", "good@x.io": "valid"}
-    spec, steps = spec_from_code(["a", "b"], value="email", validate=ValidateSpec(tool="v"))
+    spec, steps = waterfall_of(
+        CATALOG, None, ["a", "b"], value="email", validate=ValidateSpec(tool="v")
+    )
     calls = FakeCalls(
         {
             "a": {"email": "bad@x.io"},
@@ -144,14 +146,18 @@ async def test_unavailable_providers_are_skipped_or_waited_for_by_policy() -> No
     calls = FakeCalls({"a": blocked, "b": {"mail": "ada@x.io"}})
     result = await _run(calls, CATALOG.waterfall("work"))
     assert [s.outcome for s in result.steps] == ["unavailable", "hit"]
-    spec, steps = spec_from_code(["a", "b"], value="email", on_unavailable="wait")
+    spec, steps = waterfall_of(CATALOG, None, ["a", "b"], value="email", on_unavailable="wait")
     with pytest.raises(ProviderQuotaExhausted):
         await _run(FakeCalls({"a": blocked, "b": {"mail": "x"}}), spec, steps)
 
 
 async def test_a_step_over_the_rows_budget_or_its_condition_is_skipped_unpaid() -> None:
-    spec, steps = spec_from_code(
-        ["a", Step("b", when=lambda row, earlier: False)], value="email", max_credits=0.5
+    spec, steps = waterfall_of(
+        CATALOG,
+        None,
+        ["a", Step("b", when=lambda row, earlier: False)],
+        value="email",
+        max_credits=0.5,
     )
     calls = FakeCalls({"a": {"email": "x"}, "b": {"mail": "y"}})
     result = await _run(calls, spec, steps)
@@ -166,7 +172,7 @@ async def test_a_code_step_input_can_use_the_earlier_steps() -> None:
         seen.append([s.outcome for s in earlier])
         return {"name": "from-code"}
 
-    spec, steps = spec_from_code(["a", Step("b", input=later)], value="email")
+    spec, steps = waterfall_of(CATALOG, None, ["a", Step("b", input=later)], value="email")
     calls = FakeCalls({"a": {"email": None}, "b": {"mail": "z@x.io"}})
     await _run(calls, spec, steps)
     assert seen == [["no_match"]] and calls.calls[1] == ("b", {"name": "from-code"})
