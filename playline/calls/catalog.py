@@ -114,6 +114,8 @@ Idempotency = Literal["key", "natural", "none"]
 RESEND_SAFE: frozenset[str] = frozenset({"key", "natural"})
 #: 4xx statuses about timing or limits, never "no match" (see ``ToolSpec.no_match_status``).
 NOT_A_MISS_STATUSES = frozenset({408, 409, 425, 429})
+#: An ISO 4217 currency code ("USD", "EUR"): what a provider's credit price is in.
+CurrencyCode = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
 #: The largest provider response body a call reads by default (a bulk answer included).
 DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 
@@ -198,7 +200,7 @@ class PlanSpec(SpecModel):
     """the plan's limits of each API key, as the provider's `key_pacing`"""
     credit_price: Annotated[float | None, Field(ge=0)] = None
     """what one credit costs on this plan, as the provider's `credit_price`"""
-    currency: Annotated[str | None, Field(pattern=r"^[A-Z]{3}$")] = None
+    currency: CurrencyCode | None = None
     """the ISO 4217 code the plan's `credit_price` is in (unset: the provider's)"""
 
 
@@ -235,7 +237,7 @@ class ProviderSpec(SpecModel):
     credit_price: Annotated[float | None, Field(ge=0)] = None
     """what one of its credits costs, in `currency` (your plan's price: a credit pack's price over
     its credits); set, estimates, summaries and `runs get` show money next to credits"""
-    currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] = "USD"
+    currency: CurrencyCode = "USD"
     """the ISO 4217 code `credit_price` is in"""
     balance: BalanceSpec | None = None
     """where the provider reports the account's credits left or used (see `playline runs
