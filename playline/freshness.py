@@ -28,9 +28,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
+
+from playline.spec_model import SpecModel
 
 __all__ = [
     "Freshness",
@@ -138,59 +140,27 @@ class PreviousCell:
     outcome: Outcome
 
 
-class Freshness(BaseModel):
-    """How long a value stays fresh, by outcome and by value.
+class Freshness(SpecModel):
+    """How long a value stays fresh, by outcome and by value."""
 
-    Attributes:
-        found: seconds a found value stays fresh (``None``: for ever).
-        no_match: seconds an empty answer stays fresh before it is retried.
-        by_value: durations keyed by the value itself (a column holding a verdict), or
-            by the part ``by`` names (a tool's answer): ``{"invalid": "7d"}``. A key
-            listed here wins over ``found``/``no_match``.
-        by: the part of a (mapping) value whose text picks ``by_value``: a getter name
-            or dotted path (``"status"``).
-        hit: the part of a (mapping) value whose presence makes it ``found``; a tool
-            defaults to its billing rule's ``hit``; unset, the whole value counts.
-        rule: a function registered with ``@playline.resolver``, called as
-            ``rule(value, outcome)`` and returning a duration (or ``None``: for ever);
-            it wins over everything above.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    found: float | None = Field(
-        default=None,
-        ge=0,
-        description='how long a found value stays fresh: seconds or a duration ("90d", "12h", '
-        '"30m", "45s", "2w"); unset: for ever',
-    )
-    no_match: float | None = Field(
-        default=None,
-        ge=0,
-        description="how long an empty answer stays fresh before it is retried (a duration; "
-        "unset: for ever)",
-    )
-    by_value: dict[str, float] = Field(
-        default_factory=dict,
-        description="durations keyed by the value itself, or by the part `by` names: "
-        '`{invalid = "7d"}`; a key listed here wins over `found` and `no_match`',
-    )
-    by: str | None = Field(
-        default=None,
-        description="the part of an answer (a getter name or dotted path) whose text picks "
-        "`by_value`",
-    )
-    hit: str | None = Field(
-        default=None,
-        description="the part of an answer whose presence makes it found (a tool defaults to "
-        "its billing rule's `hit`; unset: the whole answer counts)",
-    )
-    rule: str | None = Field(
-        default=None,
-        description="a function registered with `@playline.resolver`, called as "
-        "`rule(value, outcome)` and returning a duration; it wins over everything else. "
-        "A column's `fresh_for` only: a catalog refuses it",
-    )
+    found: Annotated[float | None, Field(ge=0)] = None
+    """how long a found value stays fresh: seconds or a duration ("90d", "12h", "30m", "45s", "2w");
+    unset: for ever"""
+    no_match: Annotated[float | None, Field(ge=0)] = None
+    """how long an empty answer stays fresh before it is retried (a duration; unset: for ever)"""
+    by_value: dict[str, float] = {}
+    """durations keyed by the value itself (a column holding a verdict), or by the part `by` names
+    (a tool's answer): `{invalid = "7d"}`; a key listed here wins over `found` and `no_match`"""
+    by: str | None = None
+    """the part of an answer (a getter name or dotted path: `"status"`) whose text picks
+    `by_value`"""
+    hit: str | None = None
+    """the part of an answer whose presence makes it found (a tool defaults to its billing rule's
+    `hit`; unset: the whole answer counts)"""
+    rule: str | None = None
+    """a function registered with `@playline.resolver`, called as `rule(value, outcome)` and
+    returning a duration (or `None`: for ever); it wins over everything else. A column's
+    `fresh_for` only: a catalog refuses it"""
 
     @field_validator("found", "no_match", mode="before")
     @classmethod

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import model_validator
 
 from playline.errors import (
     ProviderError,
@@ -33,6 +33,7 @@ from playline.errors import (
     ProviderTransientError,
 )
 from playline.freshness import dig, is_present
+from playline.spec_model import SpecModel
 
 __all__ = ["ErrorFieldSpec", "ErrorKind", "answer_error"]
 
@@ -42,7 +43,7 @@ ErrorKind = Literal["rate_limited", "transient", "rejected"]
 MESSAGE_CHARS = 300
 
 
-class ErrorFieldSpec(BaseModel):
+class ErrorFieldSpec(SpecModel):
     """Where a 200 answer says the call failed, and what each value means.
 
     ``ok`` lists the values that mean the call succeeded; ``when`` maps values of ``field``
@@ -51,30 +52,20 @@ class ErrorFieldSpec(BaseModel):
     string ``error_field = "error"`` is short for ``{ field = "error", any = "rejected" }``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    field: str = Field(description="where the answer says it failed (a dotted path)")
-    ok: tuple[str, ...] = Field(
-        default=(),
-        description="values of `field` that mean the call succeeded (NeverBounce's "
-        '`"success"`), whatever `any` says',
-    )
-    when: dict[str, ErrorKind] = Field(
-        default_factory=dict,
-        description='values of `field` that mean an error, and which: "rate_limited" (retried '
-        'after a pause, like a 429), "transient" (retried, like a 503) or "rejected" (not '
-        "retried, like a 4xx: a bad key, no credits)",
-    )
-    any: ErrorKind | None = Field(
-        default=None,
-        description="the kind of any other present value of `field` (unset: only the values "
-        "in `when` are errors)",
-    )
-    message: str | None = Field(
-        default=None,
-        description="where the answer gives the error's message, quoted in the error (its "
-        "first 300 characters)",
-    )
+    field: str
+    """where the answer says it failed (a dotted path)"""
+    ok: tuple[str, ...] = ()
+    """values of `field` that mean the call succeeded (NeverBounce's `"success"`), whatever `any`
+    says"""
+    when: dict[str, ErrorKind] = {}
+    """values of `field` that mean an error, and which: "rate_limited" (retried after a pause, like
+    a 429), "transient" (retried, like a 503) or "rejected" (not retried, like a 4xx: a bad key, no
+    credits)"""
+    any: ErrorKind | None = None
+    """the kind of any other present value of `field` (unset: only the values in `when` are
+    errors)"""
+    message: str | None = None
+    """where the answer gives the error's message, quoted in the error (its first 300 characters)"""
 
     @model_validator(mode="before")
     @classmethod

@@ -23,35 +23,28 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import model_validator
+
+from playline.spec_model import SpecModel
 
 __all__ = ["BalanceSpec"]
 
 
-class BalanceSpec(BaseModel):
+class BalanceSpec(SpecModel):
     """A provider's balance (or usage) endpoint, read before and after each run."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str = Field(
-        description="the endpoint's path on the provider's base URL (sent with its API key)"
-    )
-    method: Literal["GET", "POST"] = Field(
-        default="GET", description="the HTTP method of the balance request"
-    )
-    remaining: str | None = Field(
-        default=None,
-        description="where the answer holds the credits left (a dotted path): a balance "
-        "that goes down as credits are spent (not with `used`)",
-    )
-    used: str | None = Field(
-        default=None,
-        description="where the answer holds the credits used so far (a dotted path): a "
-        "counter that goes up as credits are spent (not with `remaining`)",
-    )
-    source: str | None = Field(
-        default=None, description="the documentation the endpoint was written from"
-    )
+    path: str
+    """the endpoint's path on the provider's base URL (sent with its API key)"""
+    method: Literal["GET", "POST"] = "GET"
+    """the HTTP method of the balance request"""
+    remaining: str | None = None
+    """where the answer holds the credits left (a dotted path): a balance that goes down as credits
+    are spent (not with `used`)"""
+    used: str | None = None
+    """where the answer holds the credits used so far (a dotted path): a counter that goes up as
+    credits are spent (not with `remaining`)"""
+    source: str | None = None
+    """the documentation the endpoint was written from"""
 
     @model_validator(mode="after")
     def _one_reading(self) -> BalanceSpec:

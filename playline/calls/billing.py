@@ -35,11 +35,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from playline.freshness import is_present
+from playline.spec_model import SpecModel
 
 __all__ = [
     "BillingRule",
@@ -60,47 +61,28 @@ CreditsSource = Literal["provider", "rule"]
 Getter = Callable[[Any, str], Any]
 
 
-class BillingSpec(BaseModel):
+class BillingSpec(SpecModel):
     """A tool's billing rule, and where its provider reports the charge (if it does)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    rule: BillingRule = Field(
-        default="per_request",
-        description='"per_request": `credits` for every answer; "per_hit": `credits` when '
-        'the `hit` value is present, else 0; "refund_on_miss": charged, refunded when `hit` '
-        'is absent (the same net figure as per_hit); "per_field": the sum of `fields` over '
-        "the values present",
-    )
-    credits: float | None = Field(
-        default=None,
-        ge=0,
-        description="the price of a request (per_request) or a hit; unset: the tool's `credits`",
-    )
-    hit: str | None = Field(
-        default=None,
-        description="the value (a getter name or a dotted path) whose presence makes an "
-        "answer a hit (needed by per_hit and refund_on_miss)",
-    )
-    fields: dict[str, float] = Field(
-        default_factory=dict,
-        description="per_field only: the price of each value (getter name or dotted path) "
-        "present in an answer",
-    )
-    free_if: str | None = Field(
-        default=None,
-        description="a value that, when truthy, means the provider did not bill this answer",
-    )
-    charged_header: str | None = Field(
-        default=None,
-        description="a response header holding the credits the provider charged for the "
-        "request; a reported figure wins over the rule",
-    )
-    charged_field: str | None = Field(
-        default=None,
-        description="a field of the response body (dotted path) holding the credits charged "
-        "(the header wins when both are given)",
-    )
+    rule: BillingRule = "per_request"
+    """"per_request": `credits` for every answer; "per_hit": `credits` when the `hit` value is
+    present, else 0; "refund_on_miss": charged, refunded when `hit` is absent (the same net figure
+    as per_hit); "per_field": the sum of `fields` over the values present"""
+    credits: Annotated[float | None, Field(ge=0)] = None
+    """the price of a request (per_request) or a hit; unset: the tool's `credits`"""
+    hit: str | None = None
+    """the value (a getter name or a dotted path) whose presence makes an answer a hit (needed by
+    per_hit and refund_on_miss)"""
+    fields: dict[str, float] = {}
+    """per_field only: the price of each value (getter name or dotted path) present in an answer"""
+    free_if: str | None = None
+    """a value that, when truthy, means the provider did not bill this answer"""
+    charged_header: str | None = None
+    """a response header holding the credits the provider charged for the request; a reported figure
+    wins over the rule"""
+    charged_field: str | None = None
+    """a field of the response body (dotted path) holding the credits charged (the header wins when
+    both are given)"""
 
     @model_validator(mode="after")
     def _check_rule(self) -> BillingSpec:

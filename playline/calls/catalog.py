@@ -78,7 +78,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -104,6 +104,7 @@ from playline.errors import (
 from playline.freshness import Freshness, dig, freshness_of
 from playline.pacing.policy import PacingPolicy
 from playline.sinks.spec import SinkSpec
+from playline.spec_model import SpecModel
 
 _FIELD_TYPES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 
@@ -113,11 +114,13 @@ Idempotency = Literal["key", "natural", "none"]
 RESEND_SAFE: frozenset[str] = frozenset({"key", "natural"})
 #: 4xx statuses about timing or limits, never "no match" (see ``ToolSpec.no_match_status``).
 NOT_A_MISS_STATUSES = frozenset({408, 409, 425, 429})
+#: An ISO 4217 currency code ("USD", "EUR"): what a provider's credit price is in.
+CurrencyCode = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
 #: The largest provider response body a call reads by default (a bulk answer included).
 DEFAULT_MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 
 
-class AuthSpec(BaseModel):
+class AuthSpec(SpecModel):
     """Where a provider's API key(s) come from and where a request carries them.
 
     ``env`` names one environment variable, or several for a provider used
@@ -128,36 +131,21 @@ class AuthSpec(BaseModel):
     (see :mod:`playline.calls.http`).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    env: str | tuple[str, ...] = Field(
-        description="the environment variable holding the API key, or a list of variables "
-        "for a provider used with several keys (accounts): calls are spread across them and "
-        "each key is paced on its own (`<provider>:key=<VARIABLE>`); the key itself is never "
-        "logged or stored"
-    )
-    header: str | None = Field(
-        default=None,
-        description="the request header carrying the key (unset, and no `query`: `Authorization`)",
-    )
-    query: str | None = Field(
-        default=None,
-        min_length=1,
-        description="the query parameter carrying the key instead of a header, for a provider "
-        "that documents no header (ZeroBounce's `api_key`); never with `header` or `scheme`; "
-        "the key is scrubbed from every URL playline logs",
-    )
-    scheme: str | None = Field(
-        default=None,
-        description='a word sent before the key in the header (e.g. "Bearer"); unset sends '
-        "the bare key",
-    )
-    account: str | None = Field(
-        default=None,
-        min_length=1,
-        description="the account the key(s) belong to: receipts are scoped by it instead of by "
-        "the key values, so a rotated or added key keeps them (unset: scoped by the keys)",
-    )
+    env: str | tuple[str, ...]
+    """the environment variable holding the API key, or a list of variables for a provider used with
+    several keys (accounts): calls are spread across them and each key is paced on its own
+    (`<provider>:key=<VARIABLE>`); the key itself is never logged or stored"""
+    header: str | None = None
+    """the request header carrying the key (unset, and no `query`: `Authorization`)"""
+    query: Annotated[str | None, Field(min_length=1)] = None
+    """the query parameter carrying the key instead of a header, for a provider that documents no
+    header (ZeroBounce's `api_key`); never with `header` or `scheme`; the key is scrubbed from every
+    URL playline logs"""
+    scheme: str | None = None
+    """a word sent before the key in the header (e.g. "Bearer"); unset sends the bare key"""
+    account: Annotated[str | None, Field(min_length=1)] = None
+    """the account the key(s) belong to: receipts are scoped by it instead of by the key values, so
+    a rotated or added key keeps them (unset: scoped by the keys)"""
 
     @model_validator(mode="before")
     @classmethod
@@ -191,7 +179,7 @@ class AuthSpec(BaseModel):
 PLAN_KEYS = ("pacing", "key_pacing", "credit_price", "currency")
 
 
-class PlanSpec(BaseModel):
+class PlanSpec(SpecModel):
     """One of a provider's plans: the limits and price that plan comes with.
 
     A preset lists the plans the provider documents (``[providers.X.plans.NAME]``) and
@@ -201,110 +189,66 @@ class PlanSpec(BaseModel):
     wins over the plan's.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    source: str | None = Field(
-        default=None, description="the page the plan's figures were read from"
-    )
-    description: str | None = Field(
-        default=None,
-        description="what the plan is, in a few words (its price, its credits a month, ...)",
-    )
-    pacing: PacingPolicy | None = Field(
-        default=None,
-        description="the plan's limits, as the provider's `pacing` (unset: the provider's "
-        "`pacing`, or playline's defaults)",
-    )
-    key_pacing: PacingPolicy | None = Field(
-        default=None,
-        description="the plan's limits of each API key, as the provider's `key_pacing`",
-    )
-    credit_price: float | None = Field(
-        default=None,
-        ge=0,
-        description="what one credit costs on this plan, as the provider's `credit_price`",
-    )
-    currency: str | None = Field(
-        default=None,
-        pattern=r"^[A-Z]{3}$",
-        description="the ISO 4217 code the plan's `credit_price` is in (unset: the provider's)",
-    )
+    source: str | None = None
+    """the page the plan's figures were read from"""
+    description: str | None = None
+    """what the plan is, in a few words (its price, its credits a month, ...)"""
+    pacing: PacingPolicy | None = None
+    """the plan's limits, as the provider's `pacing` (unset: the provider's `pacing`, or playline's
+    defaults)"""
+    key_pacing: PacingPolicy | None = None
+    """the plan's limits of each API key, as the provider's `key_pacing`"""
+    credit_price: Annotated[float | None, Field(ge=0)] = None
+    """what one credit costs on this plan, as the provider's `credit_price`"""
+    currency: CurrencyCode | None = None
+    """the ISO 4217 code the plan's `credit_price` is in (unset: the provider's)"""
 
 
-class ProviderSpec(BaseModel):
+class ProviderSpec(SpecModel):
     """One provider: its base URL, its auth and its pacing (or its plans').
 
     With ``plans``, ``plan`` names the one in force and its keys (``PLAN_KEYS``) fill
     those the provider table leaves unset: a plan is a default, never an override.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    base_url: str = Field(description="the provider's base URL; each tool's `path` is appended")
-    base_url_env: str | None = Field(
-        default=None,
-        description="an environment variable that, when set and not empty, replaces `base_url`",
-    )
-    auth: AuthSpec | None = Field(
-        default=None, description="where the API key(s) come from; unset: no key is sent"
-    )
-    pacing: PacingPolicy = Field(
-        default=PacingPolicy(),
-        description="how fast the provider may be called, all its keys and tools together",
-    )
-    key_pacing: PacingPolicy | None = Field(
-        default=None,
-        description="the limits of each API key, when `auth.env` lists several (or one); with "
-        "several keys and no `key_pacing`, each key gets `pacing`",
-    )
-    timeout_s: float = Field(
-        default=15.0, gt=0, description="the HTTP timeout of its tools' calls, in seconds"
-    )
-    idempotency: Idempotency = Field(
-        default="none",
-        description='the idempotency contract of its tools, unless a tool states its own: "key" '
-        '(the provider de-duplicates `Idempotency-Key`), "natural" (it never charges twice for '
-        'the same input) or "none" (every request may be charged, so a call sent without a '
-        "definitive answer is never re-sent automatically)",
-    )
-    max_response_bytes: int = Field(
-        default=DEFAULT_MAX_RESPONSE_BYTES,
-        ge=1,
-        description="the most bytes one response (a bulk answer included) may hold; a larger "
-        "one is a provider error",
-    )
-    source: str | None = Field(
-        default=None,
-        description="the documentation the entry was written from (presets cite theirs)",
-    )
-    credit_price: float | None = Field(
-        default=None,
-        ge=0,
-        description="what one of its credits costs, in `currency` (your plan's price: a "
-        "credit pack's price over its credits); set, estimates, summaries and `runs get` "
-        "show money next to credits",
-    )
-    currency: str = Field(
-        default="USD",
-        pattern=r"^[A-Z]{3}$",
-        description="the ISO 4217 code `credit_price` is in",
-    )
-    balance: BalanceSpec | None = Field(
-        default=None,
-        description="where the provider reports the account's credits left or used (see "
-        "`playline runs reconcile`): read before and after each run and compared with what "
-        "playline says the run cost; unset: no balance is read",
-    )
-    plan: str | None = Field(
-        default=None,
-        description="the plan in force, one of `plans`: its pacing and price apply where this "
-        "table sets none (presets name the provider's entry plan; set yours to change it)",
-    )
-    plans: dict[str, PlanSpec] = Field(
-        default_factory=dict,
-        description="the provider's plans, by name, each with its limits and price as "
-        "documented (presets list them); `plan` picks one",
-    )
+    base_url: str
+    """the provider's base URL; each tool's `path` is appended"""
+    base_url_env: str | None = None
+    """an environment variable that, when set and not empty, replaces `base_url`"""
+    auth: AuthSpec | None = None
+    """where the API key(s) come from; unset: no key is sent"""
+    pacing: PacingPolicy = PacingPolicy()
+    """how fast the provider may be called, all its keys and tools together"""
+    key_pacing: PacingPolicy | None = None
+    """the limits of each API key, when `auth.env` lists several (or one); with several keys and no
+    `key_pacing`, each key gets `pacing`"""
+    timeout_s: Annotated[float, Field(gt=0)] = 15.0
+    """the HTTP timeout of its tools' calls, in seconds"""
+    idempotency: Idempotency = "none"
+    """the idempotency contract of its tools, unless a tool states its own: "key" (the provider
+    de-duplicates `Idempotency-Key`), "natural" (it never charges twice for the same input) or
+    "none" (every request may be charged, so a call sent without a definitive answer is never
+    re-sent automatically)"""
+    max_response_bytes: Annotated[int, Field(ge=1)] = DEFAULT_MAX_RESPONSE_BYTES
+    """the most bytes one response (a bulk answer included) may hold; a larger one is a provider
+    error"""
+    source: str | None = None
+    """the documentation the entry was written from (presets cite theirs)"""
+    credit_price: Annotated[float | None, Field(ge=0)] = None
+    """what one of its credits costs, in `currency` (your plan's price: a credit pack's price over
+    its credits); set, estimates, summaries and `runs get` show money next to credits"""
+    currency: CurrencyCode = "USD"
+    """the ISO 4217 code `credit_price` is in"""
+    balance: BalanceSpec | None = None
+    """where the provider reports the account's credits left or used (see `playline runs
+    reconcile`): read before and after each run and compared with what playline says the run cost;
+    unset: no balance is read"""
+    plan: str | None = None
+    """the plan in force, one of `plans`: its pacing and price apply where this table sets none
+    (presets name the provider's entry plan; set yours to change it)"""
+    plans: dict[str, PlanSpec] = {}
+    """the provider's plans, by name, each with its limits and price as documented (presets list
+    them); `plan` picks one"""
 
     @model_validator(mode="before")
     @classmethod
@@ -348,44 +292,31 @@ class ProviderSpec(BaseModel):
         return self.base_url.rstrip("/")
 
 
-class BatchSpec(BaseModel):
+class BatchSpec(SpecModel):
     """A bulk endpoint: member inputs go in ``items_field``, results come back in order.
 
     Claimed calls wait up to ``linger_ms`` for company, then go out in requests of
     at most ``max_items`` (see :mod:`playline.calls.bulk`).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str = Field(
-        description="the bulk endpoint's path on the provider's base URL (sent with the "
-        "tool's `method`)"
-    )
-    max_items: int = Field(
-        default=25, ge=1, le=1000, description="the most member calls in one bulk request"
-    )
-    linger_ms: float = Field(
-        default=20.0,
-        ge=0,
-        le=5000,
-        description="how long a claimed call waits for company before a request that is "
-        "not full goes out, in milliseconds",
-    )
-    items_field: str = Field(
-        default="items", description="the request body's field holding the members' inputs"
-    )
-    results_field: str = Field(
-        default="results", description="the response's field holding the members' results"
-    )
-    id_field: str | None = Field(
-        default=None,
-        description="a field playline sets on each item to its position (a string) and "
-        "matches the results by, for providers that answer matches only or out of order; "
-        "unset: one result per item, in request order",
-    )
+    path: str
+    """the bulk endpoint's path on the provider's base URL (sent with the tool's `method`)"""
+    max_items: Annotated[int, Field(ge=1, le=1000)] = 25
+    """the most member calls in one bulk request"""
+    linger_ms: Annotated[float, Field(ge=0, le=5000)] = 20.0
+    """how long a claimed call waits for company before a request that is not full goes out, in
+    milliseconds"""
+    items_field: str = "items"
+    """the request body's field holding the members' inputs"""
+    results_field: str = "results"
+    """the response's field holding the members' results"""
+    id_field: str | None = None
+    """a field playline sets on each item to its position (a string) and matches the results by, for
+    providers that answer matches only or out of order; unset: one result per item, in request
+    order"""
 
 
-class WebhookSpec(BaseModel):
+class WebhookSpec(SpecModel):
     """How an asynchronous provider announces a finished job by calling playline back.
 
     The submit carries a callback URL (``url_field`` in the body) of the worker's
@@ -396,25 +327,16 @@ class WebhookSpec(BaseModel):
     stays the fallback: a lost delivery costs time, not rows.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    url_field: str = Field(
-        description="where the callback URL goes in the submit body (a dotted path)"
-    )
-    signature: Literal["none", "hmac-sha1", "hmac-sha256"] = Field(
-        default="none",
-        description="how the provider signs a callback: not at all, or an HMAC of the raw "
-        "body (hex) with the secret in `secret_env`",
-    )
-    signature_header: str | None = Field(
-        default=None,
-        description="the header holding the signature (needed when `signature` is not none)",
-    )
-    secret_env: str | None = Field(
-        default=None,
-        description="the environment variable holding the signing secret, read by the "
-        "webhook receiver (needed when `signature` is not none)",
-    )
+    url_field: str
+    """where the callback URL goes in the submit body (a dotted path)"""
+    signature: Literal["none", "hmac-sha1", "hmac-sha256"] = "none"
+    """how the provider signs a callback: not at all, or an HMAC of the raw body (hex) with the
+    secret in `secret_env`"""
+    signature_header: str | None = None
+    """the header holding the signature (needed when `signature` is not none)"""
+    secret_env: str | None = None
+    """the environment variable holding the signing secret, read by the webhook receiver (needed
+    when `signature` is not none)"""
 
     @model_validator(mode="after")
     def _check_signature(self) -> WebhookSpec:
@@ -425,7 +347,7 @@ class WebhookSpec(BaseModel):
         return self
 
 
-class JobSpec(BaseModel):
+class JobSpec(SpecModel):
     """An asynchronous tool: the call is a job submitted, then polled (or called back).
 
     The tool's ``method``/``path`` is the submit. Members go in ``items_field`` (up to
@@ -446,126 +368,73 @@ class JobSpec(BaseModel):
     (``<provider>:poll``, see :func:`poll_pacing_key`).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    items_field: str | None = Field(
-        default=None,
-        description="the submit body's field holding the member items; unset: one call is "
-        "one job and its input is the body",
-    )
-    max_items: int = Field(
-        default=1,
-        ge=1,
-        le=10000,
-        description="the most member calls in one submit (more than 1 needs `items_field`)",
-    )
-    linger_ms: float = Field(
-        default=500.0,
-        ge=0,
-        le=60000,
-        description="how long a claimed call waits for company to fill a submit, in milliseconds",
-    )
-    id_field: str | None = Field(
-        default=None,
-        description="a field set on each item to its position (a string) that results are "
-        "matched by; unset: results come back in submit order",
-    )
-    body: dict[str, Any] = Field(
-        default_factory=dict,
-        description="fixed fields of every submit body (e.g. a job name, options)",
-    )
-    item: dict[str, Any] = Field(
-        default_factory=dict,
-        description="fixed fields of every member item (e.g. which fields to enrich)",
-    )
-    job_id: str = Field(description="where the submit's answer holds the job's id (a dotted path)")
-    status_job_id: str | None = Field(
-        default=None,
-        description="where a status answer (a poll's, a webhook's) names the job's id, when "
-        "not at `job_id` (FullEnrich: `id`); set, a webhook body must name its job there",
-    )
-    status_method: Literal["GET", "POST"] = Field(
-        default="GET", description="the HTTP method of a status poll"
-    )
-    status_path: str = Field(
-        description="the path polled for the job's status; contains `{job_id}` unless "
-        "`status_body` carries the id"
-    )
-    status_body: dict[str, Any] | None = Field(
-        default=None,
-        description='the JSON body of a POST status poll, `"{job_id}"` in a string value '
-        'standing for the job\'s id (Icypeas: `{ id = "{job_id}" }`); unset: no body',
-    )
-    poll_pending_status: tuple[int, ...] = Field(
-        default=(),
-        description='HTTP statuses (4xx) by which a poll answers "not ready yet" (Apollo\'s '
-        "404 `result_pending`): the job still runs (until `max_wait_s`), instead of a 404 "
-        "meaning the provider does not know it",
-    )
-    poll_failed_status: tuple[int, ...] = Field(
-        default=(),
-        description="HTTP statuses (4xx) by which a poll says the job failed (FullEnrich's "
-        "402 when the credits ran out): its calls fail at once with the answer as the reason "
-        "(another rejected poll is polled again, and past `max_wait_s` given up ambiguous)",
-    )
-    state_field: str = Field(
-        description="where a status answer holds the job's state (a dotted path)"
-    )
-    done: tuple[Any, ...] = Field(description="the states that mean the job is done")
-    running: tuple[Any, ...] = Field(
-        description='the states that mean the job still runs (a provider answering "not '
-        'ready" with a 200 is running by the same rule)'
-    )
-    failed: tuple[Any, ...] = Field(
-        default=(),
-        description="states that fail the job's calls; a state in none of `done`, `running` "
-        "and `failed` fails them too",
-    )
-    error_field: str | None = Field(
-        default=None,
-        description="a value that, when truthy in a status answer, fails the job whatever "
-        "its state says (Dropcontact's `error`: its failures also answer `success: false`)",
-    )
-    reason_field: str | None = Field(
-        default=None,
-        description="where a failed job's status answer gives the reason its calls fail with",
-    )
-    results_field: str = Field(
-        description="where a status answer holds the members' results (a dotted path)"
-    )
-    partial: bool = Field(
-        default=False,
-        description="members listed while the job still runs land at once (needs `id_field`)",
-    )
-    poll_interval_s: float = Field(
-        default=30.0, gt=0, description="seconds between two status polls of a job"
-    )
-    first_poll_s: float | None = Field(
-        default=None,
-        ge=0,
-        description="the first poll comes this long after the submit, in seconds (unset: "
-        "`poll_interval_s`)",
-    )
-    max_wait_s: float = Field(
-        default=3600.0,
-        gt=0,
-        description="a job running longer than this, in seconds, fails its calls",
-    )
-    max_jobs_in_flight: int | None = Field(
-        default=None,
-        ge=1,
-        description="the provider's queue: the most jobs of the tool running at once "
-        "(unset: no cap)",
-    )
-    poll_pacing: PacingPolicy | None = Field(
-        default=None,
-        description="a separate limit for status polls, paced on the key `<provider>:poll` "
-        "(unset: polls share the provider's limit with the submits)",
-    )
-    webhook: WebhookSpec | None = Field(
-        default=None,
-        description="how the provider calls back when a job ends (unset: polling only)",
-    )
+    items_field: str | None = None
+    """the submit body's field holding the member items; unset: one call is one job and its input is
+    the body"""
+    max_items: Annotated[int, Field(ge=1, le=10000)] = 1
+    """the most member calls in one submit (more than 1 needs `items_field`)"""
+    linger_ms: Annotated[float, Field(ge=0, le=60000)] = 500.0
+    """how long a claimed call waits for company to fill a submit, in milliseconds"""
+    id_field: str | None = None
+    """a field set on each item to its position (a string) that results are matched by; unset:
+    results come back in submit order"""
+    body: dict[str, Any] = {}
+    """fixed fields of every submit body (e.g. a job name, options)"""
+    item: dict[str, Any] = {}
+    """fixed fields of every member item (e.g. which fields to enrich)"""
+    job_id: str
+    """where the submit's answer holds the job's id (a dotted path)"""
+    status_job_id: str | None = None
+    """where a status answer (a poll's, a webhook's) names the job's id, when not at `job_id`
+    (FullEnrich: `id`); set, a webhook body must name its job there"""
+    status_method: Literal["GET", "POST"] = "GET"
+    """the HTTP method of a status poll"""
+    status_path: str
+    """the path polled for the job's status; contains `{job_id}` unless `status_body` carries the
+    id"""
+    status_body: dict[str, Any] | None = None
+    """the JSON body of a POST status poll, `"{job_id}"` in a string value standing for the job's id
+    (Icypeas: `{ id = "{job_id}" }`); unset: no body"""
+    poll_pending_status: tuple[int, ...] = ()
+    """HTTP statuses (4xx) by which a poll answers "not ready yet" (Apollo's 404 `result_pending`):
+    the job still runs (until `max_wait_s`), instead of a 404 meaning the provider does not know
+    it"""
+    poll_failed_status: tuple[int, ...] = ()
+    """HTTP statuses (4xx) by which a poll says the job failed (FullEnrich's 402 when the credits
+    ran out): its calls fail at once with the answer as the reason (another rejected poll is polled
+    again, and past `max_wait_s` given up ambiguous)"""
+    state_field: str
+    """where a status answer holds the job's state (a dotted path)"""
+    done: tuple[Any, ...]
+    """the states that mean the job is done"""
+    running: tuple[Any, ...]
+    """the states that mean the job still runs (a provider answering "not ready" with a 200 is
+    running by the same rule)"""
+    failed: tuple[Any, ...] = ()
+    """states that fail the job's calls; a state in none of `done`, `running` and `failed` fails
+    them too"""
+    error_field: str | None = None
+    """a value that, when truthy in a status answer, fails the job whatever its state says
+    (Dropcontact's `error`: its failures also answer `success: false`)"""
+    reason_field: str | None = None
+    """where a failed job's status answer gives the reason its calls fail with"""
+    results_field: str
+    """where a status answer holds the members' results (a dotted path)"""
+    partial: bool = False
+    """members listed while the job still runs land at once (needs `id_field`)"""
+    poll_interval_s: Annotated[float, Field(gt=0)] = 30.0
+    """seconds between two status polls of a job"""
+    first_poll_s: Annotated[float | None, Field(ge=0)] = None
+    """the first poll comes this long after the submit, in seconds (unset: `poll_interval_s`)"""
+    max_wait_s: Annotated[float, Field(gt=0)] = 3600.0
+    """a job running longer than this, in seconds, fails its calls"""
+    max_jobs_in_flight: Annotated[int | None, Field(ge=1)] = None
+    """the provider's queue: the most jobs of the tool running at once (unset: no cap)"""
+    poll_pacing: PacingPolicy | None = None
+    """a separate limit for status polls, paced on the key `<provider>:poll` (unset: polls share the
+    provider's limit with the submits)"""
+    webhook: WebhookSpec | None = None
+    """how the provider calls back when a job ends (unset: polling only)"""
 
     @model_validator(mode="after")
     def _check_shape(self) -> JobSpec:
@@ -614,105 +483,64 @@ def poll_pacing_key(provider: str, job: JobSpec | None = None) -> str:
     return f"{provider}:poll"
 
 
-class ToolSpec(BaseModel):
+class ToolSpec(SpecModel):
     """One tool: a provider endpoint with a typed input and named value getters."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    """the tool's id, filled in from its table's name (`[tools.ID]`): what `rc.tool(...)` and
+    waterfall steps name"""
+    provider: str
+    """the provider (a `[providers.NAME]` of the catalog) whose base URL, auth and pacing the tool
+    uses"""
+    method: Literal["GET", "POST"] = "POST"
+    """the HTTP method of a call (of the submit, for a job tool); GET sends the input as query
+    parameters, POST as a JSON body"""
+    path: str
+    """the endpoint's path on the provider's base URL (the submit's, for a job tool)"""
+    input: dict[str, str] = {}
+    """the input fields and their types: "str", "int", "float" or "bool", a "?" suffix for an
+    optional one; a call with another field or a wrong type is refused before it is sent (empty: any
+    input is sent as given); a call leaving a required field blank (missing, null, or an empty or
+    whitespace-only string) is never sent: its cell or waterfall step is `skipped_input`, free"""
+    getters: dict[str, str] = {}
+    """named values of an answer: `{name = "dotted.path"}`; a name without a getter is read as a
+    path itself"""
+    credits: Annotated[float, Field(ge=0)] = 1.0
+    """the price of one request, unless `billing` says more"""
+    typical_hit_rate: Annotated[float | None, Field(ge=0, le=1)] = None
+    """the share of calls that find a value, as the provider states or you measured elsewhere:
+    estimates price calls at it until this playline has enough receipts of the tool (their basis
+    then reads `stated hit rate`)"""
+    version: str = "1"
+    """part of every receipt's key: a new version makes earlier receipts of the tool no answer (they
+    are paid for again)"""
+    batch: BatchSpec | None = None
+    """a bulk endpoint the tool's calls are grouped into (not with `job`)"""
+    job: JobSpec | None = None
+    """an asynchronous tool: the call is a job submitted, then polled or called back (not with
+    `batch`)"""
+    timeout_s: Annotated[float | None, Field(gt=0)] = None
+    """the HTTP timeout of this tool's calls, in seconds (unset: the provider's `timeout_s`)"""
+    idempotency: Idempotency = "none"
+    """the tool's idempotency contract, as the provider's `idempotency`; unset: the provider's"""
+    billing: BillingSpec = BillingSpec()
+    """how the provider bills an answer (default: `credits` per request)"""
+    fresh_for: Freshness | None = None
+    """how long an answer stays fresh: a duration ("90d") for every answer, or a table by outcome
+    and value; an older receipt is paid for again (unset: a receipt answers for ever, unless a call
+    asks for a fresher one)"""
+    source: str | None = None
+    """the documentation the entry was written from (presets cite theirs)"""
+    no_match_status: tuple[int, ...] = ()
+    """HTTP statuses (4xx) by which the provider answers "nothing found" (People Data Labs' 404):
+    such an answer is a miss, not an error; its result is null, billed by the rule (0 for per_hit)
+    and kept as a miss by `fresh_for`"""
 
-    id: str = Field(
-        description="the tool's id, filled in from its table's name (`[tools.ID]`): what "
-        "`rc.tool(...)` and waterfall steps name"
-    )
-    provider: str = Field(
-        description="the provider (a `[providers.NAME]` of the catalog) whose base URL, auth "
-        "and pacing the tool uses"
-    )
-    method: Literal["GET", "POST"] = Field(
-        default="POST",
-        description="the HTTP method of a call (of the submit, for a job tool); GET sends the "
-        "input as query parameters, POST as a JSON body",
-    )
-    path: str = Field(
-        description="the endpoint's path on the provider's base URL (the submit's, for a job tool)"
-    )
-    input: dict[str, str] = Field(
-        default_factory=dict,
-        description='the input fields and their types: "str", "int", "float" or "bool", a '
-        '"?" suffix for an optional one; a call with another field or a wrong type is refused '
-        "before it is sent (empty: any input is sent as given); a call leaving a required "
-        "field blank (missing, null, or an empty or whitespace-only string) is never sent: "
-        "its cell or waterfall step is `skipped_input`, free",
-    )
-    getters: dict[str, str] = Field(
-        default_factory=dict,
-        description='named values of an answer: `{name = "dotted.path"}`; a name without '
-        "a getter is read as a path itself",
-    )
-    credits: float = Field(
-        default=1.0, ge=0, description="the price of one request, unless `billing` says more"
-    )
-    typical_hit_rate: float | None = Field(
-        default=None,
-        ge=0,
-        le=1,
-        description="the share of calls that find a value, as the provider states or you "
-        "measured elsewhere: estimates price calls at it until this playline has enough "
-        "receipts of the tool (their basis then reads `stated hit rate`)",
-    )
-    version: str = Field(
-        default="1",
-        description="part of every receipt's key: a new version makes earlier receipts of the "
-        "tool no answer (they are paid for again)",
-    )
-    batch: BatchSpec | None = Field(
-        default=None,
-        description="a bulk endpoint the tool's calls are grouped into (not with `job`)",
-    )
-    job: JobSpec | None = Field(
-        default=None,
-        description="an asynchronous tool: the call is a job submitted, then polled or "
-        "called back (not with `batch`)",
-    )
-    timeout_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="the HTTP timeout of this tool's calls, in seconds (unset: the "
-        "provider's `timeout_s`)",
-    )
-    idempotency: Idempotency = Field(
-        default="none",
-        description="the tool's idempotency contract, as the provider's `idempotency`; "
-        "unset: the provider's",
-    )
-    billing: BillingSpec = Field(
-        default=BillingSpec(),
-        description="how the provider bills an answer (default: `credits` per request)",
-    )
-    fresh_for: Freshness | None = Field(
-        default=None,
-        description='how long an answer stays fresh: a duration ("90d") for every answer, or '
-        "a table by outcome and value; an older receipt is paid for again (unset: a receipt "
-        "answers for ever, unless a call asks for a fresher one)",
-    )
-    source: str | None = Field(
-        default=None,
-        description="the documentation the entry was written from (presets cite theirs)",
-    )
-    no_match_status: tuple[int, ...] = Field(
-        default=(),
-        description='HTTP statuses (4xx) by which the provider answers "nothing found" '
-        "(People Data Labs' 404): such an answer is a miss, not an error; its result is "
-        "null, billed by the rule (0 for per_hit) and kept as a miss by `fresh_for`",
-    )
-
-    error_field: ErrorFieldSpec | None = Field(
-        default=None,
-        description="where a 2xx answer says the call failed, for providers that answer "
-        "errors with a 200 (NeverBounce's `status`, Findymail's `error`): "
-        '`{ field = "status", when = { throttle_triggered = "rate_limited" }, any = '
-        '"rejected", message = "message" }`; a string is a field any present value of '
-        "which rejects the call; such an answer is a provider error, not a result",
-    )
+    error_field: ErrorFieldSpec | None = None
+    """where a 2xx answer says the call failed, for providers that answer errors with a 200
+    (NeverBounce's `status`, Findymail's `error`): `{ field = "status", when = { throttle_triggered
+    = "rate_limited" }, any = "rejected", message = "message" }`; a string is a field any present
+    value of which rejects the call; such an answer is a provider error, not a result"""
 
     @field_validator("no_match_status")
     @classmethod
@@ -842,28 +670,19 @@ class ToolSpec(BaseModel):
         return dig(result, self.getters.get(name, name))
 
 
-class Catalog(BaseModel):
+class Catalog(SpecModel):
     """All providers and tools a worker can call."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    providers: dict[str, ProviderSpec] = Field(
-        description="the providers, by name: where they live, their keys, their limits"
-    )
-    tools: dict[str, ToolSpec] = Field(
-        default_factory=dict,
-        description="the tools, by id: one provider endpoint each, with its input, getters "
-        "and billing (none in a catalog that only declares sinks)",
-    )
-    waterfalls: dict[str, WaterfallSpec] = Field(
-        default_factory=dict,
-        description="named waterfalls: tools tried in order until one gives an accepted value",
-    )
-    sinks: dict[str, SinkSpec] = Field(
-        default_factory=dict,
-        description="where `playline sync` writes a run's rows back (a CRM, a warehouse "
-        "table), by name; see playline.sinks",
-    )
+    providers: dict[str, ProviderSpec]
+    """the providers, by name: where they live, their keys, their limits"""
+    tools: dict[str, ToolSpec] = {}
+    """the tools, by id: one provider endpoint each, with its input, getters and billing (none in a
+    catalog that only declares sinks)"""
+    waterfalls: dict[str, WaterfallSpec] = {}
+    """named waterfalls: tools tried in order until one gives an accepted value"""
+    sinks: dict[str, SinkSpec] = {}
+    """where `playline sync` writes a run's rows back (a CRM, a warehouse table), by name; see
+    playline.sinks"""
 
     @model_validator(mode="before")
     @classmethod

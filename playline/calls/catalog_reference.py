@@ -6,7 +6,8 @@
 
 Each table of the catalog TOML is a pydantic model (:class:`~playline.calls.catalog.Catalog`
 and the models its fields hold); each key's type, default and limits are read from
-the model's fields and its meaning from the field's ``description``, so the reference
+the model's fields and its meaning from the field's ``description`` (the docstring
+written under the field, see :class:`~playline.spec_model.SpecModel`), so the reference
 changes when a model does. What the models do not declare (``include``, read by
 ``_with_presets`` before validation, and the shorthands their validators accept) is
 written here by hand, under a heading that says so.
@@ -148,7 +149,7 @@ def _section(section: Section) -> list[str]:
     lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
     for name, info in model.model_fields.items():
         key = info.alias or name
-        meaning = (info.description or "").strip()
+        meaning = " ".join((info.description or "").split())  # a docstring's lines, as one
         default = _DEFAULT_BY_HAND.get((model, name)) or _default(info)
         cells = [f"`{key}`", _type(info), default, _prose(meaning)]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")

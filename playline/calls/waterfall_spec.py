@@ -19,9 +19,11 @@ max_credits = 5                                   # optional: a row's cap; deare
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from playline.spec_model import SpecModel
 
 __all__ = [
     "STEP_OUTCOMES",
@@ -49,96 +51,66 @@ StepOutcomeName = Literal[
 STEP_OUTCOMES: tuple[str, ...] = get_args(StepOutcomeName)
 
 
-class AcceptSpec(BaseModel):
+class AcceptSpec(SpecModel):
     """When a present value is good enough: every threshold met, every status allowed."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    min: dict[str, float] = Field(
-        default_factory=dict,
-        description="`{getter = lowest acceptable number}`, e.g. `{confidence = 50}`; a "
-        "missing or non-numeric value is refused",
-    )
-    status_in: dict[str, list[Any]] = Field(
-        default_factory=dict,
-        description='`{getter = [allowed values]}`, e.g. `{status = ["valid", "accept_all"]}`',
-    )
+    min: dict[str, float] = {}
+    """`{getter = lowest acceptable number}`, e.g. `{confidence = 50}`; a missing or non-numeric
+    value is refused"""
+    status_in: dict[str, list[Any]] = {}
+    """`{getter = [allowed values]}`, e.g. `{status = ["valid", "accept_all"]}`"""
 
 
-class ValidateSpec(BaseModel):
+class ValidateSpec(SpecModel):
     """A verifier called on each found value; a status outside ``accept`` is ``invalid``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tool: str = Field(description="the verifier tool (a `[tools.ID]` of the catalog)")
-    input: str = Field(
-        default="email", description="the verifier's input field that receives the value"
-    )
-    field: str = Field(
-        default="status", description="the getter of the verifier's answer holding its verdict"
-    )
-    accept: list[Any] = Field(
-        default_factory=lambda: ["valid"],
-        min_length=1,
-        description="the verdicts that confirm the value; any other makes the step `invalid`",
-    )
+    tool: str
+    """the verifier tool (a `[tools.ID]` of the catalog)"""
+    input: str = "email"
+    """the verifier's input field that receives the value"""
+    field: str = "status"
+    """the getter of the verifier's answer holding its verdict"""
+    accept: Annotated[list[Any], Field(min_length=1)] = ["valid"]
+    """the verdicts that confirm the value; any other makes the step `invalid`"""
 
 
-class StepSpec(BaseModel):
+class StepSpec(SpecModel):
     """One step: a tool, how its input is built, and (optionally) its own accept rule."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tool: str = Field(description="the step's tool (a `[tools.ID]` of the catalog)")
-    input: dict[str, str] | None = Field(
-        default=None,
-        description="`{tool input field = waterfall input field}`; unset: the waterfall's "
-        "input restricted to the fields the tool declares",
-    )
-    accept: AcceptSpec | None = Field(
-        default=None,
-        description="this step's own accept rule, instead of the waterfall's `accept`",
-    )
+    tool: str
+    """the step's tool (a `[tools.ID]` of the catalog)"""
+    input: dict[str, str] | None = None
+    """`{tool input field = waterfall input field}`; unset: the waterfall's input restricted to the
+    fields the tool declares"""
+    accept: AcceptSpec | None = None
+    """this step's own accept rule, instead of the waterfall's `accept`"""
 
 
-class WaterfallSpec(BaseModel):
+class WaterfallSpec(SpecModel):
     """A named waterfall of a catalog: tools tried in order until one gives an accepted value.
 
     See the module docstring for an example.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
 
-    steps: list[StepSpec] = Field(
-        min_length=1,
-        description="the tools tried in order, each at most once: a tool id, or a table with "
-        "the tool and its own `input` and `accept`",
-    )
-    value: str = Field(
-        description="the getter every step's answer is read by: the waterfall's value"
-    )
-    accept: AcceptSpec = Field(
-        default=AcceptSpec(),
-        description="when a present value is good enough (every step without its own); the "
-        "default accepts any present value",
-    )
-    validate_with: ValidateSpec | None = Field(
-        default=None,
-        alias="validate",
-        description="a verifier called on each accepted value; a verdict outside its `accept` "
-        "makes the step `invalid` and the next step is tried",
-    )
-    on_unavailable: Literal["skip", "wait"] = Field(
-        default="skip",
-        description='a step whose provider cannot take calls now (quota spent): "skip" tries '
-        'the next step, "wait" parks the row until the provider is back',
-    )
-    max_credits: float | None = Field(
-        default=None,
-        ge=0,
-        description="a row's cap in credits: a step whose worst case would pass it is "
-        "skipped (`skipped_budget`)",
-    )
+    steps: Annotated[list[StepSpec], Field(min_length=1)]
+    """the tools tried in order, each at most once: a tool id, or a table with the tool and its own
+    `input` and `accept`"""
+    value: str
+    """the getter every step's answer is read by: the waterfall's value"""
+    accept: AcceptSpec = AcceptSpec()
+    """when a present value is good enough (every step without its own); the default accepts any
+    present value"""
+    validate_with: ValidateSpec | None = Field(default=None, alias="validate")
+    """a verifier called on each accepted value; a verdict outside its `accept` makes the step
+    `invalid` and the next step is tried"""
+    on_unavailable: Literal["skip", "wait"] = "skip"
+    """a step whose provider cannot take calls now (quota spent): "skip" tries the next step, "wait"
+    parks the row until the provider is back"""
+    max_credits: Annotated[float | None, Field(ge=0)] = None
+    """a row's cap in credits: a step whose worst case would pass it is skipped
+    (`skipped_budget`)"""
 
     @model_validator(mode="before")
     @classmethod

@@ -8,7 +8,11 @@ the catalog, so that pacing depends on nothing above it.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from playline.spec_model import SpecModel
 
 __all__ = ["LIMIT_FIELDS", "WINDOW_FIELDS", "Limits", "PacingPolicy"]
 
@@ -18,47 +22,27 @@ WINDOW_FIELDS: dict[str, float] = {"per_minute": 60.0, "per_hour": 3600.0, "per_
 LIMIT_FIELDS = ("rps", "burst", "max_concurrency", "per_minute", "per_hour", "per_day", "min_rps")
 
 
-class PacingPolicy(BaseModel):
+class PacingPolicy(SpecModel):
     """How fast one pacing key (a provider, or one API key of it) may be called.
 
-    Every limit declared is enforced together:
-
-    * ``rps`` - the sustained rate in requests per second, the ceiling adaptive
-      pacing never goes above; ``burst`` how many requests may go back to back
-      after an idle period;
-    * ``per_minute`` / ``per_hour`` / ``per_day`` - at most that many calls in any
-      60 s / 1 h / 24 h (a sliding window, which also keeps every fixed window
-      the provider may count in); unset means no such quota;
-    * ``max_concurrency`` - the most calls in flight at once;
-    * ``min_rps`` - the floor adaptive pacing never goes below.
+    Every limit declared is enforced together.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    rps: float = Field(
-        default=10.0,
-        gt=0,
-        description="the sustained rate in requests per second: the ceiling adaptive pacing "
-        "never goes above",
-    )
-    burst: int = Field(
-        default=1, ge=1, description="how many requests may go back to back after an idle spell"
-    )
-    per_minute: int | None = Field(
-        default=None,
-        ge=1,
-        description="at most this many calls in any 60 s (a sliding window; unset: no such quota)",
-    )
-    per_hour: int | None = Field(
-        default=None, ge=1, description="at most this many calls in any hour (unset: no quota)"
-    )
-    per_day: int | None = Field(
-        default=None, ge=1, description="at most this many calls in any 24 h (unset: no quota)"
-    )
-    max_concurrency: int = Field(default=8, ge=1, description="the most calls in flight at once")
-    min_rps: float = Field(
-        default=0.5, gt=0, description="the floor adaptive pacing never goes below"
-    )
+    rps: Annotated[float, Field(gt=0)] = 10.0
+    """the sustained rate in requests per second: the ceiling adaptive pacing never goes above"""
+    burst: Annotated[int, Field(ge=1)] = 1
+    """how many requests may go back to back after an idle spell"""
+    per_minute: Annotated[int | None, Field(ge=1)] = None
+    """at most this many calls in any 60 s (a sliding window, which also keeps every fixed window
+    the provider may count in; unset: no such quota)"""
+    per_hour: Annotated[int | None, Field(ge=1)] = None
+    """at most this many calls in any hour (a sliding window; unset: no quota)"""
+    per_day: Annotated[int | None, Field(ge=1)] = None
+    """at most this many calls in any 24 h (a sliding window; unset: no quota)"""
+    max_concurrency: Annotated[int, Field(ge=1)] = 8
+    """the most calls in flight at once"""
+    min_rps: Annotated[float, Field(gt=0)] = 0.5
+    """the floor adaptive pacing never goes below"""
 
     @model_validator(mode="after")
     def _check_rates(self) -> PacingPolicy:
@@ -80,7 +64,7 @@ class PacingPolicy(BaseModel):
         return min([self.rps, *(limit / seconds for seconds, limit in self.windows().items())])
 
 
-class Limits(BaseModel):
+class Limits(SpecModel):
     """Some of a pacing key's limits: a change to the policy in force.
 
     The one shape every limit change takes: ``Governor.set_limit`` in a process,
@@ -90,19 +74,13 @@ class Limits(BaseModel):
     :class:`PacingPolicy` field of the same name means, and is checked the same way.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    rps: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False, description="see PacingPolicy"
-    )
-    burst: int | None = Field(default=None, ge=1, description="see PacingPolicy")
-    max_concurrency: int | None = Field(default=None, ge=1, description="see PacingPolicy")
-    per_minute: int | None = Field(default=None, ge=1, description="see PacingPolicy")
-    per_hour: int | None = Field(default=None, ge=1, description="see PacingPolicy")
-    per_day: int | None = Field(default=None, ge=1, description="see PacingPolicy")
-    min_rps: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False, description="see PacingPolicy"
-    )
+    rps: Annotated[float | None, Field(gt=0, allow_inf_nan=False)] = None
+    burst: Annotated[int | None, Field(ge=1)] = None
+    max_concurrency: Annotated[int | None, Field(ge=1)] = None
+    per_minute: Annotated[int | None, Field(ge=1)] = None
+    per_hour: Annotated[int | None, Field(ge=1)] = None
+    per_day: Annotated[int | None, Field(ge=1)] = None
+    min_rps: Annotated[float | None, Field(gt=0, allow_inf_nan=False)] = None
 
     def given(self) -> dict[str, float | int]:
         """The limits set, by name, in :data:`LIMIT_FIELDS` order."""

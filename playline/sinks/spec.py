@@ -26,7 +26,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from playline.spec_model import SpecModel
 
 __all__ = [
     "FieldPolicy",
@@ -47,21 +49,15 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 HUBSPOT_MAX_BATCH = 100
 
 
-class VerifiedRule(BaseModel):
+class VerifiedRule(SpecModel):
     """When a cell counts as verified (``if_verified``): every condition set holds."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tools: tuple[str, ...] = Field(
-        default=(),
-        description="the cell was filled by one of these tools (its provenance's `tool`)",
-    )
-    column: str | None = Field(
-        default=None, description="another column of the row that must hold one of `values`"
-    )
-    values: tuple[str, ...] = Field(
-        default=(), description="the values of `column` that mean verified (e.g. `valid`)"
-    )
+    tools: tuple[str, ...] = ()
+    """the cell was filled by one of these tools (its provenance's `tool`)"""
+    column: str | None = None
+    """another column of the row that must hold one of `values`"""
+    values: tuple[str, ...] = ()
+    """the values of `column` that mean verified (e.g. `valid`)"""
 
     @model_validator(mode="after")
     def _one_condition(self) -> VerifiedRule:
@@ -72,39 +68,24 @@ class VerifiedRule(BaseModel):
         return self
 
 
-class _SinkBase(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    map: dict[str, str] = Field(
-        default_factory=dict,
-        description="run column -> destination field written by default (`--map` adds to it)",
-    )
-    id_column: str | None = Field(
-        default=None,
-        description="the run column identifying the record (`--id` overrides); rows "
-        "without a value in it are never written",
-    )
-    policies: dict[str, FieldPolicy] = Field(
-        default_factory=dict,
-        description='per destination field: "always" (default: written when it differs from '
-        'what this sink last wrote), "if_blank" (only when empty at the destination) or '
-        '"if_verified" (only when the cell passes the field\'s `verified` rule)',
-    )
-    verified: dict[str, VerifiedRule] = Field(
-        default_factory=dict,
-        description="per destination field with the `if_verified` policy: what makes a cell "
-        "verified",
-    )
-    provenance_fields: bool = Field(
-        default=False,
-        description="with each field written, also write `<field>_source` (the tool and "
-        "provider that filled the cell) and `<field>_fetched_at` (when, ISO 8601 UTC): only "
-        "for destinations that have those fields",
-    )
-    source: str | None = Field(
-        default=None,
-        description="the documentation the entry was written from (presets cite theirs)",
-    )
+class _SinkBase(SpecModel):
+    map: dict[str, str] = {}
+    """run column -> destination field written by default (`--map` adds to it)"""
+    id_column: str | None = None
+    """the run column identifying the record (`--id` overrides); rows without a value in it are
+    never written"""
+    policies: dict[str, FieldPolicy] = {}
+    """per destination field: "always" (default: written when it differs from what this sink last
+    wrote), "if_blank" (only when empty at the destination) or "if_verified" (only when the cell
+    passes the field's `verified` rule)"""
+    verified: dict[str, VerifiedRule] = {}
+    """per destination field with the `if_verified` policy: what makes a cell verified"""
+    provenance_fields: bool = False
+    """with each field written, also write `<field>_source` (the tool and provider that filled the
+    cell) and `<field>_fetched_at` (when, ISO 8601 UTC): only for destinations that have those
+    fields"""
+    source: str | None = None
+    """the documentation the entry was written from (presets cite theirs)"""
 
     @model_validator(mode="after")
     def _verified_rules(self) -> _SinkBase:
@@ -122,23 +103,16 @@ class _SinkBase(BaseModel):
 class HubSpotSinkSpec(_SinkBase):
     """HubSpot CRM objects, upserted in batches by a unique property."""
 
-    kind: Literal["hubspot"] = Field(description='"hubspot"')
-    provider: str = Field(
-        description="the catalog provider giving the base URL, the token and the pacing"
-    )
-    object_type: str = Field(
-        pattern=r"^[A-Za-z0-9_]+$",
-        description="the CRM object type in the path (`contacts`, `companies`, ...)",
-    )
-    id_property: str = Field(
-        description="the unique property records are upserted by (`email`, `domain`)"
-    )
-    max_batch: int = Field(
-        default=HUBSPOT_MAX_BATCH,
-        ge=1,
-        le=HUBSPOT_MAX_BATCH,
-        description="inputs per batch upsert request (HubSpot takes at most 100)",
-    )
+    kind: Literal["hubspot"]
+    """the kind of sink: HubSpot CRM objects"""
+    provider: str
+    """the catalog provider giving the base URL, the token and the pacing"""
+    object_type: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
+    """the CRM object type in the path (`contacts`, `companies`, ...)"""
+    id_property: str
+    """the unique property records are upserted by (`email`, `domain`)"""
+    max_batch: Annotated[int, Field(ge=1, le=HUBSPOT_MAX_BATCH)] = HUBSPOT_MAX_BATCH
+    """inputs per batch upsert request (HubSpot takes at most 100)"""
 
 
 #: Salesforce's documented most records per sObject Collections request.
@@ -148,27 +122,19 @@ SALESFORCE_MAX_BATCH = 200
 class SalesforceSinkSpec(_SinkBase):
     """Salesforce sObjects, upserted in collections by an external ID field."""
 
-    kind: Literal["salesforce"] = Field(description='"salesforce"')
-    provider: str = Field(
-        description="the catalog provider giving the instance URL, the token and the pacing"
-    )
-    sobject: str = Field(
-        pattern=r"^[A-Za-z0-9_]+$", description="the sObject type (`Contact`, `Account`, ...)"
-    )
-    external_id_field: str = Field(
-        pattern=r"^[A-Za-z0-9_]+$",
-        description="the External ID field records are upserted by (e.g. `Email__c`); record "
-        "ids are not accepted by this call",
-    )
-    api_version: str = Field(
-        default="v62.0", pattern=r"^v[0-9]+\.[0-9]$", description="the REST API version"
-    )
-    max_batch: int = Field(
-        default=SALESFORCE_MAX_BATCH,
-        ge=1,
-        le=SALESFORCE_MAX_BATCH,
-        description="records per request (Salesforce takes at most 200)",
-    )
+    kind: Literal["salesforce"]
+    """the kind of sink: Salesforce sObjects"""
+    provider: str
+    """the catalog provider giving the instance URL, the token and the pacing"""
+    sobject: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
+    """the sObject type (`Contact`, `Account`, ...)"""
+    external_id_field: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")]
+    """the External ID field records are upserted by (e.g. `Email__c`); record ids are not accepted
+    by this call"""
+    api_version: Annotated[str, Field(pattern=r"^v[0-9]+\.[0-9]$")] = "v62.0"
+    """the REST API version"""
+    max_batch: Annotated[int, Field(ge=1, le=SALESFORCE_MAX_BATCH)] = SALESFORCE_MAX_BATCH
+    """records per request (Salesforce takes at most 200)"""
 
     @model_validator(mode="after")
     def _no_if_blank(self) -> SalesforceSinkSpec:
@@ -180,15 +146,17 @@ class SalesforceSinkSpec(_SinkBase):
 class PostgresSinkSpec(_SinkBase):
     """A table of an existing PostgreSQL database, upserted by its key columns."""
 
-    kind: Literal["postgres"] = Field(description='"postgres"')
-    url_env: str = Field(description="the environment variable holding the database URL")
-    table: str = Field(description="the table, optionally schema-qualified (`crm.contacts`)")
-    key_columns: tuple[str, ...] = Field(
-        min_length=1,
-        description="the table's columns records are matched on (a unique index must cover "
-        "them); the first takes the record id",
-    )
-    max_batch: int = Field(default=500, ge=1, le=10_000, description="rows per transaction")
+    kind: Literal["postgres"]
+    """the kind of sink: a PostgreSQL table"""
+    url_env: str
+    """the environment variable holding the database URL"""
+    table: str
+    """the table, optionally schema-qualified (`crm.contacts`)"""
+    key_columns: Annotated[tuple[str, ...], Field(min_length=1)]
+    """the table's columns records are matched on (a unique index must cover them); the first takes
+    the record id"""
+    max_batch: Annotated[int, Field(ge=1, le=10_000)] = 500
+    """rows per transaction"""
 
     @field_validator("table")
     @classmethod
