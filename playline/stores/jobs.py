@@ -32,14 +32,13 @@ One implementation serves both databases: :mod:`~playline.stores.jobs_ledger`
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, cast
 
 from playline.errors import UnknownJob
-from playline.stores.receipts import stored_json
+from playline.stores.rows import record_columns, record_from_row, record_values
 
 __all__ = [
     "FINISHED_STATES",
@@ -222,25 +221,10 @@ class JobStore(Protocol):
 
 # ------------------------------------------------------------ shared by the backends
 
-#: The ``jobs`` table's columns, in the order :func:`job_values` and
-#: :func:`job_from_row` use (JSON columns hold :func:`stored_json` text).
-JOB_COLUMNS: tuple[str, ...] = (
-    "key",
-    "tool_id",
-    "provider",
-    "request",
-    "members",
-    "state",
-    "job_id",
-    "token",
-    "opened_at",
-    "submitted_at",
-    "polled_at",
-    "finished_at",
-    "status",
-    "error",
-    "waiters",
-)
+#: The ``jobs`` table's columns: :class:`Job`'s fields, in order.
+JOB_COLUMNS: tuple[str, ...] = record_columns(Job)
+#: The columns of a job that hold JSON (:func:`~playline.stores.receipts.stored_json` text).
+_JOB_JSON = frozenset({"request", "members", "status", "waiters"})
 
 
 def check_state(state: str) -> JobState:
@@ -299,44 +283,14 @@ def status_applied(
 
 def job_values(job: Job) -> tuple[Any, ...]:
     """The row of :data:`JOB_COLUMNS` that stores ``job``."""
-    return (
-        job.key,
-        job.tool_id,
-        job.provider,
-        stored_json(job.request),
-        stored_json(job.members),
-        job.state,
-        job.job_id,
-        job.token,
-        job.opened_at,
-        job.submitted_at,
-        job.polled_at,
-        job.finished_at,
-        None if job.status is None else stored_json(job.status),
-        job.error,
-        stored_json(job.waiters),
-    )
+    return record_values(job, _JOB_JSON)
 
 
 def job_from_row(row: Sequence[Any]) -> Job:
-    """The job a row of :data:`JOB_COLUMNS` stores."""
-    return Job(
-        key=row[0],
-        tool_id=row[1],
-        provider=row[2],
-        request=json.loads(row[3]),
-        members=json.loads(row[4]),
-        state=check_state(row[5]),
-        job_id=row[6],
-        token=row[7],
-        opened_at=row[8],
-        submitted_at=row[9],
-        polled_at=row[10],
-        finished_at=row[11],
-        status=None if row[12] is None else json.loads(row[12]),
-        error=row[13],
-        waiters=json.loads(row[14]),
-    )
+    """The job a row of :data:`JOB_COLUMNS` stores (``ValueError`` for an unknown state)."""
+    job = record_from_row(Job, row, _JOB_JSON)
+    check_state(job.state)
+    return job
 
 
 def unknown_job(key: str) -> UnknownJob:

@@ -64,6 +64,7 @@ from playline.stores.receipts import (
     decide_claim,
     stored_json,
 )
+from playline.stores.rows import record_columns, record_from_row
 
 __all__ = ["SCHEMA", "ReceiptLedger"]
 
@@ -182,10 +183,8 @@ SCHEMA = Schema(
 #: Errors are kept this long (a provider's message, a traceback's last line).
 _ERROR_CHARS = 2000
 
-_RECEIPT_COLUMNS = (
-    "key, tool_id, status, result, error, owner, lease_id, lease_expires_at, completed_at,"
-    " attempts, credits, sent_at, generation, credits_source"
-)
+#: What :meth:`ReceiptLedger.get` reads of a receipt: :class:`Receipt`'s fields, in order.
+_RECEIPT_COLUMNS = ", ".join(record_columns(Receipt))
 
 #: A placeholder for a key with no receipt yet, claimed by the same group: running
 #: with an expired lease and never sent, which the claim rule takes like a missing one.
@@ -700,22 +699,7 @@ class ReceiptLedger(LedgerStore):
                     f" WHERE key IN ({marks(len(page))})",
                     page,
                 ):
-                    found[row[0]] = Receipt(
-                        key=row[0],
-                        tool_id=row[1],
-                        status=row[2],
-                        result=json.loads(row[3]) if row[3] is not None else None,
-                        error=row[4],
-                        owner=row[5],
-                        lease_id=row[6],
-                        lease_expires_at=row[7],
-                        completed_at=row[8],
-                        attempts=row[9],
-                        credits=row[10],
-                        sent_at=row[11],
-                        generation=row[12],
-                        credits_source=row[13],
-                    )
+                    found[row[0]] = record_from_row(Receipt, row, ("result",))
             return found
 
         result: dict[str, Receipt] = await self._read(read)
