@@ -415,6 +415,8 @@ class StrictResult:
     charged_twice: int = 0
     per_5s_in_flight: list[float] = field(default_factory=list)
     per_5s_429: list[int] = field(default_factory=list)
+    #: admitted calls per 5 s / (5 x the rate) (gcra): where a run lost its rate
+    per_5s_rate: list[float] = field(default_factory=list)
 
 
 def in_flight_integral(calls: list[dict[str, Any]], start: float, end: float) -> float:
@@ -479,6 +481,14 @@ def measure_strict(
     else:
         span = max(t1 - t0, 1e-9)
         out.rate_util = round((len(admitted) - 1) / span / cell.rate, 3)
+        out.per_5s_rate = [
+            round(
+                sum(1 for c in admitted if t0 + 5 * i <= c["start"] < t0 + 5 * i + 5)
+                / (5 * cell.rate),
+                2,
+            )
+            for i in range(steps)
+        ]
         if not cell.known:
             starts = [c["start"] for c in admitted]
             conv = convergence(starts, t0, cell.rate)

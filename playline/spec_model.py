@@ -1,4 +1,5 @@
-"""``SpecModel``: the base of the catalog's spec models (and the pacing limits).
+"""``SpecModel``: the base of the catalog's spec models, the pacing limits and the
+governor's constants.
 
 A catalog file is refused on any key its models do not declare, and a loaded spec is
 never changed in place, so every spec model forbids extra keys and is frozen. Each

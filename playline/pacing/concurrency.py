@@ -46,37 +46,42 @@ import enum
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from playline.spec_model import SpecModel
 
 __all__ = ["ConcurrencyConfig", "ConcurrencySearch", "Refusal"]
 
 
-@dataclass(frozen=True, slots=True)
-class ConcurrencyConfig:
+class ConcurrencyConfig(SpecModel):
     """The constants of the concurrency search (see the module docstring)."""
 
-    #: successes at or above a width that prove it (and the ratio to its refusals)
-    proof_successes: int = 3
-    proof_ratio: float = 4.0
-    #: the evidence per width is halved this often (a cap can move)
-    memory_s: float = 60.0
-    #: a learnt cap is probed again after this long clean at it...
-    probe_after_s: float = 2.0
-    #: ...and at least this many times the time in flight
-    probe_latencies: float = 4.0
-    #: each refused probe doubles the wait before the next, up to this
+    proof_successes: Annotated[int, Field(ge=1)] = 3
+    """Successes at or above a width that prove it..."""
+    proof_ratio: Annotated[float, Field(gt=0)] = 4.0
+    """...and their least ratio to the refusals there."""
+    memory_s: Annotated[float, Field(gt=0)] = 60.0
+    """The evidence per width is halved this often (a cap can move)."""
+    probe_after_s: Annotated[float, Field(gt=0)] = 2.0
+    """A learnt cap is probed again after this long clean at it..."""
+    probe_latencies: Annotated[float, Field(ge=0)] = 4.0
+    """...and at least this many times the time in flight."""
     max_probe_after_s: float = 80.0
-    #: a 429 with ``Retry-After`` at an unproven width is taken for a cap only after
-    #: this many earlier refusals at the same width, and for a cap of at least this
+    """Each refused probe doubles the wait before the next, up to this (at least
+    ``probe_after_s``)."""
     retry_after_refusals: int = 2
+    """A 429 with ``Retry-After`` at an unproven width is taken for a cap only after
+    this many earlier refusals at the same width..."""
     min_retry_after_cap: int = 2
+    """...and for a cap of at least this."""
 
-    def __post_init__(self) -> None:
-        if self.proof_successes < 1 or self.proof_ratio <= 0:
-            raise ValueError("proof_successes must be >= 1 and proof_ratio > 0")
-        if self.memory_s <= 0 or self.probe_after_s <= 0 or self.probe_latencies < 0:
-            raise ValueError("memory_s and probe_after_s must be > 0, probe_latencies >= 0")
+    @model_validator(mode="after")
+    def _probe_bounds(self) -> ConcurrencyConfig:
         if self.max_probe_after_s < self.probe_after_s:
             raise ValueError("max_probe_after_s must be >= probe_after_s")
+        return self
 
 
 class Refusal(enum.Enum):

@@ -25,28 +25,32 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from playline.spec_model import SpecModel
 
 __all__ = ["MarginConfig", "PacingMargin"]
 
 
-@dataclass(frozen=True, slots=True)
-class MarginConfig:
+class MarginConfig(SpecModel):
     """The constants of the margin (see the module docstring)."""
 
-    floor: float = 0.90
-    ceiling: float = 0.98
-    step: float = 0.01
-    max_steps: float = 3.0
-    window_s: float = 30.0
+    floor: Annotated[float, Field(gt=0, le=1)] = 0.90
+    ceiling: Annotated[float, Field(gt=0, le=1)] = 0.98
+    step: Annotated[float, Field(gt=0)] = 0.01
+    max_steps: Annotated[float, Field(ge=1)] = 3.0
+    window_s: Annotated[float, Field(gt=0)] = 30.0
     high_share: float = 0.004
     min_events: int = 3
-    relax_s: float = 15.0
+    relax_s: Annotated[float, Field(gt=0)] = 15.0
 
-    def __post_init__(self) -> None:
-        if not 0 < self.floor <= self.ceiling <= 1:
-            raise ValueError("margin bounds must satisfy 0 < floor <= ceiling <= 1")
-        if self.step <= 0 or self.max_steps < 1 or self.window_s <= 0 or self.relax_s <= 0:
-            raise ValueError("step, window_s and relax_s must be > 0, max_steps >= 1")
+    @model_validator(mode="after")
+    def _bounds(self) -> MarginConfig:
+        if self.floor > self.ceiling:
+            raise ValueError("margin bounds must satisfy floor <= ceiling")
+        return self
 
 
 @dataclass(slots=True)

@@ -72,64 +72,67 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field, model_validator
 
 from playline.pacing.measure import DispatchLog, check_rate
+from playline.spec_model import SpecModel
 
 __all__ = ["RateLimitOutcome", "RateSearch", "SearchConfig"]
 
 
-@dataclass(frozen=True, slots=True)
-class SearchConfig:
+Positive = Annotated[float, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+Growth = Annotated[float, Field(gt=1)]
+
+
+class SearchConfig(SpecModel):
     """The constants of the limit search (see the module docstring)."""
 
-    cut_fraction: float = 0.9
-    blind_cut_factor: float = 0.5
-    window_s: float = 1.0
+    cut_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+    blind_cut_factor: Annotated[float, Field(gt=0, lt=1)] = 0.5
+    window_s: Positive = 1.0
     min_window_calls: int = 5
     busy_fraction: float = 0.8
     settle_fraction: float = 0.03
-    hold_s: float = 10.0
+    hold_s: NonNegative = 10.0
     max_hold_s: float = 160.0
-    reprobe_factor: float = 1.05
+    reprobe_factor: Growth = 1.05
     confirm_window_s: float = 5.0
     confirm_fraction: float = 0.05
-    growth_factor: float = 1.5
-    measure_s: float = 2.0
+    growth_factor: Growth = 1.5
+    measure_s: Positive = 2.0
     min_measure_s: float = 0.5
     noise_window_s: float = 10.0
-    #: ...unless more than this share of the calls sent over that window were refused
-    #: (a limit that moved down refuses a steady share; jitter a few calls)
     noise_share: float = 0.03
-    #: a 429 among so few refusals over the measured span (a rate above the limit
-    #: refuses a steady share) cuts a step, not to what got through
+    """...unless more than this share of the calls sent over that window were refused
+    (a limit that moved down refuses a steady share; jitter a few calls)."""
     clump_share: float = 0.1
-    #: pause after a 429 without ``Retry-After`` (a concurrency cap rarely sends one)
-    default_pause_s: float = 0.25
-    #: a ``Retry-After`` this long or longer means a window quota ran out
+    """A 429 among so few refusals over the measured span (a rate above the limit
+    refuses a steady share) cuts a step, not to what got through."""
+    default_pause_s: NonNegative = 0.25
+    """Pause after a 429 without ``Retry-After`` (a concurrency cap rarely sends one)."""
     long_pause_s: float = 5.0
-    #: ``Retry-After`` is honoured up to this (a week: a daily quota is honoured whole)
-    max_pause_s: float = 7 * 86400.0
-    jitter_fraction: float = 0.1
-    #: a ``Retry-After`` of whole seconds up to this is a coarse bound, not a wait
+    """A ``Retry-After`` this long or longer means a window quota ran out."""
+    max_pause_s: NonNegative = 7 * 86400.0
+    """``Retry-After`` is honoured up to this (a week: a daily quota is honoured whole)."""
+    jitter_fraction: NonNegative = 0.1
     coarse_retry_after_s: float = 1.0
-    #: ...so the key pauses this many intervals of the rate in force instead (after a
-    #: noise 429, at a rate proven clean, one: the provider's next slot is that close)...
+    """A ``Retry-After`` of whole seconds up to this is a coarse bound, not a wait..."""
     short_pause_intervals: float = 3.0
+    """...so the key pauses this many intervals of the rate in force instead..."""
     noise_pause_intervals: float = 1.0
-    #: ...and at least this long
+    """...one after a noise 429, at a rate proven clean (the provider's next slot is
+    that close)..."""
     min_short_pause_s: float = 0.05
+    """...and at least this long."""
 
-    def __post_init__(self) -> None:
-        if not 0 < self.cut_fraction <= 1 or not 0 < self.blind_cut_factor < 1:
-            raise ValueError("cut_fraction must be in (0, 1] and blind_cut_factor in (0, 1)")
-        if self.window_s <= 0 or self.measure_s <= 0 or self.hold_s < 0:
-            raise ValueError("window_s and measure_s must be > 0, hold_s >= 0")
+    @model_validator(mode="after")
+    def _ordered(self) -> SearchConfig:
         if self.max_hold_s < self.hold_s or self.confirm_window_s < self.window_s:
             raise ValueError("max_hold_s must be >= hold_s, confirm_window_s >= window_s")
-        if self.growth_factor <= 1 or self.reprobe_factor <= 1:
-            raise ValueError("growth_factor and reprobe_factor must be > 1")
-        if self.default_pause_s < 0 or self.max_pause_s < 0 or self.jitter_fraction < 0:
-            raise ValueError("pauses and jitter must be >= 0")
+        return self
 
 
 class RateLimitOutcome(enum.Enum):
