@@ -38,11 +38,6 @@ is learnt from evidence:
   calls sent over that window were refused, means the limit moved down: the lower
   bound is dropped and the rate cut to ``cut_fraction`` of it. (A limit that moved
   down refuses a steady share of the calls; jitter refuses one now and then.)
-  The same holds for a lone 429 after at least ``measure_s`` of calls at a rate not
-  proven yet, when no more than ``noise_share`` of them were refused: a rate above a
-  strict limit is refused from its first calls past the burst, so this one says the
-  rate is within what the pacing margin absorbs (it widens if such refusals keep
-  coming), not that the limit is lower. Not once ``Retry-After`` proved meant.
 * a ``Retry-After`` of **one whole second** is a weak bound, not a wait: a strict
   GCRA whose next slot is 30 ms away still writes ``1``, and honouring it costs a
   second of calls per 429. The key pauses ``short_pause_intervals`` of the rate in
@@ -189,8 +184,6 @@ class RateSearch:
     _proofs_lied: bool = field(default=False, init=False)
     #: when the search last raised the rate (what was attempted since is the new rate)
     _raised_at: float = field(default=-math.inf, init=False)
-    #: when the rate in force was last set (a raise, a cut, an operator or the fleet)
-    _rate_since: float = field(default=-math.inf, init=False)
     _noise_at: float = field(default=-math.inf, init=False)
     _quota_mark: float | None = field(default=None, init=False)
     _quota_accepted: int = field(default=0, init=False)
@@ -302,7 +295,6 @@ class RateSearch:
         self.rate = new
         self.increases += 1
         self._raised_at = now
-        self._rate_since = now
         return True
 
     def on_rate_limited(
@@ -397,19 +389,16 @@ class RateSearch:
             # A re-probe drew its 429: the limit is where it was; probe half as often.
             self._hold_s = min(cfg.max_hold_s, 2 * self._hold_s)
             self._reprobed_from = None
-        proven = lower is not None and attempted <= lower * 1.001
-        if proven:
+        if lower is not None and attempted <= lower * 1.001:
             self._proofs_lied = True
-        # A refusal at a rate proven clean, or a lone one among many calls sent at the
-        # rate in force (a rate above the limit refuses a steady share of the calls;
-        # arrival jitter one now and then, which the margin absorbs): noise, unless
-        # another came within the noise window at a steady share.
-        if (proven or self._lone(dispatched_at)) and not self._steady(now, dispatched_at):
-            self._noise_at = now
-            self.noise += 1
-            return RateLimitOutcome.NOISE
-        if proven:
-            assert lower is not None
+            since = dispatched_at - cfg.noise_window_s
+            sent, _ = self.log.count(since, dispatched_at)
+            refused = self.log.refusal_events(since, dispatched_at, self._clump_gap_s)
+            steady = refused > max(1.0, cfg.noise_share * sent)  # one clump is no share
+            if now - self._noise_at > cfg.noise_window_s or not steady:
+                self._noise_at = now
+                self.noise += 1
+                return RateLimitOutcome.NOISE
             # A proven rate failed twice: the limit moved down (or the clumps are real).
             # The proven rate is the bound, not what was sent below it (a busy worker
             # sends slower than its rate and in clumps: that says nothing about lower).
@@ -417,7 +406,6 @@ class RateSearch:
             self.lower = None
             self.rate = max(self.floor_rps, min(self.rate, cfg.cut_fraction * lower))
             self.cuts += 1
-            self._rate_since = now
             self._hold_started = None
             return RateLimitOutcome.CUT
         refused_share = 1.0
@@ -443,40 +431,8 @@ class RateSearch:
             target = cfg.blind_cut_factor * self.rate
         self.rate = max(self.floor_rps, min(self.rate, target))
         self.cuts += 1
-        self._rate_since = now
         self._hold_started = None
         return RateLimitOutcome.CUT
-
-    def _lone(self, dispatched_at: float) -> bool:
-        """Whether refusals were at most ``noise_share`` of the calls sent at the rate in
-        force, over at least ``measure_s`` of it (and ``noise_window_s`` at most).
-
-        A rate above a strict limit refuses from its first calls past the burst, and
-        a short window (a few seconds' quota) within its first seconds; one call in
-        ``1 / noise_share`` refused after that is arrival jitter. Not once the provider
-        proved it means its ``Retry-After`` (a window, whose refusals come in runs).
-        """
-        cfg = self.config
-        if self.retry_after_trusted:
-            return False
-        since = max(dispatched_at - cfg.noise_window_s, self._rate_since, self._measure_start)
-        if dispatched_at - since < cfg.measure_s:
-            return False
-        sent, _ = self.log.count(since, dispatched_at)
-        refused = self.log.refusal_events(since, dispatched_at, self._clump_gap_s)
-        return refused <= cfg.noise_share * sent
-
-    def _steady(self, now: float, dispatched_at: float) -> bool:
-        """Whether refusals came at a steady share: a second within ``noise_window_s``
-        of the last noise one, and more than ``noise_share`` of the calls sent over
-        that window refused (one clump is no share)."""
-        cfg = self.config
-        if now - self._noise_at > cfg.noise_window_s:
-            return False
-        since = dispatched_at - cfg.noise_window_s
-        sent, _ = self.log.count(since, dispatched_at)
-        refused = self.log.refusal_events(since, dispatched_at, self._clump_gap_s)
-        return refused > max(1.0, cfg.noise_share * sent)
 
     def measure_from(self, now: float) -> None:
         """Calls dispatched before ``now`` were held back by the caller, not the rate.
@@ -499,7 +455,6 @@ class RateSearch:
             self.upper = self.rate * (1 + self.config.settle_fraction)
             self.lower = None
             self.cuts += 1
-            self._rate_since = now
         self._quota_mark = now + pause_s
         self._quota_accepted = 0
 
@@ -537,7 +492,7 @@ class RateSearch:
         if math.isclose(new, self.rate, rel_tol=1e-9, abs_tol=1e-9):
             return False
         lowered = new < self.rate
-        self.rate, self._rate_since = new, now
+        self.rate = new
         if lowered:
             self.upper = (
                 new if self.upper is None else min(self.upper, new / self.config.cut_fraction)
@@ -569,7 +524,6 @@ class RateSearch:
 
     def _new_epoch(self, now: float) -> None:
         self.epoch += 1
-        self._rate_since = now
         self._epoch_started = self._measure_start = now
         self._window_start, self._window_calls = None, 0
         self._hold_started = None

@@ -196,34 +196,6 @@ def test_a_429_at_a_proven_rate_is_noise_once_then_the_limit_moved() -> None:
     assert s.rate == pytest.approx(0.9 * 40, rel=0.05)
 
 
-def test_a_lone_429_after_seconds_at_an_unproven_rate_is_noise_not_a_limit() -> None:
-    """A strict limit below the rate refuses from its first calls past the burst; one
-    refusal after seconds of calls at the rate (none proven: windows too long here)
-    is arrival jitter, which the margin absorbs; refusals at a steady share are a limit."""
-    clock = FakeClock()
-    s = search(20, window_s=100.0, confirm_window_s=100.0)
-    run_for(s, clock, 3.0, 20)  # 60 calls at the rate, all taken, nothing proven
-    assert s.lower is None
-    assert limited(s, clock) is RateLimitOutcome.NOISE
-    assert (s.rate, s.upper, s.cuts) == (20, None, 0)
-    outcomes = []
-    while not outcomes or (outcomes[-1] is RateLimitOutcome.NOISE and len(outcomes) < 5):
-        run_for(s, clock, 0.2, 20)  # refusals spread out (a clump's would count once)
-        outcomes.append(limited(s, clock))
-    # Refusals above noise_share of the calls over the noise window: a limit.
-    assert outcomes[-1] is RateLimitOutcome.CUT and len(outcomes) <= 2
-    assert s.rate < 20 and s.upper is not None
-
-
-def test_a_429_soon_after_the_rate_was_set_is_evidence_not_noise() -> None:
-    """Refused within ``measure_s`` of sending at the rate: too few calls to call jitter."""
-    clock = FakeClock()
-    s = search(20, window_s=100.0, confirm_window_s=100.0)
-    run_for(s, clock, 1.0, 20)
-    assert limited(s, clock) is RateLimitOutcome.CUT
-    assert s.rate < 20
-
-
 def test_a_429_among_few_refusals_while_sending_slower_than_the_rate_cuts_a_step() -> None:
     """A busy worker sends slower than its rate, and in clumps: a 429 then says the
     clump was too much, not that the limit is what little was sent."""
