@@ -60,6 +60,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import statistics
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -107,6 +108,13 @@ NO_BURST_MARGIN = 0.96
 MIN_FLEET_PART = 0.02
 #: How many recent admission-to-wire times a key keeps (see ``_lead``).
 PATH_SAMPLES = 32
+#: A no-burst key's calls leave a little later than they are spaced (a timer fires
+#: late, one call's path to the wire is longer than the last's) and a late call is
+#: never made up: the key measures its calls' departure gaps against its interval,
+#: this many at a time, and is spaced that much faster (its *trim*, see
+#: ``_note_departure``), so that its calls leave at its pace rate, up to this factor.
+TRIM_SAMPLES = 16
+MAX_TRIM = 1.08
 #: How long a key's other calls wait for its first call's answer at most.
 FIRST_ANSWER_WAIT_S = 1.0
 #: How soon a key blocked by a reported quota looks again while answers are due.
@@ -162,6 +170,12 @@ class _KeyState:
     #: how long its recent calls took from admission to leaving (stamped by the
     #: transport): the next call is admitted that much before it is due to leave
     paths: deque[float] = field(default_factory=lambda: deque(maxlen=PATH_SAMPLES))
+    #: when its last call left (stamped), and the departure gaps of its calls held by
+    #: the rate over the interval they were spaced at, and how much faster than its
+    #: pace rate a no-burst key is spaced so that its calls leave at that rate
+    left_at: float = -math.inf
+    gaps: list[float] = field(default_factory=list)
+    trim: float = 1.0
     #: calls waiting to be dispatched, by fairness key (at the slots, the turn or a
     #: fleet ticket), the share they count for and when one last waited: what this
     #: worker tells the fleet (``Governor.waiting_shares``)
@@ -436,6 +450,7 @@ class Governor:
                 state.pending_at[share.key] = now
         now = self._clock()
         tickets = []
+        rate_bound = []
         for state in states:
             first = state.successes + state.failures + state.search.rate_limited == 0
             if first and state.first_answer_due is None:
@@ -449,6 +464,7 @@ class Governor:
             held = rate_wait > 0.5 / state.pace_rate(now)
             queued = state.waiting > state.gate.waiting
             state.search.on_dispatch(now, backlogged=held or queued)
+            rate_bound.append(held or queued)
             state.budget.on_dispatch(now)
             state.steer.on_sent(now)
             state.sent_at = asyncio.get_running_loop().time()
@@ -456,7 +472,7 @@ class Governor:
         admitted = asyncio.get_running_loop().time()
         try:
             # The transport stamps when the request really leaves (see pacing.sending).
-            with sending_stamp(lambda: _left(states, admitted)):
+            with sending_stamp(lambda: self._left(states, admitted, rate_bound)):
                 yield Permit(self, keys, tuple(tickets), now)
         finally:
             for state in states:
@@ -521,7 +537,7 @@ class Governor:
         while True:
             now = self._clock()
             due = [
-                state.sent_at + _interval_less_lead(state, 1 / state.pace_rate(now))
+                state.sent_at + _interval_less_lead(state, 1 / _spacing_rate(state, now))
                 for state in states
                 if state.limiter.max_rate <= 1  # no local burst: spaced one by one
             ]
@@ -759,6 +775,26 @@ class Governor:
             with contextlib.suppress(RuntimeError):  # no running loop: nothing to space
                 state.sent_at = asyncio.get_running_loop().time()
 
+    def _left(
+        self, states: Sequence[_KeyState], admitted: float, rate_bound: Sequence[bool]
+    ) -> None:
+        """A permit's request (admitted at ``admitted``, the loop's clock) is being
+        written now: its keys space their next call from here (a call that left late
+        pushes the next one, see ``_wait_spacing``), learn how long a call takes from
+        admission to the wire, and, for a no-burst key whose call waited for the rate,
+        how far its departures fall behind their spacing (its trim)."""
+        now = asyncio.get_running_loop().time()
+        for state, bound in zip(states, rate_bound, strict=True):
+            if bound and state.limiter.max_rate <= 1:
+                rate = _spacing_rate(state, self._clock())
+                ratio = (now - state.left_at) * rate  # > 1: it left late
+                # Only gaps the spacing made (a pause or a stall in between is no measure).
+                if 0.5 < ratio < 1.5 and _note_departure(state, ratio / state.trim):
+                    self._sync_limiter(state)
+            state.left_at = now
+            state.sent_at = max(state.sent_at, now)
+            state.paths.append(now - admitted)
+
     def _probe_gate(self, state: _KeyState, now: float) -> None:
         """Probe a learnt concurrency cap one wider once it has been clean long enough."""
         if state.concurrency.tick(now, state.latency.value):
@@ -894,6 +930,7 @@ class Governor:
                 "reported": state.budget.snapshot(now),
                 "latency_ewma_s": state.latency.observed,
                 "pacing_margin": state.margin,
+                "departure_trim": state.trim,
                 "successes": state.successes,
                 "failures": state.failures,
                 "suggested_parallelism": self.suggested_parallelism(key),
@@ -1034,24 +1071,39 @@ class Governor:
         return FairOrder(self._share_weights.get, self._clock)
 
     def _sync_limiter(self, state: _KeyState) -> None:
-        rate = state.pace_rate(self._clock())
         limiter = state.limiter
         burst = _local_burst(state.policy.burst)
+        now = self._clock()
+        rate = _spacing_rate(state, now) if burst <= 1 else state.pace_rate(now)
         if not (
             math.isclose(limiter._rate_per_sec, rate, rel_tol=1e-3) and limiter.max_rate == burst
         ):
             limiter.reconfigure(rate, burst)
 
 
-def _left(states: Sequence[_KeyState], admitted: float) -> None:
-    """A permit's request (admitted at ``admitted``, the loop's clock) is being written
-    now: its keys space their next call from here (a call that left late pushes the
-    next one, see ``Governor._wait_spacing``), and learn how long a call takes from
-    admission to the wire."""
-    now = asyncio.get_running_loop().time()
-    for state in states:
-        state.sent_at = max(state.sent_at, now)
-        state.paths.append(now - admitted)
+def _spacing_rate(state: _KeyState, now: float) -> float:
+    """The rate a no-burst key's calls are spaced and admitted at: its pace rate, made
+    up for how late its calls leave (its trim)."""
+    return state.pace_rate(now) * state.trim
+
+
+def _note_departure(state: _KeyState, ratio: float) -> bool:
+    """One departure gap of a call held by the rate, over the interval it was spaced
+    at; every ``TRIM_SAMPLES`` the trim moves half way (geometrically) to what their
+    median says, within ``[1, MAX_TRIM]``. Returns whether it moved.
+
+    A median rather than a mean: a stalled event loop sends one long gap now and then,
+    which is not the spacing's fault and must not make the key faster after it.
+    """
+    state.gaps.append(ratio)
+    if len(state.gaps) < TRIM_SAMPLES:
+        return False
+    median = statistics.median(state.gaps)
+    state.gaps.clear()
+    trim = min(MAX_TRIM, max(1.0, state.trim * math.sqrt(median)))
+    moved = not math.isclose(trim, state.trim, rel_tol=1e-3)
+    state.trim = trim
+    return moved
 
 
 def _interval_less_lead(state: _KeyState, interval: float) -> float:

@@ -34,10 +34,12 @@ is learnt from evidence:
   must not settle there.
 * a 429 at a rate already proven clean is first taken as **noise** (a busy
   event loop sends a clump; loopback jitter): the key pauses but the rate stands.
-  A second one within ``noise_window_s``, when more than ``noise_share`` of the
-  calls sent over that window were refused, means the limit moved down: the lower
-  bound is dropped and the rate cut to ``cut_fraction`` of it. (A limit that moved
-  down refuses a steady share of the calls; jitter refuses one now and then.)
+  Another within ``noise_window_s``, when more than ``noise_share`` of the calls
+  sent over that window and at least ``steady_events`` refusals in all were refused,
+  means the limit moved down: the lower bound is dropped and the rate cut to
+  ``cut_fraction`` of it. (A limit that moved down refuses a steady share of the
+  calls, several within a second or two; jitter refuses one now and then, and at a
+  slow rate, early in a run, two of them can fall within a few seconds.)
 * a ``Retry-After`` of **one whole second** is a weak bound, not a wait: a strict
   GCRA whose next slot is 30 ms away still writes ``1``, and honouring it costs a
   second of calls per 429. The key pauses ``short_pause_intervals`` of the rate in
@@ -102,7 +104,10 @@ class SearchConfig(SpecModel):
     noise_window_s: float = 10.0
     noise_share: float = 0.03
     """...unless more than this share of the calls sent over that window were refused
-    (a limit that moved down refuses a steady share; jitter a few calls)."""
+    (a limit that moved down refuses a steady share; jitter a few calls)..."""
+    steady_events: int = 3
+    """...and at least this many refusals (clumps counted once) over the window: two
+    at a slow rate are a coincidence of jitter as often as a limit."""
     clump_share: float = 0.1
     """A 429 among so few refusals over the measured span (a rate above the limit
     refuses a steady share) cuts a step, not to what got through."""
@@ -394,7 +399,7 @@ class RateSearch:
             since = dispatched_at - cfg.noise_window_s
             sent, _ = self.log.count(since, dispatched_at)
             refused = self.log.refusal_events(since, dispatched_at, self._clump_gap_s)
-            steady = refused > max(1.0, cfg.noise_share * sent)  # one clump is no share
+            steady = refused >= max(cfg.steady_events, cfg.noise_share * sent)
             if now - self._noise_at > cfg.noise_window_s or not steady:
                 self._noise_at = now
                 self.noise += 1
