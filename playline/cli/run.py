@@ -109,27 +109,16 @@ PROVENANCE_HELP = (
 )
 
 
-async def export_result(
-    result: PlayRunResult,
-    path: str,
-    settings: Settings,
-    *,
-    raw: bool = False,
-    provenance: bool = False,
+async def export_dataset_run(
+    run_ref: str, path: str, settings: Settings, *, raw: bool = False, provenance: bool = False
 ) -> int:
-    """Stream the play's last dataset run from the workers' store to a local ``path``
-    (spreadsheet formulas made inert unless ``raw``; each computed cell's source,
-    cost and miss reason added with ``provenance``)."""
-    if not result.datasets:
-        raise PlaylineError(f"play {result.play} produced no dataset to export")
+    """Stream dataset run ``run_ref`` (a play's last) from the workers' store to a local
+    ``path``, in the format its suffix names (spreadsheet formulas made inert unless
+    ``raw``; each computed cell's source, cost and miss reason added with
+    ``provenance``)."""
     async with await open_stores(settings, create=False) as stores:
         return await export_run(
-            stores.sheet,
-            result.datasets[-1].run_ref,
-            path,
-            export_format(path),
-            raw=raw,
-            provenance=provenance,
+            stores.sheet, run_ref, path, export_format(path), raw=raw, provenance=provenance
         )
 
 
@@ -268,7 +257,11 @@ async def execute(
             for line in reconciled.lines():
                 out().print(f"  {line}", markup=False, highlight=False)
     if out_path:
-        count = await export_result(result, out_path, settings, raw=raw, provenance=provenance)
+        if not result.datasets:
+            raise PlaylineError(f"play {result.play} produced no dataset to export")
+        count = await export_dataset_run(
+            result.datasets[-1].run_ref, out_path, settings, raw=raw, provenance=provenance
+        )
         document.exported = {"path": out_path, "rows": count}
         if not json_out:
             out().print(f"  wrote {count} rows to {out_path}")
