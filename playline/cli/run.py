@@ -56,16 +56,13 @@ from playline.cli.starting import (
     run_options,
     upload_input_csv,
 )
-from playline.client import new_workflow_id
+from playline.client import new_workflow_id, play_start_options
 from playline.config import Settings
 from playline.contract import PlayRunResult
 from playline.datasets import export_run
 from playline.errors import PlaylineError
-from playline.sheet_links import sheet_link
 from playline.stores.backends import open_stores
 from playline.worker import connect
-from playline.workflows.priority import temporal_priority
-from playline.workflows.status import play_static
 
 #: Statuses that no amount of waiting changes; any other RPC error while following a
 #: play is treated as Temporal being away (a restart shows up under several codes).
@@ -195,8 +192,6 @@ async def execute(
     client, settings, play = launch.client, launch.settings, launch.play
     input, options = launch.input, launch.options
     workflow_id = workflow_id or new_workflow_id(play)
-    sheet = sheet_link(settings.sheets_url, workflow_id) if settings.sheets_url else None
-    summary, details = play_static(play, input, options, sheet=sheet)
     try:
         handle = await client.start_workflow(
             play,
@@ -204,12 +199,9 @@ async def execute(
             id=workflow_id,
             task_queue=launch.task_queue,
             result_type=PlayRunResult,
-            static_summary=summary,
-            static_details=details,
             # An id names one run: `runs get|export ID` must not become ambiguous.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            # The key the play names its dataset runs and chunks by (this id if unset).
-            priority=temporal_priority(options, workflow_id),
+            **play_start_options(play, input, options, workflow_id, sheets_url=settings.sheets_url),
         )
     except WorkflowAlreadyStartedError:
         raise PlaylineError(
