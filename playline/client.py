@@ -27,11 +27,12 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any, TypeAlias, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeAlias, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import Priority
 from temporalio.service import RPCError, RPCStatusCode
 
 from playline.calls.estimate_tally import Estimate
@@ -79,6 +80,37 @@ def not_found_as(error: Exception) -> Iterator[None]:
         raise
 
 
+class PlayStartOptions(TypedDict):
+    """What a play run is started with besides its input and id: what the Temporal UI
+    shows of it, and the priority its own tasks are dispatched with."""
+
+    static_summary: str
+    static_details: str
+    priority: Priority
+
+
+def play_start_options(
+    play_name: str,
+    input: Mapping[str, Any],
+    options: RunOptions,
+    workflow_id: str,
+    *,
+    sheets_url: str | None = None,
+) -> PlayStartOptions:
+    """How a play run started here or by ``playline run`` presents itself: a summary
+    and details naming the play, its input file and its mode (linking to its sheet
+    when the sheet view's base URL is known), and Temporal's priority of the options'
+    fairness key, weight and class. The key defaults to the workflow id, the one the
+    play names its dataset runs and chunks by when unset, so all its tasks share it."""
+    sheet = sheet_link(sheets_url, workflow_id) if sheets_url else None
+    summary, details = play_static(play_name, input, options, sheet=sheet)
+    return PlayStartOptions(
+        static_summary=summary,
+        static_details=details,
+        priority=temporal_priority(options, workflow_id),
+    )
+
+
 def _validated(play: type[PlayWorkflow[InputT, Any]], input: InputT | dict[str, Any]) -> Any:
     try:
         return play.input_model.model_validate(
@@ -120,15 +152,12 @@ async def start_play(
     checked = _validated(play, input)
     options = options or RunOptions()
     workflow_id = id or new_workflow_id(play.play_name)
-    sheet = sheet_link(sheets_url, workflow_id) if sheets_url else None
-    summary, details = play_static(
-        play.play_name, checked.model_dump(mode="json"), options, sheet=sheet
+    shown = checked.model_dump(mode="json")
+    defaults = play_start_options(
+        play.play_name, shown, options, workflow_id, sheets_url=sheets_url
     )
-    start_options.setdefault("static_summary", summary)
-    start_options.setdefault("static_details", details)
-    # The play's own tasks are dispatched under the key its dataset runs and chunks
-    # will carry: the one the play fills in from this workflow id when unset.
-    start_options.setdefault("priority", temporal_priority(options, workflow_id))
+    for name, value in defaults.items():
+        start_options.setdefault(name, value)
     handle: PlayHandle[InputT, OutputT] = await client.start_workflow(
         play.run,
         args=[checked, options],

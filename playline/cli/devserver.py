@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from temporalio.client import Client
@@ -97,24 +98,21 @@ async def reachable(address: str, timeout_s: float = 2.0) -> bool:
     return True
 
 
+@dataclass(kw_only=True, eq=False)
 class DevServer:
-    """``temporal server start-dev`` as a child process."""
+    """``temporal server start-dev`` as a child process, its SQLite file and log under
+    ``home``."""
 
-    def __init__(
-        self,
-        *,
-        home: Path,
-        host: str = "127.0.0.1",
-        port: int = 7233,
-        ui_port: int = 8233,
-        log_path: Path | None = None,
-    ) -> None:
-        self.home = home
-        self.host = host
-        self.port = port
-        self.ui_port = ui_port
-        self.log_path = log_path or home / "temporal.log"
-        self._proc: subprocess.Popen[bytes] | None = None
+    home: Path
+    host: str = "127.0.0.1"
+    port: int = 7233
+    ui_port: int = 8233
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def log_path(self) -> Path:
+        """Where the server writes its output (appended across starts)."""
+        return self.home / "temporal.log"
 
     @property
     def address(self) -> str:

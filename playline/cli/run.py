@@ -56,16 +56,13 @@ from playline.cli.starting import (
     run_options,
     upload_input_csv,
 )
-from playline.client import new_workflow_id
+from playline.client import new_workflow_id, play_start_options
 from playline.config import Settings
 from playline.contract import PlayRunResult
 from playline.datasets import export_run
 from playline.errors import PlaylineError
-from playline.sheet_links import sheet_link
 from playline.stores.backends import open_stores
 from playline.worker import connect
-from playline.workflows.priority import temporal_priority
-from playline.workflows.status import play_static
 
 #: Statuses that no amount of waiting changes; any other RPC error while following a
 #: play is treated as Temporal being away (a restart shows up under several codes).
@@ -109,27 +106,16 @@ PROVENANCE_HELP = (
 )
 
 
-async def export_result(
-    result: PlayRunResult,
-    path: str,
-    settings: Settings,
-    *,
-    raw: bool = False,
-    provenance: bool = False,
+async def export_dataset_run(
+    run_ref: str, path: str, settings: Settings, *, raw: bool = False, provenance: bool = False
 ) -> int:
-    """Stream the play's last dataset run from the workers' store to a local ``path``
-    (spreadsheet formulas made inert unless ``raw``; each computed cell's source,
-    cost and miss reason added with ``provenance``)."""
-    if not result.datasets:
-        raise PlaylineError(f"play {result.play} produced no dataset to export")
+    """Stream dataset run ``run_ref`` (a play's last) from the workers' store to a local
+    ``path``, in the format its suffix names (spreadsheet formulas made inert unless
+    ``raw``; each computed cell's source, cost and miss reason added with
+    ``provenance``)."""
     async with await open_stores(settings, create=False) as stores:
         return await export_run(
-            stores.sheet,
-            result.datasets[-1].run_ref,
-            path,
-            export_format(path),
-            raw=raw,
-            provenance=provenance,
+            stores.sheet, run_ref, path, export_format(path), raw=raw, provenance=provenance
         )
 
 
@@ -206,8 +192,6 @@ async def execute(
     client, settings, play = launch.client, launch.settings, launch.play
     input, options = launch.input, launch.options
     workflow_id = workflow_id or new_workflow_id(play)
-    sheet = sheet_link(settings.sheets_url, workflow_id) if settings.sheets_url else None
-    summary, details = play_static(play, input, options, sheet=sheet)
     try:
         handle = await client.start_workflow(
             play,
@@ -215,12 +199,9 @@ async def execute(
             id=workflow_id,
             task_queue=launch.task_queue,
             result_type=PlayRunResult,
-            static_summary=summary,
-            static_details=details,
             # An id names one run: `runs get|export ID` must not become ambiguous.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            # The key the play names its dataset runs and chunks by (this id if unset).
-            priority=temporal_priority(options, workflow_id),
+            **play_start_options(play, input, options, workflow_id, sheets_url=settings.sheets_url),
         )
     except WorkflowAlreadyStartedError:
         raise PlaylineError(
@@ -268,7 +249,11 @@ async def execute(
             for line in reconciled.lines():
                 out().print(f"  {line}", markup=False, highlight=False)
     if out_path:
-        count = await export_result(result, out_path, settings, raw=raw, provenance=provenance)
+        if not result.datasets:
+            raise PlaylineError(f"play {result.play} produced no dataset to export")
+        count = await export_dataset_run(
+            result.datasets[-1].run_ref, out_path, settings, raw=raw, provenance=provenance
+        )
         document.exported = {"path": out_path, "rows": count}
         if not json_out:
             out().print(f"  wrote {count} rows to {out_path}")

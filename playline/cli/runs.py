@@ -46,8 +46,13 @@ from playline.cli.render import (
     print_summary,
     ui_url,
 )
-from playline.cli.run import PROVENANCE_HELP, RAW_HELP, export_format, export_result
-from playline.cli.run_refs import memo_run_refs
+from playline.cli.run import (
+    PROVENANCE_HELP,
+    RAW_HELP,
+    export_dataset_run,
+    export_format,
+)
+from playline.cli.run_refs import find_run, last_run_ref, memo_run_refs
 from playline.cli.setup import registered_search_attributes
 from playline.cli.spend import store_changes, store_spend
 from playline.client import not_found_as
@@ -59,10 +64,9 @@ from playline.contract import (
     PlayRunResult,
     PlayState,
 )
-from playline.datasets import export_changes, export_run
+from playline.datasets import export_changes
 from playline.errors import PlaylineError, format_validation_errors
 from playline.money import amount_text
-from playline.services import Services
 from playline.spend import spend_lines
 from playline.stores.backends import open_stores
 from playline.worker import connect
@@ -174,11 +178,7 @@ async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     client = await connect(settings=settings)
     if args.runs_command == "list":
         return await list_runs(client, args, settings)
-    handle = client.get_workflow_handle(args.id, result_type=PlayRunResult)
-    with not_found_as(
-        PlaylineError(f"no run with id {args.id!r} in namespace {settings.temporal_namespace}")
-    ):
-        desc = await handle.describe()
+    handle, desc = await find_run(client, args.id, settings.temporal_namespace)
     command = args.runs_command
     if command == "get":
         return await get_run(handle, desc, args, settings)
@@ -443,22 +443,12 @@ async def export_done(
     """Export a completed play's result, or what a failed or cancelled play had done
     (its last dataset run, named in the memo); formulas inert unless ``raw``, each
     computed cell's provenance added with ``provenance``."""
-    if desc.status == WorkflowExecutionStatus.COMPLETED:
-        return await export_result(
-            await handle.result(), path, settings, raw=raw, provenance=provenance
-        )
-    refs = await memo_run_refs(desc)
-    if not refs:
+    run_ref = await last_run_ref(handle, desc)
+    if run_ref is None:
         raise PlaylineError(
             f"run {handle.id} ({_status(desc.status)}) has no dataset run to export yet"
         )
-    services = await Services.open(settings)
-    try:
-        return await export_run(
-            services.sheet, refs[-1], path, export_format(path), raw=raw, provenance=provenance
-        )
-    finally:
-        await services.close()
+    return await export_dataset_run(run_ref, path, settings, raw=raw, provenance=provenance)
 
 
 async def export_changed(
@@ -470,13 +460,7 @@ async def export_changed(
     raw: bool = False,
 ) -> int:
     """Export the rows the play's last dataset run changed (``--changes``)."""
-    run_ref: str | None = None
-    if desc.status == WorkflowExecutionStatus.COMPLETED:
-        datasets = (await handle.result()).datasets
-        run_ref = datasets[-1].run_ref if datasets else None
-    else:
-        refs = await memo_run_refs(desc)
-        run_ref = refs[-1] if refs else None
+    run_ref = await last_run_ref(handle, desc)
     if run_ref is None:
         raise PlaylineError(f"run {handle.id} ({_status(desc.status)}) has no dataset run")
     async with await open_stores(settings, create=False) as stores:

@@ -19,15 +19,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from temporalio.client import WorkflowExecutionStatus
-
 from playline.calls.catalog import Catalog
 from playline.calls.transport import make_http_client
 from playline.cli.render import out
-from playline.cli.run_refs import memo_run_refs
-from playline.client import not_found_as
+from playline.cli.run_refs import find_run, last_run_ref
 from playline.config import Settings
-from playline.contract import PlayRunResult, SyncInput
+from playline.contract import SyncInput
 from playline.errors import PlaylineError
 from playline.package_data import DEMO_CATALOG
 from playline.services import open_governor
@@ -145,19 +142,11 @@ def _pairs(items: list[str], usage: str, *, need_value: bool = False) -> dict[st
 async def _run_ref(run_id: str, settings: Settings) -> str:
     """The run's last dataset run: the result's, or (not completed) the memo's."""
     client = await connect(settings=settings)
-    handle = client.get_workflow_handle(run_id, result_type=PlayRunResult)
-    with not_found_as(
-        PlaylineError(f"no run with id {run_id!r} in namespace {settings.temporal_namespace}")
-    ):
-        desc = await handle.describe()
-    if desc.status == WorkflowExecutionStatus.COMPLETED:
-        datasets = (await handle.result()).datasets
-        if datasets:
-            return str(datasets[-1].run_ref)
-    refs = await memo_run_refs(desc)
-    if not refs:
+    handle, desc = await find_run(client, run_id, settings.temporal_namespace)
+    run_ref = await last_run_ref(handle, desc)
+    if run_ref is None:
         raise PlaylineError(f"run {run_id} has no dataset run to sync")
-    return refs[-1]
+    return run_ref
 
 
 def _print(report: SyncReport) -> None:

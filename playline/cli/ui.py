@@ -31,6 +31,7 @@ from playline.cli.codec_server import allowed_hosts
 from playline.cli.devserver import port_open
 from playline.cli.follow import ENDED, snapshot, wait_lines
 from playline.cli.render import console, ui_url
+from playline.cli.run_refs import find_run
 from playline.cli.runs import (
     CONTROLS,
     _row,
@@ -44,7 +45,7 @@ from playline.cli.setup import registered_search_attributes
 from playline.cli.ui_estimate import find_estimate
 from playline.client import not_found_as
 from playline.config import Settings
-from playline.contract import PlayRunResult, PlayState
+from playline.contract import PlayState
 from playline.errors import PlaylineError
 from playline.money import money_text
 from playline.sockets import free_port
@@ -155,13 +156,7 @@ class CliDesk:
         return runs
 
     async def run(self, workflow_id: str) -> RunSummary:
-        handle = self.client.get_workflow_handle(workflow_id, result_type=PlayRunResult)
-        with not_found_as(
-            PlaylineError(
-                f"no run with id {workflow_id!r} in namespace {self.settings.temporal_namespace}"
-            )
-        ):
-            desc = await handle.describe()
+        handle, desc = await find_run(self.client, workflow_id, self.settings.temporal_namespace)
         attrs = desc.typed_search_attributes
         running = desc.status == WorkflowExecutionStatus.RUNNING
         refs: list[str] = []
@@ -192,9 +187,7 @@ class CliDesk:
         return self._with_state(run, await self._state(handle))
 
     async def act(self, workflow_id: str, action: Action, amount: float | None) -> str:
-        handle = self.client.get_workflow_handle(workflow_id, result_type=PlayRunResult)
-        with not_found_as(PlaylineError(f"no run with id {workflow_id!r}")):
-            desc = await handle.describe()
+        handle, desc = await find_run(self.client, workflow_id, self.settings.temporal_namespace)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             status = desc.status.name if desc.status else "UNKNOWN"
             raise PlaylineError(f"run {workflow_id} is not running ({status})")
@@ -253,9 +246,7 @@ class CliDesk:
         return found
 
     async def export(self, workflow_id: str, path: Path, choice: ExportChoice) -> int:
-        handle = self.client.get_workflow_handle(workflow_id, result_type=PlayRunResult)
-        with not_found_as(PlaylineError(f"no run with id {workflow_id!r}")):
-            desc = await handle.describe()
+        handle, desc = await find_run(self.client, workflow_id, self.settings.temporal_namespace)
         if choice.changes:
             return await export_changed(handle, desc, str(path), self.settings)
         return await export_done(

@@ -671,10 +671,10 @@ class ProviderServer:
             call.key = key
             self._check_idempotency(call)
         except BadRequest as err:
-            self.ledger.invalid += 1
+            self.ledger.tally.invalid += 1
             return Outcome(error_response(422, str(err)))
         except _Conflict as err:
-            self.ledger.conflicts += 1
+            self.ledger.tally.conflicts += 1
             return Outcome(error_response(409, str(err)))
         call.fault = self._pick_fault()
         failed = await self._failure(call)
@@ -691,7 +691,7 @@ class ProviderServer:
             expected is None or any(hmac.compare_digest(key.encode(), e.encode()) for e in expected)
         )
         if not ok or key is None:
-            self.ledger.unauthorized += 1
+            self.ledger.tally.unauthorized += 1
             headers = {"WWW-Authenticate": "Bearer"} if scheme.scheme else None
             problem = "missing" if key is None else "invalid"
             message = f"{problem} API key for {provider}: send {scheme.describe()}"
@@ -1017,10 +1017,10 @@ class ProviderServer:
         try:
             submission = shape.parse(json.loads(await request.body()))
         except (ValueError, UnicodeDecodeError):
-            self.ledger.invalid += 1
+            self.ledger.tally.invalid += 1
             return Outcome(JSONResponse(shape.error("body is not valid JSON"), status_code=422))
         except JobBadRequest as err:
-            self.ledger.invalid += 1
+            self.ledger.tally.invalid += 1
             return Outcome(JSONResponse(err.body, status_code=422))
         fault = self._pick_fault()
         failed = await self._uncharged_fault(fault, shape.provider)

@@ -64,7 +64,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 #: ``(t_monotonic, t_wall, provider, path, status, charged, items, duplicate, key,
@@ -147,6 +147,46 @@ class Charge:
     bill: Bill = Bill()
 
 
+@dataclass
+class Tally:
+    """What the ledger counts from one reset to the next; :meth:`Ledger.snapshot`
+    reports each field under its own name (the module docstring says what each is)."""
+
+    started_at: float = field(default_factory=time.time)
+    received: int = 0
+    charged: int = 0
+    duplicates: int = 0
+    double_charged: int = 0
+    double_charged_items: int = 0
+    items_charged: int = 0
+    rate_limited: int = 0
+    faults: int = 0
+    unauthorized: int = 0
+    invalid: int = 0
+    conflicts: int = 0
+    charged_unanswered: int = 0
+    charged_unanswered_by_reason: Counter[str] = field(default_factory=Counter)
+    #: the highest concurrency since the reset (a reset starts it at what is in flight)
+    max_in_flight: int = 0
+    charged_by_path: Counter[str] = field(default_factory=Counter)
+    credits: float = 0.0
+    credits_by_provider: dict[str, float] = field(default_factory=dict)
+    credits_by_path: dict[str, float] = field(default_factory=dict)
+    refunds: int = 0
+    credits_refunded: float = 0.0
+    received_by_provider: Counter[str] = field(default_factory=Counter)
+    charged_by_provider: Counter[str] = field(default_factory=Counter)
+    billed_by_provider: Counter[str] = field(default_factory=Counter)
+    replays_by_provider: Counter[str] = field(default_factory=Counter)
+    rate_limited_by_provider: Counter[str] = field(default_factory=Counter)
+    faults_by_kind: Counter[str] = field(default_factory=Counter)
+    max_in_flight_by_provider: Counter[str] = field(default_factory=Counter)
+    key_digests_by_provider: dict[str, set[str]] = field(default_factory=dict)
+    jobs_by_provider: dict[str, Counter[str]] = field(default_factory=dict)
+    #: balance requests answered (free, not counted in ``received``)
+    balance_reads_by_provider: Counter[str] = field(default_factory=Counter)
+
+
 class Ledger:
     """Counters and call records of one provider server since its last reset."""
 
@@ -160,38 +200,10 @@ class Ledger:
 
     def reset(self) -> None:
         """Forget everything (counters, records, charged inputs) but what is in flight now."""
-        self.started_at = time.time()
-        self.received = 0
-        self.charged = 0
-        self.duplicates = 0
-        self.double_charged = 0
-        self.double_charged_items = 0
-        self.items_charged = 0
-        self.rate_limited = 0
-        self.faults = 0
-        self.unauthorized = 0
-        self.invalid = 0
-        self.conflicts = 0
-        self.charged_unanswered = 0
-        self.charged_unanswered_by_reason: Counter[str] = Counter()
-        self.max_in_flight = self.in_flight
-        self.charged_by_path: Counter[str] = Counter()
-        self.credits = 0.0
-        self.credits_by_provider: dict[str, float] = {}
-        self.credits_by_path: dict[str, float] = {}
-        self.refunds = 0
-        self.credits_refunded = 0.0
-        self.received_by_provider: Counter[str] = Counter()
-        self.charged_by_provider: Counter[str] = Counter()
-        self.billed_by_provider: Counter[str] = Counter()
-        self.replays_by_provider: Counter[str] = Counter()
-        self.rate_limited_by_provider: Counter[str] = Counter()
-        self.faults_by_kind: Counter[str] = Counter()
-        self.max_in_flight_by_provider: Counter[str] = Counter(+self.in_flight_by_provider)
-        self.key_digests_by_provider: dict[str, set[str]] = {}
-        self.jobs_by_provider: dict[str, Counter[str]] = {}
-        #: balance requests answered (free, not counted in ``received``)
-        self.balance_reads_by_provider: Counter[str] = Counter()
+        self.tally = Tally(
+            max_in_flight=self.in_flight,
+            max_in_flight_by_provider=Counter(+self.in_flight_by_provider),
+        )
         self._charged_inputs: set[tuple[str, bytes]] = set()
         self._charged_items: set[bytes] = set()
         self.records: deque[CallRecord] = deque(maxlen=self.max_records)
@@ -206,14 +218,14 @@ class Ledger:
         """A request arrived; returns how many of this provider's requests are now in flight."""
         if idem:
             self.in_flight_idem[idem] += 1
-        self.received += 1
-        self.received_by_provider[provider] += 1
+        self.tally.received += 1
+        self.tally.received_by_provider[provider] += 1
         self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.tally.max_in_flight = max(self.tally.max_in_flight, self.in_flight)
         current = self.in_flight_by_provider[provider] + 1
         self.in_flight_by_provider[provider] = current
-        if current > self.max_in_flight_by_provider[provider]:
-            self.max_in_flight_by_provider[provider] = current
+        if current > self.tally.max_in_flight_by_provider[provider]:
+            self.tally.max_in_flight_by_provider[provider] = current
         return current
 
     def leave(self, provider: str, idem: str = "") -> None:
@@ -227,64 +239,66 @@ class Ledger:
 
     def saw_key(self, provider: str, digest: str) -> None:
         """Note the fingerprint (never the key) of an API key a provider was called with."""
-        self.key_digests_by_provider.setdefault(provider, set()).add(digest)
+        self.tally.key_digests_by_provider.setdefault(provider, set()).add(digest)
 
     def note_rate_limited(self, provider: str) -> None:
-        self.rate_limited += 1
-        self.rate_limited_by_provider[provider] += 1
+        self.tally.rate_limited += 1
+        self.tally.rate_limited_by_provider[provider] += 1
 
     def note_replay(self, provider: str) -> None:
         """An answer replayed for a repeated ``Idempotency-Key`` (not charged)."""
-        self.duplicates += 1
-        self.replays_by_provider[provider] += 1
+        self.tally.duplicates += 1
+        self.tally.replays_by_provider[provider] += 1
 
     def note_job(self, provider: str, counter: str, count: int = 1) -> None:
         """Add ``count`` to one of ``provider``'s ``JOB_COUNTERS``."""
         if counter not in JOB_COUNTERS:
             raise ValueError(f"unknown job counter {counter!r}")
-        self.jobs_by_provider.setdefault(provider, Counter())[counter] += count
+        self.tally.jobs_by_provider.setdefault(provider, Counter())[counter] += count
 
     def note_balance_read(self, provider: str) -> None:
         """A balance request was answered (free; not a call: ``received`` skips it)."""
-        self.balance_reads_by_provider[provider] += 1
+        self.tally.balance_reads_by_provider[provider] += 1
 
     def used(self, provider: str) -> float:
         """The credits billed to ``provider`` since the last reset, net of refunds."""
-        return self.credits_by_provider.get(provider, 0.0)
+        return self.tally.credits_by_provider.get(provider, 0.0)
 
     def note_fault(self, kind: str) -> None:
-        self.faults += 1
-        self.faults_by_kind[kind] += 1
+        self.tally.faults += 1
+        self.tally.faults_by_kind[kind] += 1
 
     def charge(self, charge: Charge) -> None:
         """Charge one call, counting it as double-charged if its input was charged before."""
-        self.charged += 1
-        self.charged_by_path[charge.path] += 1
-        self.charged_by_provider[charge.provider] += 1
+        self.tally.charged += 1
+        self.tally.charged_by_path[charge.path] += 1
+        self.tally.charged_by_provider[charge.provider] += 1
         key = (charge.path, charge.body_digest)
         if key in self._charged_inputs:
-            self.double_charged += 1
+            self.tally.double_charged += 1
         else:
             self._charged_inputs.add(key)
-        self.items_charged += charge.items
+        self.tally.items_charged += charge.items
         self._bill(charge)
         for item in charge.item_digests:
             if item in self._charged_items:
-                self.double_charged_items += 1
+                self.tally.double_charged_items += 1
             else:
                 self._charged_items.add(item)
 
     def _bill(self, charge: Charge) -> None:
         net = charge.bill.net
         if net > 0:
-            self.billed_by_provider[charge.provider] += 1
-        self.credits += net
-        self.credits_by_provider[charge.provider] = (
-            self.credits_by_provider.get(charge.provider, 0.0) + net
+            self.tally.billed_by_provider[charge.provider] += 1
+        self.tally.credits += net
+        self.tally.credits_by_provider[charge.provider] = (
+            self.tally.credits_by_provider.get(charge.provider, 0.0) + net
         )
-        self.credits_by_path[charge.path] = self.credits_by_path.get(charge.path, 0.0) + net
-        self.refunds += charge.bill.refunds
-        self.credits_refunded += charge.bill.refunded
+        self.tally.credits_by_path[charge.path] = (
+            self.tally.credits_by_path.get(charge.path, 0.0) + net
+        )
+        self.tally.refunds += charge.bill.refunds
+        self.tally.credits_refunded += charge.bill.refunded
 
     def record(
         self,
@@ -307,8 +321,8 @@ class Ledger:
         """
         answered = not unanswered_reason
         if charged and not answered:
-            self.charged_unanswered += 1
-            self.charged_unanswered_by_reason[unanswered_reason] += 1
+            self.tally.charged_unanswered += 1
+            self.tally.charged_unanswered_by_reason[unanswered_reason] += 1
         if self.max_records:
             now, wall = time.monotonic(), time.time()
             call: CallRecord = (
@@ -325,49 +339,28 @@ class Ledger:
         return [dict(zip(_RECORD_FIELDS, r, strict=True)) for r in selected]
 
     def snapshot(self) -> dict[str, Any]:
-        """The ledger as JSON-ready data."""
+        """The ledger as JSON-ready data: every tally (maps as plain dicts, key digests
+        sorted, each job provider's ``JOB_COUNTERS`` all present) and what is in flight."""
+        tally = self.tally
         return {
-            "received": self.received,
-            "charged": self.charged,
-            "charged_by_path": dict(self.charged_by_path),
-            "charged_by_provider": dict(self.charged_by_provider),
-            "billed_by_provider": dict(self.billed_by_provider),
-            "replays_by_provider": dict(self.replays_by_provider),
-            "items_charged": self.items_charged,
-            "credits": self.credits,
-            "credits_by_provider": dict(self.credits_by_provider),
-            "credits_by_path": dict(self.credits_by_path),
-            "refunds": self.refunds,
-            "credits_refunded": self.credits_refunded,
-            "duplicates": self.duplicates,
-            "double_charged": self.double_charged,
-            "double_charged_items": self.double_charged_items,
-            "rate_limited": self.rate_limited,
-            "rate_limited_by_provider": dict(self.rate_limited_by_provider),
-            "faults": self.faults,
-            "faults_by_kind": dict(self.faults_by_kind),
-            "unauthorized": self.unauthorized,
-            "invalid": self.invalid,
-            "conflicts": self.conflicts,
-            "charged_unanswered": self.charged_unanswered,
-            "charged_unanswered_by_reason": dict(self.charged_unanswered_by_reason),
-            "in_flight": self.in_flight,
-            "in_flight_idem": sorted(self.in_flight_idem.elements()),
-            "max_in_flight": self.max_in_flight,
-            "max_in_flight_by_provider": dict(self.max_in_flight_by_provider),
-            "received_by_provider": dict(self.received_by_provider),
+            **{f.name: _plain(getattr(tally, f.name)) for f in fields(tally)},
             "key_digests_by_provider": {
-                p: sorted(d) for p, d in self.key_digests_by_provider.items()
+                p: sorted(d) for p, d in tally.key_digests_by_provider.items()
             },
             "jobs_by_provider": {
                 p: {name: counts[name] for name in JOB_COUNTERS}
-                for p, counts in self.jobs_by_provider.items()
+                for p, counts in tally.jobs_by_provider.items()
             },
-            "balance_reads_by_provider": dict(self.balance_reads_by_provider),
+            "in_flight": self.in_flight,
+            "in_flight_idem": sorted(self.in_flight_idem.elements()),
             "calls_recorded": len(self.records),
-            "started_at": self.started_at,
             "now_monotonic": time.monotonic(),
         }
+
+
+def _plain(value: Any) -> Any:
+    """A tally as JSON takes it: a ``Counter`` or map as a plain dict of its own."""
+    return dict(value) if isinstance(value, dict) else value
 
 
 def max_in_window(times: list[float], window: float = 1.0) -> int:
