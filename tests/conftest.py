@@ -221,7 +221,7 @@ def live_runner(
     """A live-mode tool runner outside any activity, as one chunk attempt would have."""
     attempt = Attempt(receipts=receipts, owner=owner, lease_id=lease_id, lease_ttl_s=lease_ttl_s)
     pacer = pacer or Governor(catalog.pacing_policies())
-    sender = PacedSender(attempt, pacer, provider, retry)
+    sender = PacedSender(attempt, pacer, provider, retry or RetryPolicy())
     return ToolRunner(catalog, attempt, LiveDispatcher(attempt, sender))
 
 
