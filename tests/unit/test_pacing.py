@@ -196,6 +196,21 @@ def test_a_429_at_a_proven_rate_is_noise_once_then_the_limit_moved() -> None:
     assert s.rate == pytest.approx(0.9 * 40, rel=0.05)
 
 
+def test_two_429s_at_a_slow_proven_rate_are_jitter_three_are_a_limit() -> None:
+    """At 20/s, early in a run, two refusals a second apart are more than 3 % of the
+    calls sent; they are still a coincidence of jitter, a third is a steady share."""
+    clock = FakeClock()
+    s = search(20)
+    run_for(s, clock, 1.5, 20)
+    assert s.lower == 20
+    outcomes = []
+    for _ in range(3):
+        outcomes.append(limited(s, clock))
+        run_for(s, clock, 1.0, 20)
+    assert outcomes == [RateLimitOutcome.NOISE, RateLimitOutcome.NOISE, RateLimitOutcome.CUT]
+    assert s.rate == pytest.approx(0.9 * 20)
+
+
 def test_a_429_among_few_refusals_while_sending_slower_than_the_rate_cuts_a_step() -> None:
     """A busy worker sends slower than its rate, and in clumps: a 429 then says the
     clump was too much, not that the limit is what little was sent."""
