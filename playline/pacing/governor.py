@@ -171,7 +171,7 @@ class _KeyState:
     #: transport): the next call is admitted that much before it is due to leave
     paths: deque[float] = field(default_factory=lambda: deque(maxlen=PATH_SAMPLES))
     #: when its last call left (stamped), and the departure gaps of its calls held by
-    #: the rate over the interval they were spaced at, and how much faster than its
+    #: the rate over the interval of its pace rate, and how much faster than its
     #: pace rate a no-burst key is spaced so that its calls leave at that rate
     left_at: float = -math.inf
     gaps: list[float] = field(default_factory=list)
@@ -786,10 +786,10 @@ class Governor:
         now = asyncio.get_running_loop().time()
         for state, bound in zip(states, rate_bound, strict=True):
             if bound and state.limiter.max_rate <= 1:
-                rate = _spacing_rate(state, self._clock())
-                ratio = (now - state.left_at) * rate  # > 1: it left late
-                # Only gaps the spacing made (a pause or a stall in between is no measure).
-                if 0.5 < ratio < 1.5 and _note_departure(state, ratio / state.trim):
+                spaced = (now - state.left_at) * _spacing_rate(state, self._clock())
+                # Only gaps the spacing made (a pause or a stall in between is no measure);
+                # noted against the pace rate's interval (> 1: it left late).
+                if 0.5 < spaced < 1.5 and _note_departure(state, spaced / state.trim):
                     self._sync_limiter(state)
             state.left_at = now
             state.sent_at = max(state.sent_at, now)
@@ -1088,8 +1088,8 @@ def _spacing_rate(state: _KeyState, now: float) -> float:
 
 
 def _note_departure(state: _KeyState, ratio: float) -> bool:
-    """One departure gap of a call held by the rate, over the interval it was spaced
-    at; every ``TRIM_SAMPLES`` the trim moves half way (geometrically) to what their
+    """One departure gap of a call held by the rate, over its pace rate's interval;
+    every ``TRIM_SAMPLES`` the trim moves half way (geometrically) to what their
     median says, within ``[1, MAX_TRIM]``. Returns whether it moved.
 
     A median rather than a mean: a stalled event loop sends one long gap now and then,
