@@ -77,6 +77,17 @@ async def shoot(page: Any, name: str, height: int = 560) -> None:
     await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), clip=clip)
 
 
+async def fresh_page(page: Any, url: str) -> Any:
+    """Leave ``page`` for a new tab at ``url``. A page rendered while its run was going
+    reloads itself (``<meta http-equiv="refresh">``); that reload can land while a
+    ``goto`` on the same tab is loading and abort it, so the next page gets a tab of its
+    own instead."""
+    fresh = await page.context.new_page()
+    await page.close()
+    await fresh.goto(url)
+    return fresh
+
+
 async def shown_seqs(page: Any) -> list[int]:
     return [
         int(s)
@@ -154,7 +165,7 @@ async def test_the_sheet_view_follows_a_held_run_to_its_end(
             assert result.stats.rows_ok == ROWS
 
             # The sheet filled in: every row done, once; the credits are the ledger's.
-            await page.goto(f"{base}/sheet?id={play_id}")
+            page = await fresh_page(page, f"{base}/sheet?id={play_id}")
             await wait_for_texts(page, "completed")
             assert await page.locator("#sheet td.status-done").count() == ROWS
             assert sorted(await shown_seqs(page)) == list(range(ROWS))
@@ -414,7 +425,7 @@ async def test_each_worker_of_a_fleet_samples_the_pace_and_the_chart_sums_them(
             sent: dict[str, int] = {}
             for call in provider.calls():
                 sent[call["provider"]] = sent.get(call["provider"], 0) + 1
-            await page.goto(f"http://127.0.0.1:{port}/charts?id={play_id}")
+            page = await fresh_page(page, f"http://127.0.0.1:{port}/charts?id={play_id}")
             await wait_for_texts(page, "Calls per second")
             shown = {
                 str(await chart.get_attribute("data-provider")): (
