@@ -9,11 +9,18 @@ measures the same against the real provider server.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
 from playline.pacing.fleet_store import LearnedLimit
-from playline.pacing.governor import Governor
+from playline.pacing.governor import (
+    MAX_TRIM,
+    TRIM_SAMPLES,
+    Governor,
+    _note_departure,
+    _spacing_rate,
+)
 from playline.pacing.policy import PacingPolicy
 from tests.gcra_sim import SimProvider, simulate
 
@@ -154,3 +161,46 @@ def test_a_burst_1_key_admits_its_next_call_ahead_of_the_path_to_the_wire() -> N
     run = simulate(rate=20.0, burst=1, catalog_rps=20.0, seconds=60, seed=1, path_s=0.003)
     assert run.utilization >= 0.95
     assert run.share_429 <= 0.01
+
+
+def _no_burst_key() -> Any:
+    governor = Governor({"acme": PacingPolicy(rps=20, burst=1)}, clock=lambda: 0.0)
+    return governor._state("acme")
+
+
+def test_a_no_burst_key_whose_calls_leave_late_is_spaced_faster_by_their_median_gap() -> None:
+    """Calls that leave 4 % behind their spacing are never made up: after a full sample
+    of such gaps the key is spaced half way (geometrically) faster, and not before."""
+    state = _no_burst_key()
+    paced = state.pace_rate(0.0)
+    assert not any(_note_departure(state, 1.04) for _ in range(TRIM_SAMPLES - 1))
+    assert state.trim == 1.0 and _spacing_rate(state, 0.0) == paced
+    assert _note_departure(state, 1.04)
+    assert state.trim == pytest.approx(math.sqrt(1.04))
+    assert _spacing_rate(state, 0.0) == pytest.approx(paced * math.sqrt(1.04))
+    # The next sample, now on time: the trim stands (it is what made them on time).
+    assert not any(_note_departure(state, 1.0) for _ in range(TRIM_SAMPLES))
+    assert state.trim == pytest.approx(math.sqrt(1.04))
+
+
+def test_a_stall_now_and_then_does_not_make_a_no_burst_key_faster() -> None:
+    """A median, not a mean: one long gap in a sample (the event loop stalled) moves
+    nothing, where the sample's mean (1.028) would have sped the key up by 1.4 %."""
+    state = _no_burst_key()
+    gaps = [1.0] * (TRIM_SAMPLES - 1) + [1.45]
+    assert not any(_note_departure(state, g) for g in gaps)
+    assert state.trim == 1.0
+
+
+def test_the_trim_stays_between_one_and_its_cap() -> None:
+    """Calls that leave early bring a trimmed key back, never faster than its pace rate's
+    interval; calls ever later never make it more than ``MAX_TRIM`` faster."""
+    state = _no_burst_key()
+    for _ in range(20):
+        for _ in range(TRIM_SAMPLES):
+            _note_departure(state, 1.3)
+    assert state.trim == MAX_TRIM
+    for _ in range(20):
+        for _ in range(TRIM_SAMPLES):
+            _note_departure(state, 0.9)
+    assert state.trim == 1.0
